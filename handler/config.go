@@ -1,0 +1,156 @@
+package handler
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+)
+
+// Field describes one configuration field of a handler, read from the struct
+// tags of the value its Spec.Config returns:
+//
+//	URL     string        `config:"url" required:"true" desc:"Where to POST messages."`
+//	Timeout time.Duration `config:"timeout" desc:"Per-request timeout."`
+//	Token   string        `config:"token" secret:"true" desc:"Bearer token."`
+//
+// The same tags drive strict decoding, `wowd config validate`, secret masking
+// in `wowd config print` and the generated handler reference.
+type Field struct {
+	Name        string
+	Type        string
+	Default     string
+	Description string
+	Required    bool
+	Secret      bool
+}
+
+// Validator is implemented by configuration values that check themselves
+// after decoding (cross-field rules, ranges).
+type Validator interface {
+	Validate() error
+}
+
+// Fields returns the configuration fields of spec, in declaration order.
+func Fields(spec Spec) []Field {
+	if spec.Config == nil {
+		return nil
+	}
+	v := reflect.ValueOf(spec.Config())
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	return fieldsOf(v, "")
+}
+
+func fieldsOf(v reflect.Value, prefix string) []Field {
+	t := v.Type()
+	var out []Field
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name, ok := sf.Tag.Lookup("config")
+		if !ok || name == "-" {
+			continue
+		}
+		name = strings.Split(name, ",")[0]
+		fv := v.Field(i)
+		if sf.Type.Kind() == reflect.Struct && sf.Type != reflect.TypeFor[time.Duration]() {
+			out = append(out, fieldsOf(fv, prefix+name+".")...)
+			continue
+		}
+		out = append(out, Field{
+			Name:        prefix + name,
+			Type:        typeName(sf.Type),
+			Default:     defaultString(fv),
+			Description: sf.Tag.Get("desc"),
+			Required:    sf.Tag.Get("required") == "true",
+			Secret:      sf.Tag.Get("secret") == "true",
+		})
+	}
+	return out
+}
+
+func typeName(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return "duration"
+	case t.Kind() == reflect.Slice:
+		return "list of " + typeName(t.Elem())
+	case t.Kind() == reflect.Map:
+		return "map of " + typeName(t.Elem())
+	}
+	return t.Kind().String()
+}
+
+func defaultString(v reflect.Value) string {
+	if v.IsZero() {
+		return ""
+	}
+	if d, ok := v.Interface().(time.Duration); ok {
+		return d.String()
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// Decode fills a new configuration value of spec from raw (the handler's YAML
+// mapping without its `type` key). Unknown keys, wrong types, missing
+// required fields and Validate failures are all reported, joined, each naming
+// its key.
+func Decode(spec Spec, raw map[string]any) (any, error) {
+	if spec.Config == nil {
+		if len(raw) > 0 {
+			var errs []error
+			for k := range raw {
+				errs = append(errs, fmt.Errorf("%s: unknown key (handler %q takes no configuration)", k, spec.Name))
+			}
+			return nil, errors.Join(errs...)
+		}
+		return nil, nil
+	}
+	cfg := spec.Config()
+	var md mapstructure.Metadata
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		TagName:     "config",
+		ErrorUnused: true,
+		Metadata:    &md,
+		DecodeHook:  mapstructure.StringToTimeDurationHookFunc(),
+		Result:      cfg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("handler %q: building decoder: %w", spec.Name, err)
+	}
+	var errs []error
+	if err := dec.Decode(raw); err != nil {
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = append(errs, joined.Unwrap()...)
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	set := make(map[string]bool, len(md.Keys))
+	for _, k := range md.Keys {
+		set[k] = true
+	}
+	for _, f := range Fields(spec) {
+		if f.Required && !set[f.Name] {
+			errs = append(errs, fmt.Errorf("%s: required", f.Name))
+		}
+	}
+	if len(errs) == 0 {
+		if v, ok := cfg.(Validator); ok {
+			if err := v.Validate(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return cfg, nil
+}

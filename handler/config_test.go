@@ -1,0 +1,54 @@
+package handler_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wowd/wowd/handler"
+)
+
+type testConfig struct {
+	URL     string        `config:"url" required:"true" desc:"Where to send."`
+	Timeout time.Duration `config:"timeout" desc:"Per call."`
+	Token   string        `config:"token" secret:"true"`
+	Max     int           `config:"max-attempts"`
+}
+
+func testSpec() handler.Spec {
+	return handler.Spec{
+		Name:   "t",
+		Config: func() any { return &testConfig{Timeout: 5 * time.Second, Max: 3} },
+		New:    func(any, handler.Deps) (handler.Handler, error) { return nil, nil },
+	}
+}
+
+func TestDecodeFillsDefaultsAndValues(t *testing.T) {
+	cfg, err := handler.Decode(testSpec(), map[string]any{"url": "http://x", "timeout": "2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.(*testConfig)
+	if c.URL != "http://x" || c.Timeout != 2*time.Second || c.Max != 3 {
+		t.Fatalf("decoded %+v", c)
+	}
+}
+
+func TestDecodeReportsEveryProblem(t *testing.T) {
+	_, err := handler.Decode(testSpec(), map[string]any{"urll": "x", "max-attempts": "many"})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"urll", "max-attempts", "url: required"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestFields(t *testing.T) {
+	fs := handler.Fields(testSpec())
+	if len(fs) != 4 || fs[0].Name != "url" || !fs[0].Required || fs[1].Default != "5s" || !fs[2].Secret || fs[1].Type != "duration" {
+		t.Fatalf("fields %+v", fs)
+	}
+}

@@ -1,0 +1,202 @@
+// Package handler is the public contract between wowd and the code that
+// handles its messages: compiled-in Go plugins and the built-in sinks.
+//
+// A handler receives one [Message] at a time per aggregate ID and reports
+// the outcome through the [Ack] it was given, exactly once. It may report
+// before Handle returns (a synchronous handler) or later from any goroutine
+// (an asynchronous handler: HTTP calls, retry backoff). Until the Ack is
+// called, the aggregate's next message does not start, but the worker that
+// called Handle is free for other aggregates as soon as Handle returns.
+//
+// Handle must not block. A handler that has to block (a synchronous driver,
+// a CGO call) implements [Blocker]; wowd then calls it on a bounded pool of
+// goroutines set aside for blocking work, never on one of the few shared
+// workers.
+//
+// Handlers are registered by name in a [Registry], usually the [Default]
+// one, from an init function that does nothing else:
+//
+//	func init() { handler.Register(handler.Spec{Name: "audit", Config: ..., New: ...}) }
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Kind is the kind of Wow message a topic carries.
+type Kind uint8
+
+// The message kinds, named as the suffix of their topics.
+const (
+	KindCommand Kind = iota + 1
+	KindEvent
+	KindState
+)
+
+// String returns the topic suffix of the kind: command, event or state.
+func (k Kind) String() string {
+	switch k {
+	case KindCommand:
+		return "command"
+	case KindEvent:
+		return "event"
+	case KindState:
+		return "state"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// ParseKind parses a topic suffix.
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "command":
+		return KindCommand, nil
+	case "event":
+		return KindEvent, nil
+	case "state":
+		return KindState, nil
+	}
+	return 0, fmt.Errorf("unknown message kind %q (want command, event or state)", s)
+}
+
+// Header is one Kafka record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Message is one Kafka record routed to a handler. Handlers must treat it as
+// read-only and must not keep it after they acknowledged it.
+type Message struct {
+	Dispatcher  string // the dispatcher that routed it (config key under wow.dispatchers)
+	Service     string // wow.service
+	Context     string // bounded context name
+	Aggregate   string // aggregate name
+	Kind        Kind
+	AggregateID string // the record key
+
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+	Timestamp time.Time
+}
+
+// Ack reports the outcome of one message. Call Done exactly once; calls after
+// the first are ignored. A nil error means the message is handled; errors are
+// classified by [Classify].
+//
+// An Ack is a small value: copying it is cheap and building it allocates
+// nothing.
+type Ack struct {
+	c     Completer
+	token uint64
+}
+
+// Completer receives the outcome behind an Ack. wowd implements it; handler
+// tests and wrappers can use [AckFunc].
+type Completer interface {
+	Complete(token uint64, err error)
+}
+
+// NewAck returns an Ack that reports to c with token.
+func NewAck(c Completer, token uint64) Ack { return Ack{c: c, token: token} }
+
+// AckFunc returns an Ack that calls fn with the outcome (for tests and
+// wrappers; it allocates).
+func AckFunc(fn func(error)) Ack { return Ack{c: funcCompleter(fn)} }
+
+type funcCompleter func(error)
+
+func (f funcCompleter) Complete(_ uint64, err error) { f(err) }
+
+// Done reports the outcome of the message.
+func (a Ack) Done(err error) {
+	if a.c != nil {
+		a.c.Complete(a.token, err)
+	}
+}
+
+// Handler handles messages. See the package documentation for the contract.
+type Handler interface {
+	Handle(ctx context.Context, m *Message, ack Ack)
+}
+
+// HandlerFunc adapts a synchronous function to a Handler: the function's
+// return value is reported as the outcome before Handle returns.
+type HandlerFunc func(ctx context.Context, m *Message) error
+
+// Handle calls f and acknowledges with its result.
+func (f HandlerFunc) Handle(ctx context.Context, m *Message, ack Ack) { ack.Done(f(ctx, m)) }
+
+// Blocker is implemented by handlers whose Handle blocks. wowd runs them on
+// its bounded blocking pool.
+type Blocker interface {
+	Blocking() bool
+}
+
+// Closer is implemented by handlers holding resources. Close is called once,
+// after the handler received its last message.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
+// Class is the class of a handler failure: what wowd does with the message.
+type Class uint8
+
+// Failure classes.
+const (
+	// Transient failures are retried with backoff (the default for unclassified errors).
+	Transient Class = iota
+	// Permanent failures are not retried; the message is dead-lettered.
+	Permanent
+	// Skip acknowledges the message without handling it and without retry.
+	Skip
+)
+
+// String names the class.
+func (c Class) String() string {
+	switch c {
+	case Transient:
+		return "transient"
+	case Permanent:
+		return "permanent"
+	case Skip:
+		return "skip"
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+type classified struct {
+	class Class
+	err   error
+}
+
+func (e *classified) Error() string { return e.err.Error() }
+func (e *classified) Unwrap() error { return e.err }
+
+// Classed marks err with a failure class. Classed(c, nil) is nil.
+func Classed(c Class, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{class: c, err: err}
+}
+
+// Classify returns the class err carries; errors carry Transient unless
+// marked otherwise. A nil error has no class and Classify reports false.
+func Classify(err error) (Class, bool) {
+	if err == nil {
+		return 0, false
+	}
+	var c *classified
+	if errors.As(err, &c) {
+		return c.class, true
+	}
+	return Transient, true
+}

@@ -1,0 +1,102 @@
+package handler
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Deps are what wowd hands a handler when it builds one.
+type Deps struct {
+	// Dispatcher is the name of the dispatcher the handler serves.
+	Dispatcher string
+	// Service is wow.service.
+	Service string
+	// Logger is a logger named for the dispatcher and handler.
+	Logger *zap.Logger
+	// Observer, when set, is told of retries the handler makes internally,
+	// so wowd can count and log them. Handlers must check it for nil.
+	Observer Observer
+}
+
+// Observer receives events from handlers that retry internally.
+type Observer interface {
+	// Retrying reports that attempt (1-based) of m failed with err and the
+	// handler will try again after wait.
+	Retrying(m *Message, attempt int, err error, wait time.Duration)
+}
+
+// Spec describes a handler type: its name, its configuration and how to build it.
+type Spec struct {
+	// Name is the value of `handler.type` that selects this handler.
+	Name string
+	// Summary is one line for documentation and `wowd handlers`.
+	Summary string
+	// Config returns a new configuration value: a pointer to a struct holding
+	// the defaults. Its fields are described by struct tags (see [Fields]);
+	// nil means the handler takes no configuration.
+	Config func() any
+	// New builds a handler from a decoded, validated configuration (the value
+	// Config returned, filled from YAML).
+	New func(cfg any, deps Deps) (Handler, error)
+}
+
+// Registry holds handler specs by name. The zero value is ready to use; most
+// programs use [Default].
+type Registry struct {
+	mu    sync.RWMutex // guards specs
+	specs map[string]Spec
+}
+
+var defaultRegistry Registry
+
+// Default returns the process-wide registry that compiled-in handlers
+// register into from init functions.
+func Default() *Registry { return &defaultRegistry }
+
+// Register adds spec to the default registry. It panics on a programming
+// error (empty name, nil New, duplicate name), as a registration from init
+// can report nothing else.
+func Register(spec Spec) { defaultRegistry.Register(spec) }
+
+// Register adds spec to r; see the package-level Register.
+func (r *Registry) Register(spec Spec) {
+	if spec.Name == "" {
+		panic("handler: Register with an empty name")
+	}
+	if spec.New == nil {
+		panic(fmt.Sprintf("handler: Register(%q) with a nil New", spec.Name))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.specs[spec.Name]; dup {
+		panic(fmt.Sprintf("handler: Register(%q) called twice", spec.Name))
+	}
+	if r.specs == nil {
+		r.specs = make(map[string]Spec)
+	}
+	r.specs[spec.Name] = spec
+}
+
+// Lookup returns the spec registered under name.
+func (r *Registry) Lookup(name string) (Spec, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	s, ok := r.specs[name]
+	return s, ok
+}
+
+// Names returns the registered names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.specs))
+	for n := range r.specs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
