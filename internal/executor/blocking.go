@@ -1,0 +1,105 @@
+package executor
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// blockingPool runs tasks of blocking groups on at most max goroutines,
+// started on demand. A task waiting here holds no worker; its mailbox is
+// owned by the pool until the task completes.
+type blockingPool struct {
+	ex  *Executor
+	max int
+
+	mu      sync.Mutex // guards q, started, idle, stopped
+	cond    sync.Cond  // signalled when q grows or the pool stops
+	q       []blockingJob
+	started int // goroutines alive
+	idle    int // goroutines waiting on cond
+	stopped bool
+
+	running atomic.Int64 // tasks inside Run
+}
+
+type blockingJob struct {
+	t  Task
+	mb *mailbox
+}
+
+func (p *blockingPool) init(e *Executor, max int) {
+	p.ex, p.max = e, max
+	p.cond.L = &p.mu
+}
+
+func (p *blockingPool) submit(t Task, mb *mailbox) {
+	p.mu.Lock()
+	p.q = append(p.q, blockingJob{t, mb})
+	switch {
+	case p.idle > 0:
+		p.cond.Signal()
+	case p.started < p.max:
+		p.started++
+		go p.loop()
+	}
+	p.mu.Unlock()
+}
+
+func (p *blockingPool) loop() {
+	for {
+		p.mu.Lock()
+		for len(p.q) == 0 && !p.stopped {
+			p.idle++
+			p.cond.Wait()
+			p.idle--
+		}
+		if len(p.q) == 0 || p.stopped {
+			p.started--
+			p.mu.Unlock()
+			return
+		}
+		j := p.q[0]
+		p.q[0] = blockingJob{}
+		p.q = p.q[1:]
+		p.mu.Unlock()
+		p.run(j)
+	}
+}
+
+// run runs one task as the owner of its mailbox.
+func (p *blockingPool) run(j blockingJob) {
+	p.running.Add(1)
+	st := j.t.Run(Resume{j.mb})
+	p.running.Add(-1)
+	failed := st == Failed
+	if st == Pending {
+		waiting, f := j.mb.released()
+		if waiting {
+			return
+		}
+		failed = f
+	}
+	if failed {
+		j.mb.shard.asyncFailed.Add(1)
+	} else {
+		j.mb.shard.asyncCompleted.Add(1)
+	}
+	p.ex.resume(j.mb)
+}
+
+// stop makes idle goroutines return and busy ones return after their task.
+// Queued jobs are dropped: stop runs after the drain or its deadline.
+func (p *blockingPool) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.q = nil
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// live returns the number of goroutines not yet returned.
+func (p *blockingPool) live() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
+}

@@ -1,0 +1,775 @@
+// Package executor runs tasks keyed by aggregate ID on a small shared set of
+// workers: tasks of one key run one at a time in submission order, tasks of
+// different keys run in parallel. It knows nothing of Kafka.
+//
+// # Model
+//
+// A mailbox exists per (group, key) while it has tasks: the first Submit
+// creates it, the owner that finds it empty removes it. A mailbox is always
+// owned by exactly one party: a worker's FIFO, the worker running its turn, a
+// task that completes asynchronously, or the blocking pool. Submitters never
+// schedule an existing mailbox; they only append to it, so the mailbox map and
+// the append share one lock per submission and scheduling happens once per
+// mailbox activation.
+//
+// A turn runs at most Throughput tasks that complete synchronously, then the
+// mailbox goes to the back of its worker's FIFO. A task that returns Pending
+// releases the worker at once; its Resume.Complete puts the mailbox back on a
+// worker. Groups declared blocking run their tasks on a bounded pool of
+// goroutines set aside for blocking work, never on a worker.
+//
+// Placement of a mailbox that becomes runnable: a running worker with an
+// empty FIFO whose current turn is short, else a parked worker (woken), else
+// the shortest FIFO among workers not stuck in a long turn. An idle worker
+// steals the oldest queued (not running) mailbox of another worker before it
+// parks, and while another worker is in a turn it parks with a timeout so a
+// mailbox queued behind a turn that later runs long is still picked up. A
+// mailbox is only ever in one place, so stealing cannot reorder a key.
+//
+// # Locks
+//
+// shard.mu guards a shard's map, free list and every mailbox's incoming
+// slice. worker.mu guards a worker's FIFO and its idle flag. No code holds
+// two of these locks at once, so there is no lock order to respect.
+// blockingPool.mu guards the blocking pool's queue and counts; it is never
+// held with another lock either.
+//
+// # Goroutines
+//
+// The Executor owns its workers (one goroutine each, started by New) and the
+// blocking pool's goroutines (started on demand up to the pool size). Close
+// stops all of them.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrClosed is returned by Submit once Close has begun.
+var ErrClosed = errors.New("executor closed")
+
+// Status is what Task.Run reports.
+type Status uint8
+
+const (
+	// Done means the task completed successfully before Run returned.
+	Done Status = iota
+	// Failed means the task completed with a failure before Run returned.
+	Failed
+	// Pending means the task completes later: the callee calls
+	// Resume.Complete exactly once, from any goroutine, possibly even before
+	// Run returns.
+	Pending
+)
+
+// Task is one unit of work for a key.
+type Task interface {
+	Run(r Resume) Status
+}
+
+// Resume completes a task that returned Pending.
+type Resume struct {
+	mb *mailbox
+}
+
+// Complete reports that the pending task finished. It must be called exactly
+// once per Pending task. The key's next task may start before Complete
+// returns.
+func (r Resume) Complete(failed bool) { r.mb.ex.complete(r.mb, failed) }
+
+// Options configure an Executor.
+type Options struct {
+	// Workers is the number of workers; 0 means GOMAXPROCS.
+	Workers int
+	// Throughput is the most tasks a mailbox runs in one turn while they
+	// complete synchronously; 0 means 16.
+	Throughput int
+	// BlockingWorkers bounds the goroutines running tasks of blocking
+	// groups; 0 means 64.
+	BlockingWorkers int
+}
+
+// longTurn is how long a turn may run before placement avoids its worker and
+// idle workers steal what is queued behind it.
+const longTurn = 100 * time.Microsecond
+
+// Executor runs keyed tasks. Build it with New and stop it with Close.
+type Executor struct {
+	workers    []*worker
+	shards     []shard
+	shardMask  uint64
+	seed       maphash.Seed
+	throughput int
+	epoch      time.Time
+	blocking   blockingPool
+
+	groupMu sync.Mutex // guards groups
+	groups  uint32
+
+	closeOnce sync.Once
+	stopping  atomic.Bool   // workers exit after their current turn
+	stopCh    chan struct{} // closed with stopping set: wakes parked workers
+	live      atomic.Int32  // workers not yet returned
+}
+
+// New starts an executor with its workers.
+func New(o Options) *Executor {
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.Throughput <= 0 {
+		o.Throughput = 16
+	}
+	if o.BlockingWorkers <= 0 {
+		o.BlockingWorkers = 64
+	}
+	nshards := 64
+	for nshards < 16*o.Workers {
+		nshards *= 2
+	}
+	e := &Executor{
+		shards:     make([]shard, nshards),
+		shardMask:  uint64(nshards - 1),
+		seed:       maphash.MakeSeed(),
+		throughput: o.Throughput,
+		epoch:      time.Now(),
+		stopCh:     make(chan struct{}),
+	}
+	e.blocking.init(e, o.BlockingWorkers)
+	e.workers = make([]*worker, o.Workers)
+	for i := range e.workers {
+		w := &worker{ex: e, id: i, wake: make(chan struct{}, 1)}
+		e.workers[i] = w
+	}
+	e.live.Store(int32(len(e.workers)))
+	for _, w := range e.workers {
+		go w.loop()
+	}
+	return e
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *Executor
+)
+
+// Shared returns a process-wide executor with default options, for tests and
+// library use. It is never closed.
+func Shared() *Executor {
+	sharedOnce.Do(func() { shared = New(Options{}) })
+	return shared
+}
+
+// now returns nanoseconds since the executor started; never 0 for a real
+// reading, so 0 can mean "no turn running".
+func (e *Executor) now() int64 { return int64(time.Since(e.epoch)) + 1 }
+
+// Group is a namespace of keys, typically one per dispatcher and aggregate
+// type: equal keys of different groups are different mailboxes.
+type Group struct {
+	ex       *Executor
+	id       uint32
+	blocking bool
+}
+
+// Group returns a new group. Tasks of a blocking group run on the bounded
+// blocking pool instead of a worker.
+func (e *Executor) Group(blocking bool) *Group {
+	e.groupMu.Lock()
+	defer e.groupMu.Unlock()
+	e.groups++
+	return &Group{ex: e, id: e.groups, blocking: blocking}
+}
+
+// Submit queues t behind the tasks already submitted for key in g. It never
+// blocks; the caller bounds how much it submits. After Close has begun it
+// returns ErrClosed.
+func (g *Group) Submit(key string, t Task) error {
+	e := g.ex
+	h := maphash.String(e.seed, key) ^ (uint64(g.id) * 0x9E3779B97F4A7C15)
+	sh := &e.shards[h&e.shardMask]
+	k := mkey{group: g.id, id: key}
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		return ErrClosed
+	}
+	sh.admitted++
+	if mb := sh.m.get(h, k); mb != nil {
+		mb.in = append(mb.in, t)
+		sh.mu.Unlock()
+		return nil
+	}
+	mb := sh.take()
+	mb.ex, mb.shard, mb.key, mb.hash, mb.blocking = e, sh, k, h, g.blocking
+	// The new mailbox is not visible to any worker yet: its first task goes
+	// straight to the owner's side, so the first turn needs no lock.
+	mb.local = append(mb.local[:0], t)
+	mb.li = 0
+	sh.m.put(mb)
+	sh.active++
+	sh.mu.Unlock()
+	e.place(mb)
+	return nil
+}
+
+// mkey identifies a mailbox.
+type mkey struct {
+	group uint32
+	id    string
+}
+
+// shard is one part of the mailbox map. Padded so shards do not share cache
+// lines.
+type shard struct {
+	mu     sync.Mutex // guards m, free, closed and every mailbox's in slice
+	m      table
+	free   []*mailbox
+	closed bool
+
+	active         int64         // mailboxes in m; guarded by mu
+	admitted       uint64        // tasks submitted; guarded by mu
+	asyncCompleted atomic.Uint64 // Pending tasks completed successfully
+	asyncFailed    atomic.Uint64 // Pending tasks completed with failure
+	_              [64]byte
+}
+
+const maxFree = 256
+
+// take returns a pooled or new mailbox. Called with sh.mu held.
+func (sh *shard) take() *mailbox {
+	if n := len(sh.free); n > 0 {
+		mb := sh.free[n-1]
+		sh.free[n-1] = nil
+		sh.free = sh.free[:n-1]
+		return mb
+	}
+	return &mailbox{}
+}
+
+// removeLocked deletes an empty mailbox and pools it. Called with sh.mu held
+// by the mailbox's owner.
+func (sh *shard) removeLocked(mb *mailbox) {
+	sh.m.del(mb)
+	sh.active--
+	clear(mb.local)
+	mb.local = mb.local[:0]
+	mb.li = 0
+	if cap(mb.local) > 1024 {
+		mb.local = nil
+	}
+	if cap(mb.in) > 1024 {
+		mb.in = nil
+	}
+	mb.key = mkey{}
+	if len(sh.free) < maxFree {
+		sh.free = append(sh.free, mb)
+	}
+}
+
+// mailbox holds the tasks of one key.
+type mailbox struct {
+	ex       *Executor
+	shard    *shard
+	key      mkey
+	hash     uint64
+	blocking bool
+
+	in []Task // appended by submitters; guarded by shard.mu
+
+	// Owned by the mailbox's current owner; no lock.
+	local []Task // tasks taken from in, run from local[li:]
+	li    int
+
+	// phase settles the race between a task returning Pending and its
+	// completion: 0 while running, 1 once the runner released the mailbox,
+	// 2 if the completion came first.
+	phase       atomic.Uint32
+	earlyFailed bool // outcome of an early completion; written before phase 0→2
+}
+
+// refill moves incoming tasks to the owner's side, or removes the mailbox if
+// there are none. It reports whether there is a task to run. Called by the
+// owner with local exhausted.
+func (mb *mailbox) refill() bool {
+	sh := mb.shard
+	sh.mu.Lock()
+	if len(mb.in) == 0 {
+		sh.removeLocked(mb)
+		sh.mu.Unlock()
+		return false
+	}
+	clear(mb.local)
+	mb.local, mb.in = mb.in, mb.local[:0]
+	mb.li = 0
+	sh.mu.Unlock()
+	return true
+}
+
+// complete handles Resume.Complete.
+func (e *Executor) complete(mb *mailbox, failed bool) {
+	mb.earlyFailed = failed
+	if mb.phase.CompareAndSwap(0, 2) {
+		return // the runner has not let go yet; it continues the mailbox
+	}
+	mb.phase.Store(0)
+	if failed {
+		mb.shard.asyncFailed.Add(1)
+	} else {
+		mb.shard.asyncCompleted.Add(1)
+	}
+	e.resume(mb)
+}
+
+// released is called by a runner whose task returned Pending. It reports
+// whether the mailbox is now waiting for its completion (the runner must let
+// go), or the completion already happened (the runner continues; failed is
+// its outcome).
+func (mb *mailbox) released() (waiting, failed bool) {
+	if mb.phase.CompareAndSwap(0, 1) {
+		return true, false
+	}
+	failed = mb.earlyFailed
+	mb.phase.Store(0)
+	return false, failed
+}
+
+// resume continues a mailbox whose owner is not a worker turn (a completion
+// or the blocking pool): it goes back on a worker if it has tasks, or away.
+func (e *Executor) resume(mb *mailbox) {
+	if mb.li < len(mb.local) || mb.refill() {
+		e.place(mb)
+	}
+}
+
+// place puts a runnable mailbox on a worker.
+func (e *Executor) place(mb *mailbox) {
+	if e.stopping.Load() {
+		return // Close gave up on remaining work; the mailbox is abandoned
+	}
+	ws := e.workers
+	n := len(ws)
+	start := int((mb.hash >> 32) % uint64(n))
+	var (
+		parked, free, shortest, shortestAny *worker
+		shortLen, anyLen                    = uint32(1 << 31), uint32(1 << 31)
+	)
+	for i := range n {
+		w := ws[(start+i)%n]
+		st := w.st.Load()
+		if st&stParked != 0 {
+			if parked == nil {
+				parked = w
+			}
+			continue
+		}
+		q := uint32(st)
+		if q < anyLen {
+			shortestAny, anyLen = w, q
+		}
+		if w.stuck.Load() {
+			continue
+		}
+		if q == 0 && free == nil {
+			free = w
+		} else if q < shortLen {
+			shortest, shortLen = w, q
+		}
+	}
+	if free != nil && parked != nil {
+		// Wait behind a running turn or wake a parked worker? Worth an exact
+		// reading of the turn's age.
+		if ts := free.turnStart.Load(); ts != 0 && time.Duration(e.now()-ts) >= longTurn {
+			free.stuck.Store(true)
+			free = nil
+		}
+	}
+	switch {
+	case free != nil:
+		free.push(mb)
+		if parked != nil && parked.st.Load()&stWatching == 0 {
+			// Nobody would notice if free's turn ran long from now on:
+			// have the parked worker watch (park with a timeout).
+			parked.nudge()
+		}
+	case parked != nil:
+		parked.push(mb)
+	case shortest != nil:
+		shortest.push(mb)
+	default: // every running worker is stuck in a long turn
+		shortestAny.push(mb)
+	}
+}
+
+// Bits of worker.st above the FIFO length.
+const (
+	stParked   = 1 << 32 // parked, waiting for a wake
+	stWatching = 1 << 33 // parked with a timeout, watching for long turns
+)
+
+// worker runs mailbox turns.
+type worker struct {
+	ex   *Executor
+	id   int
+	wake chan struct{}
+	_    [40]byte
+
+	// Read by placement for every activation: on a cache line of their own.
+	st        atomic.Uint64 // FIFO length | stParked | stWatching; written with mu held
+	stuck     atomic.Bool   // set by a watcher when the current turn runs long; cleared at the next turn
+	turnStart atomic.Int64  // Executor.now() at the start of the current turn; 0 between turns
+	_         [40]byte
+
+	mu   sync.Mutex // guards q and idle
+	q    fifo
+	idle bool // parked, waiting for wake
+
+	completed atomic.Uint64 // synchronous completions, added once per turn
+	failed    atomic.Uint64
+	_         [64]byte
+}
+
+// publish mirrors q and the parking state for placement. Called with mu held.
+func (w *worker) publish(flags uint64) {
+	w.st.Store(uint64(w.q.len()) | flags)
+}
+
+func (w *worker) push(mb *mailbox) {
+	w.mu.Lock()
+	w.q.push(mb)
+	wasIdle := w.idle
+	w.idle = false
+	w.publish(0)
+	w.mu.Unlock()
+	if wasIdle {
+		w.nudge()
+	}
+}
+
+// nudge wakes a parked worker, with or without work for it.
+func (w *worker) nudge() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) pop() *mailbox {
+	w.mu.Lock()
+	mb := w.q.pop()
+	if mb != nil {
+		w.publish(0)
+	}
+	w.mu.Unlock()
+	return mb
+}
+
+func (w *worker) loop() {
+	defer w.ex.live.Add(-1)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	const maxWatch = time.Millisecond
+	backoff := longTurn
+	for {
+		mb := w.pop()
+		if mb == nil {
+			mb = w.steal()
+		}
+		if mb != nil {
+			backoff = longTurn
+			w.turn(mb)
+			if w.ex.stopping.Load() {
+				return
+			}
+			continue
+		}
+		if w.ex.stopping.Load() {
+			return
+		}
+		// Park. Mark idle under the lock so a concurrent push either lands
+		// before (we see it) or wakes us.
+		w.mu.Lock()
+		if w.q.len() > 0 {
+			w.mu.Unlock()
+			continue
+		}
+		// While another worker is in a turn, park with a timeout: a mailbox
+		// queued behind that turn must not wait for it if it runs long.
+		var timeout <-chan time.Time
+		flags := uint64(stParked)
+		if w.watchOthers() {
+			if timer == nil {
+				timer = time.NewTimer(backoff)
+			} else {
+				timer.Reset(backoff)
+			}
+			timeout = timer.C
+			backoff = min(2*backoff, maxWatch)
+			flags |= stWatching
+		} else {
+			backoff = longTurn
+		}
+		w.idle = true
+		w.publish(flags)
+		w.mu.Unlock()
+		select {
+		case <-w.wake:
+		case <-timeout:
+		case <-w.ex.stopCh:
+		}
+		w.mu.Lock()
+		w.idle = false
+		w.publish(0)
+		w.mu.Unlock()
+	}
+}
+
+// watchOthers marks workers whose turn has run long as stuck, so placement
+// avoids them, and reports whether another worker is in a turn: only then
+// can a mailbox get stuck behind a long turn.
+func (w *worker) watchOthers() (busy bool) {
+	var now int64
+	for _, o := range w.ex.workers {
+		ts := o.turnStart.Load()
+		if o == w || ts == 0 {
+			continue
+		}
+		busy = true
+		if now == 0 {
+			now = w.ex.now()
+		}
+		if time.Duration(now-ts) >= longTurn && !o.stuck.Load() {
+			o.stuck.Store(true)
+		}
+	}
+	return busy
+}
+
+// steal takes the oldest queued mailbox of another worker.
+func (w *worker) steal() *mailbox {
+	ws := w.ex.workers
+	n := len(ws)
+	for i := 1; i < n; i++ {
+		v := ws[(w.id+i)%n]
+		if uint32(v.st.Load()) == 0 {
+			continue
+		}
+		if mb := v.pop(); mb != nil {
+			return mb
+		}
+	}
+	return nil
+}
+
+// turn runs up to throughput tasks of mb, which w owns.
+func (w *worker) turn(mb *mailbox) {
+	e := w.ex
+	w.turnStart.Store(e.now())
+	if w.stuck.Load() {
+		w.stuck.Store(false)
+	}
+	var done, failed uint64
+	for n := 0; ; {
+		if mb.li == len(mb.local) && !mb.refill() {
+			break // mailbox removed
+		}
+		if n == e.throughput {
+			w.push(mb) // back of the FIFO: fair to the other mailboxes
+			break
+		}
+		t := mb.local[mb.li]
+		mb.local[mb.li] = nil
+		mb.li++
+		n++
+		if mb.blocking {
+			e.blocking.submit(t, mb)
+			break
+		}
+		switch t.Run(Resume{mb}) {
+		case Done:
+			done++
+			continue
+		case Failed:
+			failed++
+			continue
+		}
+		waiting, f := mb.released()
+		if waiting {
+			break
+		}
+		if f {
+			failed++
+		} else {
+			done++
+		}
+	}
+	w.turnStart.Store(0)
+	if done > 0 {
+		w.completed.Add(done)
+	}
+	if failed > 0 {
+		w.failed.Add(failed)
+	}
+}
+
+// Stats are cheap to read counters and gauges of an executor.
+type Stats struct {
+	Workers         int
+	Mailboxes       int64 // mailboxes holding tasks
+	QueuedMailboxes int64 // mailboxes waiting in a worker FIFO
+	Admitted        uint64
+	Completed       uint64
+	Failed          uint64
+	BlockingRunning int64         // tasks running on the blocking pool
+	LongestTurn     time.Duration // age of the oldest turn now running
+}
+
+// Stats returns the current figures. It takes each shard lock briefly; call
+// it at scrape frequency, not per message.
+func (e *Executor) Stats() Stats {
+	s := Stats{Workers: len(e.workers)}
+	now := e.now()
+	for _, w := range e.workers {
+		s.QueuedMailboxes += int64(uint32(w.st.Load()))
+		s.Completed += w.completed.Load()
+		s.Failed += w.failed.Load()
+		if ts := w.turnStart.Load(); ts != 0 {
+			s.LongestTurn = max(s.LongestTurn, time.Duration(now-ts))
+		}
+	}
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		s.Mailboxes += sh.active
+		s.Admitted += sh.admitted
+		sh.mu.Unlock()
+		s.Completed += sh.asyncCompleted.Load()
+		s.Failed += sh.asyncFailed.Load()
+	}
+	s.BlockingRunning = e.blocking.running.Load()
+	return s
+}
+
+// Finished returns the number of tasks that completed, successfully or not.
+// It takes no lock.
+func (e *Executor) Finished() uint64 {
+	var n uint64
+	for _, w := range e.workers {
+		n += w.completed.Load() + w.failed.Load()
+	}
+	for i := range e.shards {
+		sh := &e.shards[i]
+		n += sh.asyncCompleted.Load() + sh.asyncFailed.Load()
+	}
+	return n
+}
+
+// Backlog is the number of tasks waiting for one key.
+type Backlog struct {
+	Group uint32
+	Key   string
+	Tasks int
+}
+
+// ID returns the group's identifier, as reported in Backlog.
+func (g *Group) ID() uint32 { return g.id }
+
+// TopBacklogs returns up to n keys with the most tasks waiting to start,
+// largest first. It locks each shard in turn; call it at scrape frequency,
+// not per message. Tasks already taken into a running turn are not counted.
+func (e *Executor) TopBacklogs(n int) []Backlog {
+	if n <= 0 {
+		return nil
+	}
+	var top []Backlog
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		sh.m.each(func(mb *mailbox) {
+			d := len(mb.in)
+			if d == 0 || (len(top) == n && d <= top[n-1].Tasks) {
+				return
+			}
+			b := Backlog{Group: mb.key.group, Key: mb.key.id, Tasks: d}
+			j := len(top)
+			if j < n {
+				top = append(top, b)
+			} else {
+				j = n - 1
+			}
+			for ; j > 0 && top[j-1].Tasks < d; j-- {
+				top[j] = top[j-1]
+			}
+			top[j] = b
+		})
+		sh.mu.Unlock()
+	}
+	return top
+}
+
+// Close stops admission, waits for queued, running and pending tasks until
+// ctx is done, then stops the workers and the blocking pool. It returns an
+// error if work was abandoned or a goroutine could not be stopped in time.
+// Completions arriving after Close are ignored.
+func (e *Executor) Close(ctx context.Context) error {
+	var err error
+	e.closeOnce.Do(func() { err = e.close(ctx) })
+	return err
+}
+
+func (e *Executor) close(ctx context.Context) error {
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		sh.closed = true
+		sh.mu.Unlock()
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	var abandoned int64
+	for {
+		abandoned = e.Stats().Mailboxes
+		if abandoned == 0 || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	e.stopping.Store(true)
+	close(e.stopCh)
+	e.blocking.stop()
+
+	// Workers finish their current turn and return; blocking goroutines
+	// finish their current task. Neither can be interrupted inside user
+	// code, so wait for them only as long as ctx allows.
+	for (e.live.Load() > 0 || e.blocking.live() > 0) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	var stuck []string
+	if n := e.live.Load(); n > 0 {
+		stuck = append(stuck, fmt.Sprintf("%d workers still in a task", n))
+	}
+	if n := e.blocking.live(); n > 0 {
+		stuck = append(stuck, fmt.Sprintf("%d blocking goroutines still in a task", n))
+	}
+	if abandoned > 0 || len(stuck) > 0 {
+		return fmt.Errorf("closing executor: %w: %d mailboxes abandoned %v", context.Cause(ctx), abandoned, stuck)
+	}
+	return nil
+}

@@ -1,0 +1,462 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func closeOK(t *testing.T, e *Executor) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// fn adapts a function to a Task.
+type fn func(r Resume) Status
+
+func (f fn) Run(r Resume) Status { return f(r) }
+
+// orderChecker records, per key, that tasks start in submit order, one at a
+// time, each exactly once.
+type orderChecker struct {
+	running []atomic.Int32
+	next    []atomic.Int64
+	errs    chan error
+}
+
+func newOrderChecker(keys int) *orderChecker {
+	return &orderChecker{running: make([]atomic.Int32, keys), next: make([]atomic.Int64, keys), errs: make(chan error, 16)}
+}
+
+func (c *orderChecker) fail(err error) {
+	select {
+	case c.errs <- err:
+	default:
+	}
+}
+
+func (c *orderChecker) start(key int, seq int64) {
+	if !c.running[key].CompareAndSwap(0, 1) {
+		c.fail(fmt.Errorf("key %d: task %d started while another of the key was running", key, seq))
+	}
+	if got := c.next[key].Load(); got != seq {
+		c.fail(fmt.Errorf("key %d: task %d started, expected %d", key, seq, got))
+	}
+}
+
+func (c *orderChecker) end(key int, seq int64) {
+	c.next[key].Store(seq + 1)
+	c.running[key].Store(0)
+}
+
+type orderTask struct {
+	c    *orderChecker
+	key  int
+	seq  int64
+	mode int // 0 sync, 1 async later, 2 async completed before Run returns, 3 sync failure
+	wg   *sync.WaitGroup
+}
+
+func (t *orderTask) Run(r Resume) Status {
+	t.c.start(t.key, t.seq)
+	switch t.mode {
+	case 1:
+		go func() {
+			if t.seq%3 == 0 {
+				time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+			}
+			t.c.end(t.key, t.seq)
+			t.wg.Done()
+			r.Complete(t.seq%7 == 0)
+		}()
+		return Pending
+	case 2:
+		t.c.end(t.key, t.seq)
+		t.wg.Done()
+		r.Complete(false)
+		return Pending
+	case 3:
+		t.c.end(t.key, t.seq)
+		t.wg.Done()
+		return Failed
+	}
+	t.c.end(t.key, t.seq)
+	t.wg.Done()
+	return Done
+}
+
+func TestOrderPerKey(t *testing.T) {
+	const (
+		messages   = 100_000
+		keys       = 1_000
+		submitters = 4
+	)
+	for _, workers := range []int{1, 2, 8} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			e := New(Options{Workers: workers})
+			g := e.Group(false)
+			c := newOrderChecker(keys)
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = "agg-" + strconv.Itoa(i)
+			}
+			var wg sync.WaitGroup
+			wg.Add(messages)
+			var subs sync.WaitGroup
+			for s := range submitters {
+				subs.Add(1)
+				go func() {
+					defer subs.Done()
+					rng := rand.New(rand.NewPCG(uint64(s), 42))
+					seqs := make([]int64, keys)
+					for i := 0; i < messages/submitters; i++ {
+						key := rng.IntN(keys/submitters)*submitters + s // each key has one submitter
+						task := &orderTask{c: c, key: key, seq: seqs[key], mode: rng.IntN(4), wg: &wg}
+						seqs[key]++
+						if err := g.Submit(names[key], task); err != nil {
+							c.fail(err)
+						}
+					}
+				}()
+			}
+			subs.Wait()
+			waitOrFail(t, &wg, 60*time.Second)
+			select {
+			case err := <-c.errs:
+				t.Fatal(err)
+			default:
+			}
+			var total int64
+			for k := range keys {
+				total += c.next[k].Load()
+			}
+			if total != messages {
+				t.Fatalf("ran %d tasks, want %d", total, messages)
+			}
+			waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "mailboxes to drain")
+			st := e.Stats()
+			if st.Admitted != messages || st.Completed+st.Failed != messages || st.Failed == 0 {
+				t.Fatalf("stats %+v", st)
+			}
+			closeOK(t, e)
+		})
+	}
+}
+
+func waitOrFail(t *testing.T, wg *sync.WaitGroup, d time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("tasks did not finish within %v", d)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// gate holds the only worker busy until released, so tasks queue up.
+func gate(t *testing.T, g *Group) (release func()) {
+	started := make(chan struct{})
+	ch := make(chan struct{})
+	if err := g.Submit("gate", fn(func(Resume) Status { close(started); <-ch; return Done })); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	return func() { close(ch) }
+}
+
+func TestFairTurns(t *testing.T) {
+	const throughput = 16
+	e := New(Options{Workers: 1, Throughput: throughput})
+	defer closeOK(t, e)
+	g := e.Group(false)
+	release := gate(t, g)
+
+	var hotStarted atomic.Int64
+	var hotBeforeCold int64 = -1
+	var wg sync.WaitGroup
+	wg.Add(10_001)
+	hot := fn(func(Resume) Status { hotStarted.Add(1); wg.Done(); return Done })
+	for range 10_000 {
+		if err := g.Submit("hot", hot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Submit("cold", fn(func(Resume) Status { hotBeforeCold = hotStarted.Load(); wg.Done(); return Done })); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	waitOrFail(t, &wg, 30*time.Second)
+	if hotBeforeCold < 0 || hotBeforeCold > throughput {
+		t.Fatalf("cold key started after %d hot messages, want at most %d", hotBeforeCold, throughput)
+	}
+}
+
+func TestWaitingHoldsNoWorker(t *testing.T) {
+	e := New(Options{Workers: 1})
+	defer closeOK(t, e)
+	g := e.Group(false)
+	var aDone atomic.Bool
+	var aCompleted sync.WaitGroup
+	aCompleted.Add(1)
+	if err := g.Submit("A", fn(func(r Resume) Status {
+		time.AfterFunc(200*time.Millisecond, func() { aDone.Store(true); r.Complete(false); aCompleted.Done() })
+		return Pending
+	})); err != nil {
+		t.Fatal(err)
+	}
+	var aNextStartedEarly atomic.Bool
+	if err := g.Submit("A", fn(func(Resume) Status {
+		if !aDone.Load() {
+			aNextStartedEarly.Store(true)
+		}
+		return Done
+	})); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var finishedAfterA atomic.Int64
+	wg.Add(1000)
+	for i := range 1000 {
+		if err := g.Submit("k"+strconv.Itoa(i), fn(func(Resume) Status {
+			if aDone.Load() {
+				finishedAfterA.Add(1)
+			}
+			wg.Done()
+			return Done
+		})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitOrFail(t, &wg, 10*time.Second)
+	if n := finishedAfterA.Load(); n > 0 {
+		t.Fatalf("%d messages of other keys finished only after A's asynchronous completion", n)
+	}
+	aCompleted.Wait()
+	waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "A's second message")
+	if aNextStartedEarly.Load() {
+		t.Fatal("A's second message started before its first completed")
+	}
+}
+
+// TestNoHeadOfLineBehindStuckWorker: one key blocks a worker synchronously;
+// other keys must not wait for it, whether they arrive while the turn is
+// already long or at the moment it starts.
+func TestNoHeadOfLineBehindStuckWorker(t *testing.T) {
+	for _, waitForStuck := range []bool{true, false} {
+		t.Run(fmt.Sprintf("arriveLate=%v", waitForStuck), func(t *testing.T) {
+			e := New(Options{Workers: 2})
+			defer closeOK(t, e)
+			g := e.Group(false)
+			started := make(chan struct{})
+			var stuckEnded atomic.Bool
+			if err := g.Submit("stuck", fn(func(Resume) Status {
+				close(started)
+				time.Sleep(300 * time.Millisecond)
+				stuckEnded.Store(true)
+				return Done
+			})); err != nil {
+				t.Fatal(err)
+			}
+			if waitForStuck {
+				<-started
+				time.Sleep(5 * time.Millisecond)
+			}
+			const n = 200
+			var wg sync.WaitGroup
+			wg.Add(n)
+			var worst atomic.Int64
+			for i := range n {
+				submitted := time.Now()
+				if err := g.Submit("k"+strconv.Itoa(i), fn(func(Resume) Status {
+					d := int64(time.Since(submitted))
+					for {
+						w := worst.Load()
+						if d <= w || worst.CompareAndSwap(w, d) {
+							break
+						}
+					}
+					wg.Done()
+					return Done
+				})); err != nil {
+					t.Fatal(err)
+				}
+				if i%20 == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			waitOrFail(t, &wg, 10*time.Second)
+			if stuckEnded.Load() {
+				t.Fatal("other keys finished only after the stuck turn ended")
+			}
+			if w := time.Duration(worst.Load()); w > 100*time.Millisecond {
+				t.Fatalf("slowest other key started %v after submission, want within 100ms", w)
+			}
+		})
+	}
+}
+
+func TestBlockingGroupRunsOffTheWorkers(t *testing.T) {
+	e := New(Options{Workers: 1, BlockingWorkers: 4})
+	defer closeOK(t, e)
+	blocking := e.Group(true)
+	normal := e.Group(false)
+	var conc, maxConc atomic.Int32
+	release := make(chan struct{})
+	var bwg sync.WaitGroup
+	const keys, perKey = 8, 5
+	bwg.Add(keys * perKey)
+	c := newOrderChecker(keys)
+	for k := range keys {
+		for s := range perKey {
+			if err := blocking.Submit("b"+strconv.Itoa(k), fn(func(Resume) Status {
+				c.start(k, int64(s))
+				n := conc.Add(1)
+				for {
+					m := maxConc.Load()
+					if n <= m || maxConc.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				<-release
+				conc.Add(-1)
+				c.end(k, int64(s))
+				bwg.Done()
+				return Done
+			})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The only worker is free although blocking tasks are stuck.
+	var nwg sync.WaitGroup
+	nwg.Add(100)
+	for i := range 100 {
+		if err := normal.Submit("n"+strconv.Itoa(i), fn(func(Resume) Status { nwg.Done(); return Done })); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitOrFail(t, &nwg, 10*time.Second)
+	waitFor(t, func() bool { return conc.Load() == 4 }, "the blocking pool to fill")
+	close(release)
+	waitOrFail(t, &bwg, 10*time.Second)
+	if m := maxConc.Load(); m != 4 {
+		t.Fatalf("blocking tasks ran %d at once, want the pool size 4", m)
+	}
+	select {
+	case err := <-c.errs:
+		t.Fatal(err)
+	default:
+	}
+}
+
+func TestCloseWaitsForPendingWork(t *testing.T) {
+	e := New(Options{Workers: 2})
+	g := e.Group(false)
+	var completed atomic.Bool
+	if err := g.Submit("a", fn(func(r Resume) Status {
+		time.AfterFunc(50*time.Millisecond, func() { completed.Store(true); r.Complete(false) })
+		return Pending
+	})); err != nil {
+		t.Fatal(err)
+	}
+	var queuedRan atomic.Bool
+	if err := g.Submit("a", fn(func(Resume) Status { queuedRan.Store(true); return Done })); err != nil {
+		t.Fatal(err)
+	}
+	closeOK(t, e)
+	if !completed.Load() || !queuedRan.Load() {
+		t.Fatal("Close returned before pending and queued work finished")
+	}
+	if err := g.Submit("b", fn(func(Resume) Status { return Done })); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Submit after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestCloseDeadlineAbandonsWork(t *testing.T) {
+	e := New(Options{Workers: 1})
+	g := e.Group(false)
+	resume := make(chan Resume, 1)
+	if err := g.Submit("a", fn(func(r Resume) Status { resume <- r; return Pending })); err != nil {
+		t.Fatal(err)
+	}
+	var ranAfter atomic.Bool
+	if err := g.Submit("a", fn(func(Resume) Status { ranAfter.Store(true); return Done })); err != nil {
+		t.Fatal(err)
+	}
+	r := <-resume
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := e.Close(ctx)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close: %v, want a deadline error", err)
+	}
+	r.Complete(false) // late: must be ignored without running anything
+	time.Sleep(10 * time.Millisecond)
+	if ranAfter.Load() {
+		t.Fatal("a task ran after Close gave up")
+	}
+}
+
+func TestTopBacklogs(t *testing.T) {
+	e := New(Options{Workers: 1})
+	defer closeOK(t, e)
+	g := e.Group(false)
+	release := gate(t, g)
+	noop := fn(func(Resume) Status { return Done })
+	for i, n := range []int{5, 50, 20} {
+		for range n {
+			if err := g.Submit("k"+strconv.Itoa(i), noop); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	top := e.TopBacklogs(2)
+	// The first task of each new mailbox is already on the owner's side.
+	if len(top) != 2 || top[0].Key != "k1" || top[0].Tasks != 49 || top[1].Key != "k2" || top[0].Group != g.ID() {
+		t.Fatalf("top backlogs %+v", top)
+	}
+	release()
+	waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "drain")
+	if top := e.TopBacklogs(2); len(top) != 0 {
+		t.Fatalf("backlogs after drain: %+v", top)
+	}
+}
+
+func TestStatsLongestTurn(t *testing.T) {
+	e := New(Options{Workers: 2})
+	defer closeOK(t, e)
+	g := e.Group(false)
+	release := gate(t, g)
+	time.Sleep(20 * time.Millisecond)
+	st := e.Stats()
+	release()
+	if st.LongestTurn < 20*time.Millisecond || st.Workers != 2 || st.Mailboxes != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
