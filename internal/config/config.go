@@ -1,0 +1,178 @@
+// Package config loads, validates and prints the wowd configuration: a YAML
+// file whose settings live under the top-level key `wow`, overridden by
+// WOW_* environment variables.
+//
+// Decoding is strict (an unknown key is an error), defaults and descriptions
+// of the fixed keys are defined once in keys.go, and every problem found is
+// reported at once in an [*Errors], each with its key path and, when known,
+// its position in the file.
+package config
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/wowd/wowd/handler"
+)
+
+// Config is the effective wowd configuration: the file, the environment
+// overrides and the defaults.
+type Config struct {
+	// Service is wow.service; it names the consumer groups.
+	Service     string
+	Kafka       Kafka
+	Contexts    map[string]Context // wow.contexts, keyed by bounded context name
+	Dispatch    Dispatch
+	Dispatchers map[string]Dispatcher // wow.dispatchers, keyed by dispatcher name
+	Metrics     Metrics
+	Log         Log
+	Shutdown    Shutdown
+	Dev         Dev
+}
+
+// Kafka is wow.kafka: the brokers and the consumer client settings.
+type Kafka struct {
+	BootstrapServers       []string
+	TopicPrefix            string
+	ClientID               string
+	StartOffset            string // earliest or latest
+	GroupProtocol          string // classic or consumer (KIP-848)
+	FetchMaxBytes          int32
+	FetchMaxPartitionBytes int32
+	FetchMaxWait           time.Duration
+	SessionTimeout         time.Duration
+	RebalanceTimeout       time.Duration
+	HeartbeatInterval      time.Duration
+	CommitInterval         time.Duration
+	// RevokeTimeout is how long a revoked partition may drain before it is
+	// given up; it is shorter than RebalanceTimeout.
+	RevokeTimeout time.Duration
+	TLS           TLS
+	SASL          SASL
+}
+
+// TLS is wow.kafka.tls.
+type TLS struct {
+	Enabled            bool
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+	InsecureSkipVerify bool
+}
+
+// SASL is wow.kafka.sasl.
+type SASL struct {
+	Mechanism string // "", plain, scram-sha-256 or scram-sha-512
+	Username  string
+	Password  string // secret: masked by WriteYAML
+}
+
+// Context is one bounded context under wow.contexts.
+type Context struct {
+	// Alias names the context in topic names; it defaults to the context's
+	// name and may contain dots.
+	Alias      string
+	Aggregates []string
+}
+
+// Dispatch is wow.dispatch: the executor that runs handlers.
+type Dispatch struct {
+	Workers         int // 0 means the number of available processors
+	MaxInFlight     int
+	Throughput      int
+	BlockingWorkers int
+}
+
+// Dispatcher is one entry under wow.dispatchers: which topics it consumes
+// and the handler it sends their messages to.
+type Dispatcher struct {
+	Topics []string // message kinds: command, event, state
+	// Contexts are the bounded contexts consumed; Load fills in every
+	// configured context, sorted, when the file names none.
+	Contexts []string
+	// GroupID overrides the consumer group; empty means the default,
+	// computed by the daemon.
+	GroupID string
+	Handler Handler
+}
+
+// Handler is the handler mapping of a dispatcher.
+type Handler struct {
+	Type    string         // a name registered in the handler.Registry
+	Raw     map[string]any // the other keys of the mapping, as written
+	Decoded any            // the result of handler.Decode
+}
+
+// Metrics is wow.metrics.
+type Metrics struct {
+	Listen string // host:port of /metrics, /healthz and /readyz; "" disables
+}
+
+// Log is wow.log.
+type Log struct {
+	Level  string // debug, info, warn or error
+	Format string // json or console
+}
+
+// Shutdown is wow.shutdown.
+type Shutdown struct {
+	Timeout     time.Duration
+	QuietPeriod time.Duration
+}
+
+// Dev is wow.dev: settings of `wowd dev`.
+type Dev struct {
+	Partitions int  // partitions of each topic it creates
+	Demo       bool // produce demo traffic
+}
+
+// Default returns a configuration holding every default, with empty
+// contexts and dispatchers.
+func Default() Config {
+	c := Config{
+		Contexts:    map[string]Context{},
+		Dispatchers: map[string]Dispatcher{},
+	}
+	for _, f := range configFields {
+		if f.def == "" || f.ptr == nil {
+			continue
+		}
+		if err := setText(f.ptr(&c), f.def); err != nil {
+			panic("config: bad default of " + f.name + ": " + err.Error())
+		}
+	}
+	return c
+}
+
+// Load reads the YAML file at path and returns the effective configuration:
+// see [Parse]. A file that cannot be read is reported as a plain error.
+func Load(path string, reg *handler.Registry, env []string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path, reg, env)
+}
+
+// Parse decodes data, a YAML document with the top-level key `wow`,
+// strictly; applies the WOW_* variables of env (in the form of os.Environ);
+// fills the defaults; decodes each handler configuration with reg (nil
+// means handler.Default()) and validates the result. Every problem is
+// reported at once in an *Errors naming the file name.
+func Parse(data []byte, name string, reg *handler.Registry, env []string) (*Config, error) {
+	if reg == nil {
+		reg = handler.Default()
+	}
+	d := newDecoder(reg)
+	c := Default()
+	if d.decodeDocument(data, &c) {
+		d.applyEnv(&c, env)
+		d.complete(&c)
+		d.validate(&c)
+	}
+	if len(d.errs) > 0 {
+		return nil, d.errors(name)
+	}
+	return &c, nil
+}

@@ -1,0 +1,408 @@
+package config_test
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wowd/wowd/internal/config"
+)
+
+const testdata = "../../configs/testdata/"
+
+const minimalYAML = `
+wow:
+  service: audit
+  kafka:
+    bootstrap-servers: [localhost:9092]
+  contexts:
+    zeta:
+      aggregates: [order]
+    alpha:
+      alias: shop.alpha
+      aggregates: [cart, invoice]
+    mid:
+      aggregates: [item]
+  dispatchers:
+    all:
+      topics: [event]
+      handler:
+        type: http
+        url: http://127.0.0.1:8080/wow
+`
+
+func mustParse(t *testing.T, yaml string, env ...string) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte(yaml), "test.yaml", testRegistry(), env)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return c
+}
+
+func parseErrors(t *testing.T, yaml string, env ...string) *config.Errors {
+	t.Helper()
+	_, err := config.Parse([]byte(yaml), "test.yaml", testRegistry(), env)
+	var errs *config.Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("Parse returned %v (%T), want *config.Errors", err, err)
+	}
+	return errs
+}
+
+func TestDefault(t *testing.T) {
+	c := config.Default()
+	k := c.Kafka
+	switch {
+	case k.TopicPrefix != "wow.", k.ClientID != "wowd", k.StartOffset != "earliest", k.GroupProtocol != "classic",
+		k.FetchMaxBytes != 16<<20, k.FetchMaxPartitionBytes != 1<<20, k.FetchMaxWait != 500*time.Millisecond,
+		k.SessionTimeout != 45*time.Second, k.RebalanceTimeout != time.Minute, k.HeartbeatInterval != 3*time.Second,
+		k.CommitInterval != time.Second, k.RevokeTimeout != 20*time.Second, k.TLS.Enabled, k.SASL.Mechanism != "":
+		t.Errorf("kafka defaults: %+v", k)
+	}
+	if c.Dispatch != (config.Dispatch{Workers: 0, MaxInFlight: 256, Throughput: 16, BlockingWorkers: 64}) {
+		t.Errorf("dispatch defaults: %+v", c.Dispatch)
+	}
+	if c.Metrics.Listen != "127.0.0.1:9464" || c.Log != (config.Log{Level: "info", Format: "json"}) ||
+		c.Shutdown != (config.Shutdown{Timeout: 30 * time.Second}) || c.Dev != (config.Dev{Partitions: 8}) {
+		t.Errorf("defaults: %+v %+v %+v %+v", c.Metrics, c.Log, c.Shutdown, c.Dev)
+	}
+	if c.Contexts == nil || len(c.Contexts) != 0 || c.Dispatchers == nil || len(c.Dispatchers) != 0 {
+		t.Errorf("maps: %v %v", c.Contexts, c.Dispatchers)
+	}
+}
+
+func TestParseFillsDefaults(t *testing.T) {
+	got := mustParse(t, minimalYAML)
+
+	want := config.Default()
+	want.Service = "audit"
+	want.Kafka.BootstrapServers = []string{"localhost:9092"}
+	want.Contexts = map[string]config.Context{
+		"zeta":  {Alias: "zeta", Aggregates: []string{"order"}},
+		"alpha": {Alias: "shop.alpha", Aggregates: []string{"cart", "invoice"}},
+		"mid":   {Alias: "mid", Aggregates: []string{"item"}},
+	}
+	want.Dispatchers = map[string]config.Dispatcher{"all": {
+		Topics:   []string{"event"},
+		Contexts: []string{"alpha", "mid", "zeta"},
+		Handler: config.Handler{
+			Type:    "http",
+			Raw:     map[string]any{"url": "http://127.0.0.1:8080/wow"},
+			Decoded: &httpConfig{URL: "http://127.0.0.1:8080/wow", Timeout: 5 * time.Second},
+		},
+	}}
+	if !reflect.DeepEqual(got, &want) {
+		t.Errorf("got  %+v\nwant %+v", got, &want)
+	}
+}
+
+func TestGoodConfigs(t *testing.T) {
+	files, err := filepath.Glob(testdata + "good/*.yaml")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("good configs: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			if _, err := config.Load(f, testRegistry(), nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := config.Load(testdata+"nope.yaml", testRegistry(), nil)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("got %v, want fs.ErrNotExist", err)
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	c := mustParse(t, minimalYAML,
+		"PATH=/bin",
+		"WOW_DISPATCH_WORKERS=8",
+		"WOW_DISPATCH_MAX_IN_FLIGHT=64",
+		"WOW_KAFKA_BOOTSTRAP_SERVERS=kafka-1:9092, kafka-2:9092",
+		"WOW_KAFKA_TOPIC_PREFIX=",
+		"WOW_KAFKA_TLS_ENABLED=true",
+		"WOW_SHUTDOWN_TIMEOUT=1m30s",
+		"WOW_SERVICE=other",
+		"WOW_DEV_PARTITIONS=2",
+		"WOW_KAFKA_SASL_MECHANISM=plain",
+		"WOW_KAFKA_SASL_USERNAME=u",
+		"WOW_KAFKA_SASL_PASSWORD=p=w",
+	)
+	switch {
+	case c.Dispatch.Workers != 8, c.Dispatch.MaxInFlight != 64:
+		t.Errorf("dispatch: %+v", c.Dispatch)
+	case !slices.Equal(c.Kafka.BootstrapServers, []string{"kafka-1:9092", "kafka-2:9092"}):
+		t.Errorf("bootstrap servers: %q", c.Kafka.BootstrapServers)
+	case c.Kafka.TopicPrefix != "wow.":
+		t.Errorf("an empty variable changed the topic prefix to %q", c.Kafka.TopicPrefix)
+	case !c.Kafka.TLS.Enabled, c.Shutdown.Timeout != 90*time.Second, c.Service != "other", c.Dev.Partitions != 2:
+		t.Errorf("overrides not applied: %+v", c)
+	case c.Kafka.SASL != (config.SASL{Mechanism: "plain", Username: "u", Password: "p=w"}):
+		t.Errorf("sasl: %+v", c.Kafka.SASL)
+	}
+}
+
+func TestEnvBadValues(t *testing.T) {
+	errs := parseErrors(t, minimalYAML,
+		"WOW_DISPATCH_WORKERS=eight",
+		"WOW_SHUTDOWN_TIMEOUT=30",
+		"WOW_DISPATCH_THROUGHPUT=0",
+	)
+	msg := errs.Error()
+	for _, want := range []string{
+		`test.yaml: wow.dispatch.workers: WOW_DISPATCH_WORKERS: "eight" is not an integer`,
+		`wow.shutdown.timeout: WOW_SHUTDOWN_TIMEOUT: "30" is not a duration`,
+		`test.yaml: wow.dispatch.throughput: must be >= 1, got 0 (set by WOW_DISPATCH_THROUGHPUT)`,
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("errors do not contain %q:\n%s", want, msg)
+		}
+	}
+	if len(errs.List) != 3 {
+		t.Errorf("got %d errors, want 3:\n%s", len(errs.List), msg)
+	}
+}
+
+func TestEnvVarsAndKeys(t *testing.T) {
+	vars := config.EnvVars()
+	if !slices.IsSorted(vars) || len(slices.Compact(slices.Clone(vars))) != len(vars) {
+		t.Errorf("EnvVars not sorted and unique: %v", vars)
+	}
+	for _, v := range []string{"WOW_SERVICE", "WOW_KAFKA_BOOTSTRAP_SERVERS", "WOW_DISPATCH_WORKERS",
+		"WOW_DISPATCH_MAX_IN_FLIGHT", "WOW_KAFKA_SASL_PASSWORD", "WOW_METRICS_LISTEN", "WOW_DEV_PARTITIONS"} {
+		if !slices.Contains(vars, v) {
+			t.Errorf("EnvVars lacks %s", v)
+		}
+	}
+
+	keys := config.Keys()
+	var paths, withEnv []string
+	var env []string
+	for _, k := range keys {
+		paths = append(paths, k.Path)
+		if k.Type == "" || k.Description == "" {
+			t.Errorf("key %s lacks a type or description: %+v", k.Path, k)
+		}
+		if k.Env != "" {
+			withEnv = append(withEnv, k.Env)
+			if k.Default != "" {
+				env = append(env, k.Env+"="+k.Default)
+			}
+		}
+	}
+	slices.Sort(withEnv)
+	if !slices.Equal(withEnv, vars) {
+		t.Errorf("Keys env %v != EnvVars %v", withEnv, vars)
+	}
+	for _, p := range []string{"wow.service", "wow.kafka.revoke-timeout", "wow.contexts.<name>.alias",
+		"wow.dispatchers.<name>.handler.type", "wow.dispatch.blocking-workers", "wow.dev.demo"} {
+		if !slices.Contains(paths, p) {
+			t.Errorf("Keys lacks %s", p)
+		}
+	}
+
+	// The documented defaults, set through the environment, are the defaults.
+	if got, want := mustParse(t, minimalYAML, env...), mustParse(t, minimalYAML); !reflect.DeepEqual(got, want) {
+		t.Errorf("documented defaults differ from Default():\n%+v\n%+v", got, want)
+	}
+}
+
+func TestWriteYAMLMasksSecretsAndRoundTrips(t *testing.T) {
+	reg := testRegistry()
+	c, err := config.Load(testdata+"good/full.yaml", reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := c.WriteYAML(&out, reg); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, secret := range []string{"s3cret", "abc123"} {
+		if strings.Contains(text, secret) {
+			t.Errorf("output shows secret %q:\n%s", secret, text)
+		}
+	}
+	for _, want := range []string{"password: '******'", "token: '******'", "rebalance-timeout: 2m\n",
+		"  dispatchers:\n    audit-log:\n", "contexts: [Billing, sales]", "timeout: 2s"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+
+	back, err := config.Parse(out.Bytes(), "printed", reg, nil)
+	if err != nil {
+		t.Fatalf("printed config does not parse: %v\n%s", err, text)
+	}
+	var again bytes.Buffer
+	if err := back.WriteYAML(&again, reg); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != text {
+		t.Errorf("printing is not stable:\n%s\n---\n%s", text, again.String())
+	}
+
+	// Equal but for the masked secrets and the raw handler keys, which now
+	// include the handlers' defaults.
+	if back.Kafka.SASL.Password != "******" {
+		t.Errorf("password read back as %q", back.Kafka.SASL.Password)
+	}
+	back.Kafka.SASL.Password = c.Kafka.SASL.Password
+	cart := back.Dispatchers["cart-projection"]
+	cart.Handler.Decoded.(*httpConfig).Token = "abc123"
+	for _, cfg := range []*config.Config{c, back} {
+		for name, d := range cfg.Dispatchers {
+			d.Handler.Raw = nil
+			cfg.Dispatchers[name] = d
+		}
+	}
+	if !reflect.DeepEqual(back, c) {
+		t.Errorf("read back\n%+v\nwant\n%+v", back, c)
+	}
+}
+
+func TestWriteYAMLUnknownHandler(t *testing.T) {
+	c := mustParse(t, minimalYAML)
+	if err := c.WriteYAML(&bytes.Buffer{}, nil); err == nil || !strings.Contains(err.Error(), `"http"`) {
+		t.Errorf("WriteYAML with a registry lacking http: %v", err)
+	}
+}
+
+func TestBadConfigs(t *testing.T) {
+	tests := []struct {
+		file string
+		n    int // number of errors
+		want []string
+	}{
+		{"unknown-top-level-key.yaml", 2, []string{
+			"bad/unknown-top-level-key.yaml:1:1: version: unknown key",
+			"bad/unknown-top-level-key.yaml:14:3: wow.metadata: unknown key"}},
+		{"unknown-nested-key.yaml", 1, []string{"bad/unknown-nested-key.yaml:9:5: wow.dispatch.workerz: unknown key"}},
+		{"case-sensitive.yaml", 1, []string{`:8:3: wow.Dispatch: unknown key (did you mean "dispatch"?)`}},
+		{"wrong-type.yaml", 5, []string{
+			`:4:5: wow.kafka.bootstrap-servers: expected a list, got "127.0.0.1:9092"`,
+			`:7:7: wow.contexts.example.aggregates: expected a list, got "cart"`,
+			`:9:5: wow.dispatch.workers: "many" is not an integer`,
+			`:16:5: wow.shutdown.timeout: "30" is not a duration`,
+			`:17:3: wow.dev: expected a mapping, got true`}},
+		{"negative-workers.yaml", 1, []string{":9:5: wow.dispatch.workers: must be >= 0, got -1"}},
+		{"max-in-flight-zero.yaml", 1, []string{":9:5: wow.dispatch.max-in-flight: must be >= 1, got 0"}},
+		{"unknown-topic-kind.yaml", 1, []string{
+			`:10:23: wow.dispatchers.cart-projection.topics[1]: "events" is not one of command, event, state`}},
+		{"unknown-context.yaml", 1, []string{
+			`:11:18: wow.dispatchers.cart.contexts[0]: unknown context "exampel" (configured: example)`}},
+		{"unknown-handler-type.yaml", 1, []string{
+			`:12:9: wow.dispatchers.cart.handler.type: unknown handler type "htp" (known: discard, http, log)`}},
+		{"handler-config-error.yaml", 3, []string{
+			"wow.dispatchers.cart.handler.url: required",
+			`:13:9: wow.dispatchers.cart.handler.timeout: "soon" is not a duration`,
+			":14:9: wow.dispatchers.cart.handler.urll: unknown key"}},
+		{"missing-service.yaml", 1, []string{"wow.service: required"}},
+		{"missing-bootstrap-servers.yaml", 1, []string{"wow.kafka.bootstrap-servers: required"}},
+		{"revoke-timeout.yaml", 1, []string{
+			":6:5: wow.kafka.revoke-timeout: must be less than wow.kafka.rebalance-timeout (30s), got 30s"}},
+		{"duplicate-alias.yaml", 1, []string{
+			`:9:7: wow.contexts.shop.alias: alias "example" is also the alias of context "example"`}},
+		{"duplicate-key.yaml", 1, []string{":13:3: wow.service: duplicate key (first at line 2)"}},
+		{"security.yaml", 3, []string{
+			"wow.kafka.tls.key-file: required with wow.kafka.tls.cert-file",
+			":6:7: wow.kafka.tls.cert-file: set, but wow.kafka.tls.enabled is false",
+			"wow.kafka.sasl.password: required with wow.kafka.sasl.mechanism"}},
+		{"syntax-error.yaml", 1, []string{"bad/syntax-error.yaml:3: did not find expected"}},
+		{"not-wow.yaml", 3, []string{":1:1: service: unknown key", "wow: required"}},
+		{"many-errors.yaml", 11, []string{
+			"wow.service: required",
+			`:3:25: wow.kafka.bootstrap-servers[0]: "127.0.0.1" is not host:port`,
+			`:4:5: wow.kafka.start-offset: "newest" is not one of earliest, latest`,
+			`:7:26: wow.contexts.example.aggregates[1]: duplicate aggregate "cart"`,
+			":9:5: wow.dispatch.workers: must be >= 0, got -4",
+			":10:5: wow.dispatch.throughput: must be >= 1, got 0",
+			":13:7: wow.dispatchers.cart.topics: required",
+			`:14:18: wow.dispatchers.cart.contexts[0]: unknown context "nope"`,
+			"wow.dispatchers.cart.handler.url: required",
+			`:18:5: wow.log.level: "verbose" is not one of debug, info, warn, error`,
+			":21:5: wow.shutdown.quiet-period: must be less than wow.shutdown.timeout (5s), got 10s"}},
+	}
+	files, _ := filepath.Glob(testdata + "bad/*.yaml")
+	if len(files) != len(tests) {
+		t.Errorf("%d files in bad/, %d in the table", len(files), len(tests))
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			_, err := config.Load(testdata+"bad/"+tt.file, testRegistry(), nil)
+			var errs *config.Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("got %v (%T), want *config.Errors", err, err)
+			}
+			msg := err.Error()
+			for _, want := range tt.want {
+				if !strings.Contains(msg, want) {
+					t.Errorf("errors lack %q:\n%s", want, msg)
+				}
+			}
+			if len(errs.List) != tt.n || strings.Count(msg, "\n")+1 != tt.n {
+				t.Errorf("got %d errors, want %d:\n%s", len(errs.List), tt.n, msg)
+			}
+		})
+	}
+}
+
+func TestMoreRules(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"handler missing", "  dispatchers:\n    d:\n      topics: [event]\n", "wow.dispatchers.d.handler: required"},
+		{"handler type missing", "  dispatchers:\n    d:\n      topics: [event]\n      handler:\n        url: x\n",
+			"wow.dispatchers.d.handler.type: required (known: discard, http, log)"},
+		{"discard takes nothing", "  dispatchers:\n    d:\n      topics: [event]\n      handler:\n        type: discard\n        x: 1\n",
+			`wow.dispatchers.d.handler.x: unknown key (handler "discard" takes no configuration)`},
+		{"handler wrong type", "  dispatchers:\n    d:\n      topics: [event]\n      handler:\n        type: http\n        url: x\n        headers: {a: [1]}\n",
+			"wow.dispatchers.d.handler.headers[a]: expected string, got a list"},
+		{"empty contexts", "  dispatchers:\n    d:\n      topics: [event]\n      contexts: []\n      handler: {type: log}\n",
+			"wow.dispatchers.d.contexts: empty: leave it out"},
+		{"bad name", "  dispatchers:\n    -d:\n      topics: [event]\n      handler: {type: log}\n",
+			`wow.dispatchers.-d: invalid name "-d"`},
+		{"duplicate topic", "  dispatchers:\n    d:\n      topics: [event, event]\n      handler: {type: log}\n",
+			`wow.dispatchers.d.topics[1]: duplicate topic kind "event"`},
+	}
+	const head = "wow:\n  service: s\n  kafka:\n    bootstrap-servers: [k:9092]\n  contexts:\n    c:\n      aggregates: [a]\n"
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			errs := parseErrors(t, head+tt.yaml)
+			if !strings.Contains(errs.Error(), tt.want) || len(errs.List) != 1 {
+				t.Errorf("errors:\n%s\nwant exactly one, containing %q", errs, tt.want)
+			}
+		})
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	errs := &config.Errors{File: "f.yaml", List: []config.Error{
+		{Path: "wow.a", Line: 3, Col: 5, Msg: "bad"},
+		{Path: "wow.b", Msg: "required"},
+		{Line: 7, Msg: "syntax"},
+	}}
+	want := "f.yaml:3:5: wow.a: bad\nf.yaml: wow.b: required\nf.yaml:7: syntax"
+	if errs.Error() != want {
+		t.Errorf("got\n%s\nwant\n%s", errs.Error(), want)
+	}
+}
+
+func TestNoContextsReportedOnce(t *testing.T) {
+	errs := parseErrors(t, "wow:\n  service: s\n  kafka: {bootstrap-servers: ['k:9092']}\n"+
+		"  dispatchers: {d: {topics: [event], handler: {type: log}}}\n")
+	if len(errs.List) != 1 || errs.List[0].Path != "wow.contexts" {
+		t.Errorf("errors:\n%s\nwant only wow.contexts: required", errs)
+	}
+}

@@ -1,0 +1,501 @@
+package config
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/wowd/wowd/handler"
+)
+
+type position struct{ line, col int }
+
+// decoder turns YAML nodes and environment variables into a Config,
+// collecting every problem with the position of the key it concerns.
+type decoder struct {
+	reg  *handler.Registry
+	pos  map[string]position // key path (or list item) → where it is in the file
+	env  map[string]string   // key path → the variable that set it
+	bad  map[string]bool     // key paths whose value could not be decoded
+	errs []Error
+}
+
+func newDecoder(reg *handler.Registry) *decoder {
+	return &decoder{
+		reg: reg,
+		pos: map[string]position{},
+		env: map[string]string{},
+		bad: map[string]bool{},
+	}
+}
+
+// errorf records a problem with the key at path, located at the key or, when
+// it is not in the file, at its nearest ancestor that is. Problems with a
+// value that could not be decoded are not reported twice.
+func (d *decoder) errorf(path, format string, args ...any) {
+	for p := path; p != ""; p = parent(p) {
+		if d.bad[p] {
+			return
+		}
+	}
+	e := Error{Path: path, Msg: fmt.Sprintf(format, args...)}
+	if v := d.envSource(path); v != "" {
+		e.Msg += " (set by " + v + ")"
+	} else {
+		for p := path; p != ""; p = parent(p) {
+			if at, ok := d.pos[p]; ok {
+				e.Line, e.Col = at.line, at.col
+				break
+			}
+		}
+	}
+	d.errs = append(d.errs, e)
+}
+
+// fail records a value that could not be decoded.
+func (d *decoder) fail(path, format string, args ...any) {
+	d.errorf(path, format, args...)
+	d.bad[path] = true
+}
+
+func (d *decoder) envSource(path string) string {
+	for p := path; p != ""; p = parent(p) {
+		if v, ok := d.env[p]; ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// parent strips the last element of a key path: a list index or a key.
+func parent(path string) string {
+	if strings.HasSuffix(path, "]") {
+		if i := strings.LastIndexByte(path, '['); i >= 0 {
+			return path[:i]
+		}
+	}
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		return path[:i]
+	}
+	return ""
+}
+
+// errors returns the problems sorted by position, those without one last.
+func (d *decoder) errors(file string) *Errors {
+	list := slices.Clone(d.errs)
+	slices.SortStableFunc(list, func(a, b Error) int {
+		if (a.Line == 0) != (b.Line == 0) {
+			if a.Line == 0 {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col))
+	})
+	return &Errors{File: file, List: list}
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// decodeDocument decodes data into c. It reports false when the document is
+// not usable at all (a syntax error, no wow mapping).
+func (d *decoder) decodeDocument(data []byte, c *Config) bool {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			d.errorf("wow", "required: the file is empty")
+		} else {
+			d.syntaxError(err)
+		}
+		return false
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		if err != nil {
+			d.syntaxError(err)
+		} else {
+			d.errs = append(d.errs, Error{Line: next.Line, Col: next.Column, Msg: "more than one YAML document"})
+		}
+		return false
+	}
+	root := resolve(doc.Content[0])
+	if isNull(root) {
+		d.errorf("wow", "required: the file is empty")
+		return false
+	}
+	if root.Kind != yaml.MappingNode {
+		d.errs = append(d.errs, Error{Line: root.Line, Col: root.Column,
+			Msg: "expected a mapping with the key wow, got " + describe(root)})
+		return false
+	}
+	var wow *yaml.Node
+	d.eachKey("", root, func(key, path string, v *yaml.Node) {
+		if key == "wow" {
+			wow = v
+			return
+		}
+		d.unknownKey(path, key, []string{"wow"})
+	})
+	switch {
+	case wow == nil:
+		d.errorf("wow", "required: wowd reads its settings from the top-level key wow")
+		return false
+	case isNull(wow):
+	case wow.Kind != yaml.MappingNode:
+		d.fail("wow", "expected a mapping, got %s", describe(wow))
+		return false
+	default:
+		decodeFields(d, "wow", "", wow, configFields, c, func(name, path string, v *yaml.Node) bool {
+			switch name {
+			case "contexts":
+				d.contexts(path, v, c)
+			case "dispatchers":
+				d.dispatchers(path, v, c)
+			default:
+				return false
+			}
+			return true
+		})
+	}
+	return true
+}
+
+func (d *decoder) syntaxError(err error) {
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		d.errs = append(d.errs, Error{Line: line, Msg: m[2]})
+		return
+	}
+	d.errs = append(d.errs, Error{Msg: err.Error()})
+}
+
+// eachKey calls fn for each key of the mapping n at path, with the key's path
+// and its value, after recording the key's position. It reports keys that
+// are not strings, merge keys and duplicates.
+func (d *decoder) eachKey(path string, n *yaml.Node, fn func(key, path string, v *yaml.Node)) {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+			msg := "keys must be strings"
+			if k.ShortTag() == "!!merge" {
+				msg = "merge keys (<<) are not supported"
+			}
+			d.errs = append(d.errs, Error{Path: path, Line: k.Line, Col: k.Column, Msg: msg})
+			continue
+		}
+		full := k.Value
+		if path != "" {
+			full = path + "." + k.Value
+		}
+		if first, dup := seen[k.Value]; dup {
+			d.errs = append(d.errs, Error{Path: full, Line: k.Line, Col: k.Column,
+				Msg: fmt.Sprintf("duplicate key (first at line %d)", first)})
+			continue
+		}
+		seen[k.Value] = k.Line
+		d.pos[full] = position{k.Line, k.Column}
+		fn(k.Value, full, v)
+	}
+}
+
+// decodeFields decodes the mapping n at path into dst with the fields
+// table. rel is n's key relative to dst's mapping ("" for that mapping,
+// "kafka" for wow.kafka). special decodes keys apart; it reports whether it
+// took the key.
+func decodeFields[T any](d *decoder, path, rel string, n *yaml.Node, fields []field[T], dst *T,
+	special func(name, path string, v *yaml.Node) bool) {
+	d.eachKey(path, n, func(key, full string, v *yaml.Node) {
+		name := key
+		if rel != "" {
+			name = rel + "." + key
+		}
+		if special != nil && special(name, full, v) {
+			return
+		}
+		for _, f := range fields {
+			if f.name == name && f.ptr != nil {
+				d.value(full, v, f.ptr(dst))
+				return
+			}
+		}
+		for _, f := range fields {
+			if strings.HasPrefix(f.name, name+".") {
+				switch {
+				case isNull(v):
+				case v.Kind != yaml.MappingNode:
+					d.fail(full, "expected a mapping, got %s", describe(v))
+				default:
+					decodeFields(d, full, name, v, fields, dst, special)
+				}
+				return
+			}
+		}
+		d.unknownKey(full, key, childNames(fields, rel))
+	})
+}
+
+// childNames returns the keys the fields table allows in the mapping rel.
+func childNames[T any](fields []field[T], rel string) []string {
+	var names []string
+	for _, f := range fields {
+		rest := f.name
+		if rel != "" {
+			var ok bool
+			if rest, ok = strings.CutPrefix(f.name, rel+"."); !ok {
+				continue
+			}
+		}
+		first, _, _ := strings.Cut(rest, ".")
+		if !slices.Contains(names, first) {
+			names = append(names, first)
+		}
+	}
+	return names
+}
+
+// unknownKey reports key, suggesting the known key it resembles when it
+// differs only in case, dashes or underscores.
+func (d *decoder) unknownKey(path, key string, known []string) {
+	norm := func(s string) string {
+		return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(s))
+	}
+	for _, k := range known {
+		if norm(k) == norm(key) {
+			d.errorf(path, "unknown key (did you mean %q?)", k)
+			return
+		}
+	}
+	d.errorf(path, "unknown key")
+}
+
+// value decodes the scalar or list n into the field p points to.
+func (d *decoder) value(path string, n *yaml.Node, p any) {
+	if isNull(n) {
+		return
+	}
+	if l, ok := p.(*[]string); ok {
+		if n.Kind != yaml.SequenceNode {
+			d.fail(path, "expected a list, got %s", describe(n))
+			return
+		}
+		out := make([]string, 0, len(n.Content))
+		for i, item := range n.Content {
+			ip := fmt.Sprintf("%s[%d]", path, i)
+			d.pos[ip] = position{item.Line, item.Column}
+			item = resolve(item)
+			if item.Kind != yaml.ScalarNode || isNull(item) {
+				d.fail(ip, "expected a string, got %s", describe(item))
+				continue
+			}
+			out = append(out, item.Value)
+		}
+		*l = out
+		return
+	}
+	if n.Kind != yaml.ScalarNode {
+		d.fail(path, "expected %s, got %s", expected(p), describe(n))
+		return
+	}
+	if err := setText(p, n.Value); err != nil {
+		d.fail(path, "%v", err)
+	}
+}
+
+func (d *decoder) contexts(path string, n *yaml.Node, c *Config) {
+	switch {
+	case isNull(n):
+		return
+	case n.Kind != yaml.MappingNode:
+		d.fail(path, "expected a mapping of bounded contexts by name, got %s", describe(n))
+		return
+	}
+	d.eachKey(path, n, func(name, full string, v *yaml.Node) {
+		var ctx Context
+		switch {
+		case isNull(v):
+		case v.Kind != yaml.MappingNode:
+			d.fail(full, "expected a mapping, got %s", describe(v))
+		default:
+			decodeFields(d, full, "", v, contextFields, &ctx, nil)
+		}
+		c.Contexts[name] = ctx
+	})
+}
+
+func (d *decoder) dispatchers(path string, n *yaml.Node, c *Config) {
+	switch {
+	case isNull(n):
+		return
+	case n.Kind != yaml.MappingNode:
+		d.fail(path, "expected a mapping of dispatchers by name, got %s", describe(n))
+		return
+	}
+	d.eachKey(path, n, func(name, full string, v *yaml.Node) {
+		var disp Dispatcher
+		switch {
+		case isNull(v):
+		case v.Kind != yaml.MappingNode:
+			d.fail(full, "expected a mapping, got %s", describe(v))
+		default:
+			decodeFields(d, full, "", v, dispatcherFields, &disp, func(name, path string, v *yaml.Node) bool {
+				if name != "handler" {
+					return false
+				}
+				d.handler(path, v, &disp.Handler)
+				return true
+			})
+		}
+		c.Dispatchers[name] = disp
+	})
+}
+
+// handler decodes a handler mapping: its type, and the other keys as written
+// for handler.Decode, recording their positions.
+func (d *decoder) handler(path string, n *yaml.Node, h *Handler) {
+	switch {
+	case isNull(n):
+		return
+	case n.Kind != yaml.MappingNode:
+		d.fail(path, "expected a mapping, got %s", describe(n))
+		return
+	}
+	h.Raw = map[string]any{}
+	d.eachKey(path, n, func(key, full string, v *yaml.Node) {
+		if key == "type" {
+			d.value(full, v, &h.Type)
+			return
+		}
+		var x any
+		if err := v.Decode(&x); err != nil {
+			d.fail(full, "%v", err)
+			return
+		}
+		h.Raw[key] = x
+		d.positions(full, v)
+	})
+}
+
+// positions records where the keys and items inside n are.
+func (d *decoder) positions(path string, n *yaml.Node) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			p := path + "." + k.Value
+			if _, seen := d.pos[p]; !seen {
+				d.pos[p] = position{k.Line, k.Column}
+			}
+			d.positions(p, resolve(n.Content[i+1]))
+		}
+	case yaml.SequenceNode:
+		for i, item := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			d.pos[p] = position{item.Line, item.Column}
+			d.positions(p, resolve(item))
+		}
+	}
+}
+
+// applyEnv applies the WOW_* variables of env (KEY=value strings) to the
+// fixed keys. Empty values are ignored, as viper does.
+func (d *decoder) applyEnv(c *Config, env []string) {
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "WOW_") {
+			vars[k] = v
+		}
+	}
+	for _, f := range configFields {
+		if f.ptr == nil {
+			continue
+		}
+		name, path := envName(f.name), "wow."+f.name
+		v := vars[name]
+		if v == "" {
+			continue
+		}
+		if err := setText(f.ptr(c), v); err != nil {
+			d.errs = append(d.errs, Error{Path: path, Msg: fmt.Sprintf("%s: %v", name, err)})
+			d.bad[path] = true
+			continue
+		}
+		d.env[path] = name
+	}
+}
+
+// complete fills the defaults computed from other keys: context aliases and
+// the contexts of dispatchers that name none.
+func (d *decoder) complete(c *Config) {
+	names := make([]string, 0, len(c.Contexts))
+	for name, ctx := range c.Contexts {
+		names = append(names, name)
+		if ctx.Alias == "" {
+			ctx.Alias = name
+			c.Contexts[name] = ctx
+		}
+	}
+	slices.Sort(names)
+	for name, disp := range c.Dispatchers {
+		if disp.Contexts == nil && len(names) > 0 {
+			disp.Contexts = slices.Clone(names)
+			c.Dispatchers[name] = disp
+		}
+	}
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		return resolve(n.Content[0])
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// describe names a node's value for messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return "nothing"
+	case "!!str":
+		return strconv.Quote(n.Value)
+	}
+	return n.Value
+}
+
+// expected names what a field takes, for messages.
+func expected(p any) string {
+	switch p.(type) {
+	case *int, *int32:
+		return "an integer"
+	case *bool:
+		return "true or false"
+	case *time.Duration:
+		return "a duration"
+	case *[]string:
+		return "a list"
+	}
+	return "a string"
+}

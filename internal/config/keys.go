@@ -1,0 +1,271 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// field is one fixed configuration key. The tables below are the single
+// place where keys, defaults and descriptions are defined: decoding,
+// defaulting, environment overrides, WriteYAML and Keys all read them.
+type field[T any] struct {
+	name      string       // key relative to its mapping; dots separate nested mappings
+	def       string       // default, in the syntax of the file and the environment
+	defDoc    string       // documented default when it is computed at load time
+	typ       string       // documented type when ptr is nil
+	desc      string       // one sentence or two for the reference
+	secret    bool         // masked by WriteYAML
+	omitEmpty bool         // left out by WriteYAML when empty
+	ptr       func(*T) any // the field the key sets; nil for keys decoded apart
+}
+
+// configFields are the keys under wow, in the order WriteYAML prints them.
+// The entries without ptr (contexts, dispatchers) are decoded apart.
+var configFields = []field[Config]{
+	{name: "service", desc: "Service name (required); names the consumer groups.",
+		ptr: func(c *Config) any { return &c.Service }},
+
+	{name: "kafka.bootstrap-servers", desc: "Kafka brokers to connect to, as host:port (required; in the environment, comma-separated).",
+		ptr: func(c *Config) any { return &c.Kafka.BootstrapServers }},
+	{name: "kafka.topic-prefix", def: "wow.", desc: "Prefix of topic names: <prefix><context alias>.<aggregate>.<command|event|state>.",
+		ptr: func(c *Config) any { return &c.Kafka.TopicPrefix }},
+	{name: "kafka.client-id", def: "wowd", desc: "Kafka client ID.",
+		ptr: func(c *Config) any { return &c.Kafka.ClientID }},
+	{name: "kafka.start-offset", def: "earliest", desc: "Where a consumer group without committed offsets starts: earliest or latest.",
+		ptr: func(c *Config) any { return &c.Kafka.StartOffset }},
+	{name: "kafka.group-protocol", def: "classic", desc: "Consumer group protocol: classic or consumer (KIP-848).",
+		ptr: func(c *Config) any { return &c.Kafka.GroupProtocol }},
+	{name: "kafka.fetch-max-bytes", def: "16777216", desc: "Maximum bytes of one fetch response (> 0).",
+		ptr: func(c *Config) any { return &c.Kafka.FetchMaxBytes }},
+	{name: "kafka.fetch-max-partition-bytes", def: "1048576", desc: "Maximum bytes per partition in one fetch (> 0, at most fetch-max-bytes).",
+		ptr: func(c *Config) any { return &c.Kafka.FetchMaxPartitionBytes }},
+	{name: "kafka.fetch-max-wait", def: "500ms", desc: "How long the broker may wait to fill a fetch (> 0).",
+		ptr: func(c *Config) any { return &c.Kafka.FetchMaxWait }},
+	{name: "kafka.session-timeout", def: "45s", desc: "Consumer group session timeout (> 0).",
+		ptr: func(c *Config) any { return &c.Kafka.SessionTimeout }},
+	{name: "kafka.rebalance-timeout", def: "1m", desc: "How long members have to rejoin during a rebalance (> 0).",
+		ptr: func(c *Config) any { return &c.Kafka.RebalanceTimeout }},
+	{name: "kafka.heartbeat-interval", def: "3s", desc: "Consumer group heartbeat interval (> 0, less than session-timeout).",
+		ptr: func(c *Config) any { return &c.Kafka.HeartbeatInterval }},
+	{name: "kafka.commit-interval", def: "1s", desc: "How often handled offsets are committed (> 0).",
+		ptr: func(c *Config) any { return &c.Kafka.CommitInterval }},
+	{name: "kafka.revoke-timeout", def: "20s", desc: "How long a revoked partition may drain its in-flight messages (> 0, less than rebalance-timeout).",
+		ptr: func(c *Config) any { return &c.Kafka.RevokeTimeout }},
+	{name: "kafka.tls.enabled", def: "false", desc: "Connect to the brokers over TLS.",
+		ptr: func(c *Config) any { return &c.Kafka.TLS.Enabled }},
+	{name: "kafka.tls.ca-file", desc: "PEM file of the CAs to trust instead of the system's.",
+		ptr: func(c *Config) any { return &c.Kafka.TLS.CAFile }},
+	{name: "kafka.tls.cert-file", desc: "PEM client certificate (with key-file).",
+		ptr: func(c *Config) any { return &c.Kafka.TLS.CertFile }},
+	{name: "kafka.tls.key-file", desc: "PEM client key (with cert-file).",
+		ptr: func(c *Config) any { return &c.Kafka.TLS.KeyFile }},
+	{name: "kafka.tls.insecure-skip-verify", def: "false", desc: "Do not verify the brokers' certificates (testing only).",
+		ptr: func(c *Config) any { return &c.Kafka.TLS.InsecureSkipVerify }},
+	{name: "kafka.sasl.mechanism", desc: "SASL mechanism: plain, scram-sha-256 or scram-sha-512; empty disables SASL.",
+		ptr: func(c *Config) any { return &c.Kafka.SASL.Mechanism }},
+	{name: "kafka.sasl.username", desc: "SASL user name (required with a mechanism).",
+		ptr: func(c *Config) any { return &c.Kafka.SASL.Username }},
+	{name: "kafka.sasl.password", secret: true, desc: "SASL password (required with a mechanism; secret).",
+		ptr: func(c *Config) any { return &c.Kafka.SASL.Password }},
+
+	{name: "contexts", typ: "map of context", desc: "Bounded contexts, by name (at least one)."},
+
+	{name: "dispatch.workers", def: "0", desc: "Workers running handlers; 0 means the number of available processors.",
+		ptr: func(c *Config) any { return &c.Dispatch.Workers }},
+	{name: "dispatch.max-in-flight", def: "256", desc: "Messages in flight per receiver before it pauses fetching (>= 1).",
+		ptr: func(c *Config) any { return &c.Dispatch.MaxInFlight }},
+	{name: "dispatch.throughput", def: "16", desc: "Messages a worker runs from one mailbox before moving on (>= 1).",
+		ptr: func(c *Config) any { return &c.Dispatch.Throughput }},
+	{name: "dispatch.blocking-workers", def: "64", desc: "Size of the bounded pool for handlers that block (>= 1).",
+		ptr: func(c *Config) any { return &c.Dispatch.BlockingWorkers }},
+
+	{name: "dispatchers", typ: "map of dispatcher", desc: "Dispatchers, by name (at least one): topics consumed and the handler they go to."},
+
+	{name: "metrics.listen", def: "127.0.0.1:9464", desc: "host:port serving /metrics, /healthz and /readyz; empty disables.",
+		ptr: func(c *Config) any { return &c.Metrics.Listen }},
+	{name: "log.level", def: "info", desc: "Log level: debug, info, warn or error.",
+		ptr: func(c *Config) any { return &c.Log.Level }},
+	{name: "log.format", def: "json", desc: "Log format: json or console.",
+		ptr: func(c *Config) any { return &c.Log.Format }},
+	{name: "shutdown.timeout", def: "30s", desc: "How long a stop may drain in-flight messages (> 0).",
+		ptr: func(c *Config) any { return &c.Shutdown.Timeout }},
+	{name: "shutdown.quiet-period", def: "0s", desc: "Quiet period of a stop, counted within timeout (>= 0, less than timeout).",
+		ptr: func(c *Config) any { return &c.Shutdown.QuietPeriod }},
+	{name: "dev.partitions", def: "8", desc: "Partitions of each topic `wowd dev` creates (>= 1).",
+		ptr: func(c *Config) any { return &c.Dev.Partitions }},
+	{name: "dev.demo", def: "false", desc: "Make `wowd dev` produce demo traffic.",
+		ptr: func(c *Config) any { return &c.Dev.Demo }},
+}
+
+// contextFields are the keys of one entry of wow.contexts.
+var contextFields = []field[Context]{
+	{name: "alias", defDoc: "the context name", desc: "Name of the context in topic names; may contain dots.",
+		ptr: func(c *Context) any { return &c.Alias }},
+	{name: "aggregates", desc: "Aggregates of the context (required, unique).",
+		ptr: func(c *Context) any { return &c.Aggregates }},
+}
+
+// dispatcherFields are the keys of one entry of wow.dispatchers. The other
+// keys of its handler mapping belong to the handler type.
+var dispatcherFields = []field[Dispatcher]{
+	{name: "topics", desc: "Kinds of topics consumed: command, event, state (required, unique).",
+		ptr: func(d *Dispatcher) any { return &d.Topics }},
+	{name: "contexts", defDoc: "every context", desc: "Bounded contexts consumed.",
+		ptr: func(d *Dispatcher) any { return &d.Contexts }},
+	{name: "group-id", defDoc: "<service>.<dispatcher>.<context alias>", omitEmpty: true,
+		desc: "Consumer group ID override.",
+		ptr:  func(d *Dispatcher) any { return &d.GroupID }},
+	{name: "handler.type", desc: "Handler type (required): a registered handler name; the other keys of handler configure it.",
+		ptr: func(d *Dispatcher) any { return &d.Handler.Type }},
+}
+
+// KeyDoc documents one fixed configuration key.
+type KeyDoc struct {
+	Path        string // e.g. wow.kafka.topic-prefix or wow.contexts.<name>.alias
+	Type        string // string, int, bool, duration, list of string, map of ...
+	Default     string // empty when there is none
+	Description string
+	Env         string // the overriding environment variable, if any
+}
+
+// Keys describes every fixed key, in file order. The per-handler keys are
+// described by handler.Fields.
+func Keys() []KeyDoc {
+	var out []KeyDoc
+	for _, f := range configFields {
+		path := "wow." + f.name
+		out = append(out, keyDoc(path, f))
+		switch f.name {
+		case "contexts":
+			for _, g := range contextFields {
+				out = append(out, keyDoc(path+".<name>."+g.name, g))
+			}
+		case "dispatchers":
+			for _, g := range dispatcherFields {
+				out = append(out, keyDoc(path+".<name>."+g.name, g))
+			}
+		}
+	}
+	return out
+}
+
+func keyDoc[T any](path string, f field[T]) KeyDoc {
+	k := KeyDoc{Path: path, Type: f.typ, Default: f.def, Description: f.desc}
+	if f.ptr != nil {
+		var zero T
+		k.Type = typeName(f.ptr(&zero))
+		if _, ok := any(zero).(Config); ok {
+			k.Env = envName(f.name)
+		}
+	}
+	if k.Default == "" {
+		k.Default = f.defDoc
+	}
+	return k
+}
+
+// EnvVars returns the supported environment variables, sorted.
+func EnvVars() []string {
+	var out []string
+	for _, f := range configFields {
+		if f.ptr != nil {
+			out = append(out, envName(f.name))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// envName is the variable overriding wow.<name>: WOW_ and the name
+// upper-cased, with dots and dashes turned into underscores.
+func envName(name string) string {
+	return "WOW_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(name))
+}
+
+func typeName(p any) string {
+	switch p.(type) {
+	case *string:
+		return "string"
+	case *[]string:
+		return "list of string"
+	case *int, *int32:
+		return "int"
+	case *bool:
+		return "bool"
+	case *time.Duration:
+		return "duration"
+	}
+	panic(fmt.Sprintf("config: no type name for %T", p))
+}
+
+// setText parses s, a default or an environment value, into the field p
+// points to. Lists are comma-separated.
+func setText(p any, s string) error {
+	switch p := p.(type) {
+	case *string:
+		*p = s
+	case *[]string:
+		var l []string
+		for item := range strings.SplitSeq(s, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				l = append(l, item)
+			}
+		}
+		*p = l
+	case *int:
+		n, err := parseInt(s, strconv.IntSize)
+		if err != nil {
+			return err
+		}
+		*p = int(n)
+	case *int32:
+		n, err := parseInt(s, 32)
+		if err != nil {
+			return err
+		}
+		*p = int32(n)
+	case *bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", s)
+		}
+		*p = b
+	case *time.Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration (e.g. 500ms, 30s, 1m)", s)
+		}
+		*p = d
+	default:
+		panic(fmt.Sprintf("config: cannot set %T", p))
+	}
+	return nil
+}
+
+func parseInt(s string, bits int) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, bits)
+	if err == nil {
+		return n, nil
+	}
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("%s is out of range", s)
+	}
+	return 0, fmt.Errorf("%q is not an integer", s)
+}
+
+// formatDuration prints d as Go does, without the zero units it ends with:
+// 1m rather than 1m0s.
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}

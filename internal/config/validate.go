@@ -1,0 +1,373 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+
+	"github.com/wowd/wowd/handler"
+)
+
+var (
+	namePattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]*$`)
+)
+
+const (
+	maxTopicLen = 249 // Kafka's limit
+	nameRule    = "letters, digits, '.', '_' and '-', starting with a letter or digit"
+)
+
+// validate checks the decoded configuration, recording every problem.
+func (d *decoder) validate(c *Config) {
+	if c.Service == "" {
+		d.errorf("wow.service", "required")
+	} else {
+		d.name("wow.service", c.Service)
+	}
+	d.validateKafka(&c.Kafka)
+	d.validateContexts(c)
+	d.atLeast("wow.dispatch.workers", c.Dispatch.Workers, 0)
+	d.atLeast("wow.dispatch.max-in-flight", c.Dispatch.MaxInFlight, 1)
+	d.atLeast("wow.dispatch.throughput", c.Dispatch.Throughput, 1)
+	d.atLeast("wow.dispatch.blocking-workers", c.Dispatch.BlockingWorkers, 1)
+	d.validateDispatchers(c)
+	if c.Metrics.Listen != "" {
+		d.hostPort("wow.metrics.listen", c.Metrics.Listen, true)
+	}
+	d.oneOf("wow.log.level", c.Log.Level, "debug", "info", "warn", "error")
+	d.oneOf("wow.log.format", c.Log.Format, "json", "console")
+	d.positive("wow.shutdown.timeout", c.Shutdown.Timeout)
+	if c.Shutdown.QuietPeriod < 0 {
+		d.errorf("wow.shutdown.quiet-period", "must be >= 0, got %s", formatDuration(c.Shutdown.QuietPeriod))
+	} else if c.Shutdown.Timeout > 0 && c.Shutdown.QuietPeriod >= c.Shutdown.Timeout {
+		d.errorf("wow.shutdown.quiet-period", "must be less than wow.shutdown.timeout (%s), got %s",
+			formatDuration(c.Shutdown.Timeout), formatDuration(c.Shutdown.QuietPeriod))
+	}
+	d.atLeast("wow.dev.partitions", c.Dev.Partitions, 1)
+}
+
+func (d *decoder) validateKafka(k *Kafka) {
+	const p = "wow.kafka."
+	if len(k.BootstrapServers) == 0 {
+		d.errorf(p+"bootstrap-servers", "required: at least one host:port")
+	}
+	for i, s := range k.BootstrapServers {
+		d.hostPort(fmt.Sprintf("%sbootstrap-servers[%d]", p, i), s, false)
+	}
+	if !topicPattern.MatchString(k.TopicPrefix) {
+		d.errorf(p+"topic-prefix", "%q is not allowed in topic names (use letters, digits, '.', '_' and '-')", k.TopicPrefix)
+	}
+	if k.ClientID == "" {
+		d.errorf(p+"client-id", "must not be empty")
+	}
+	d.oneOf(p+"start-offset", k.StartOffset, "earliest", "latest")
+	d.oneOf(p+"group-protocol", k.GroupProtocol, "classic", "consumer")
+	if k.FetchMaxBytes <= 0 {
+		d.errorf(p+"fetch-max-bytes", "must be > 0, got %d", k.FetchMaxBytes)
+	}
+	if k.FetchMaxPartitionBytes <= 0 {
+		d.errorf(p+"fetch-max-partition-bytes", "must be > 0, got %d", k.FetchMaxPartitionBytes)
+	} else if k.FetchMaxBytes > 0 && k.FetchMaxPartitionBytes > k.FetchMaxBytes {
+		d.errorf(p+"fetch-max-partition-bytes", "must be at most wow.kafka.fetch-max-bytes (%d), got %d",
+			k.FetchMaxBytes, k.FetchMaxPartitionBytes)
+	}
+	d.positive(p+"fetch-max-wait", k.FetchMaxWait)
+	d.positive(p+"session-timeout", k.SessionTimeout)
+	d.positive(p+"rebalance-timeout", k.RebalanceTimeout)
+	d.positive(p+"commit-interval", k.CommitInterval)
+	if d.positive(p+"heartbeat-interval", k.HeartbeatInterval) && k.SessionTimeout > 0 &&
+		k.HeartbeatInterval >= k.SessionTimeout {
+		d.errorf(p+"heartbeat-interval", "must be less than wow.kafka.session-timeout (%s), got %s",
+			formatDuration(k.SessionTimeout), formatDuration(k.HeartbeatInterval))
+	}
+	if d.positive(p+"revoke-timeout", k.RevokeTimeout) && k.RebalanceTimeout > 0 &&
+		k.RevokeTimeout >= k.RebalanceTimeout {
+		d.errorf(p+"revoke-timeout", "must be less than wow.kafka.rebalance-timeout (%s), got %s",
+			formatDuration(k.RebalanceTimeout), formatDuration(k.RevokeTimeout))
+	}
+
+	t := k.TLS
+	if t.CertFile != "" && t.KeyFile == "" {
+		d.errorf(p+"tls.key-file", "required with wow.kafka.tls.cert-file")
+	}
+	if t.KeyFile != "" && t.CertFile == "" {
+		d.errorf(p+"tls.cert-file", "required with wow.kafka.tls.key-file")
+	}
+	if !t.Enabled {
+		for _, f := range []struct {
+			key string
+			set bool
+		}{{"ca-file", t.CAFile != ""}, {"cert-file", t.CertFile != ""},
+			{"key-file", t.KeyFile != ""}, {"insecure-skip-verify", t.InsecureSkipVerify}} {
+			if f.set {
+				d.errorf(p+"tls."+f.key, "set, but wow.kafka.tls.enabled is false")
+			}
+		}
+	}
+
+	s := k.SASL
+	d.oneOf(p+"sasl.mechanism", s.Mechanism, "", "plain", "scram-sha-256", "scram-sha-512")
+	switch {
+	case s.Mechanism != "":
+		if s.Username == "" {
+			d.errorf(p+"sasl.username", "required with wow.kafka.sasl.mechanism")
+		}
+		if s.Password == "" {
+			d.errorf(p+"sasl.password", "required with wow.kafka.sasl.mechanism")
+		}
+	case s.Username != "" || s.Password != "":
+		d.errorf(p+"sasl.mechanism", "required with a SASL username or password")
+	}
+}
+
+func (d *decoder) validateContexts(c *Config) {
+	if len(c.Contexts) == 0 {
+		d.errorf("wow.contexts", "required: at least one bounded context")
+		return
+	}
+	aliases := map[string]string{} // alias → context
+	for _, name := range slices.Sorted(maps.Keys(c.Contexts)) {
+		ctx, path := c.Contexts[name], "wow.contexts."+name
+		d.name(path, name)
+		if d.name(path+".alias", ctx.Alias) {
+			if other, dup := aliases[ctx.Alias]; dup {
+				d.errorf(path+".alias", "alias %q is also the alias of context %q", ctx.Alias, other)
+			}
+			aliases[ctx.Alias] = name
+		}
+		if len(ctx.Aggregates) == 0 {
+			d.errorf(path+".aggregates", "required: at least one aggregate")
+		}
+		seen := map[string]bool{}
+		for i, agg := range ctx.Aggregates {
+			ip := fmt.Sprintf("%s.aggregates[%d]", path, i)
+			switch {
+			case !d.name(ip, agg):
+			case seen[agg]:
+				d.errorf(ip, "duplicate aggregate %q", agg)
+			default:
+				topic := c.Kafka.TopicPrefix + ctx.Alias + "." + agg + ".command"
+				if len(topic) > maxTopicLen {
+					d.errorf(ip, "topic name %q is longer than %d characters", topic, maxTopicLen)
+				}
+			}
+			seen[agg] = true
+		}
+	}
+}
+
+func (d *decoder) validateDispatchers(c *Config) {
+	if len(c.Dispatchers) == 0 {
+		d.errorf("wow.dispatchers", "required: at least one dispatcher")
+		return
+	}
+	contexts := slices.Sorted(maps.Keys(c.Contexts))
+	for _, name := range slices.Sorted(maps.Keys(c.Dispatchers)) {
+		disp, path := c.Dispatchers[name], "wow.dispatchers."+name
+		d.name(path, name)
+		if len(disp.Topics) == 0 {
+			d.errorf(path+".topics", "required: at least one of command, event, state")
+		}
+		seen := map[string]bool{}
+		for i, t := range disp.Topics {
+			ip := fmt.Sprintf("%s.topics[%d]", path, i)
+			if d.oneOf(ip, t, "command", "event", "state") && seen[t] {
+				d.errorf(ip, "duplicate topic kind %q", t)
+			}
+			seen[t] = true
+		}
+		if disp.Contexts != nil && len(disp.Contexts) == 0 {
+			d.errorf(path+".contexts", "empty: leave it out to consume every context")
+		}
+		clear(seen)
+		for i, ctx := range disp.Contexts {
+			ip := fmt.Sprintf("%s.contexts[%d]", path, i)
+			switch {
+			case !slices.Contains(contexts, ctx):
+				known := strings.Join(contexts, ", ")
+				if known == "" {
+					known = "none"
+				}
+				d.errorf(ip, "unknown context %q (configured: %s)", ctx, known)
+			case seen[ctx]:
+				d.errorf(ip, "duplicate context %q", ctx)
+			}
+			seen[ctx] = true
+		}
+		d.validateHandler(path+".handler", &disp.Handler)
+		c.Dispatchers[name] = disp
+	}
+}
+
+// validateHandler checks the handler type and decodes the handler's
+// configuration, storing the result in h.Decoded.
+func (d *decoder) validateHandler(path string, h *Handler) {
+	if h.Type == "" {
+		if h.Raw == nil {
+			d.errorf(path, "required")
+		} else {
+			d.errorf(path+".type", "required (known: %s)", d.knownHandlers())
+		}
+		return
+	}
+	spec, ok := d.reg.Lookup(h.Type)
+	if !ok {
+		d.errorf(path+".type", "unknown handler type %q (known: %s)", h.Type, d.knownHandlers())
+		return
+	}
+	raw := h.Raw
+	if raw == nil {
+		raw = map[string]any{}
+	}
+	decoded, err := handler.Decode(spec, raw)
+	if err != nil {
+		d.handlerErrors(path, spec, raw, err)
+		return
+	}
+	h.Decoded = decoded
+}
+
+func (d *decoder) knownHandlers() string {
+	if names := d.reg.Names(); len(names) > 0 {
+		return strings.Join(names, ", ")
+	}
+	return "none"
+}
+
+// handlerErrors reports the errors of handler.Decode, each under the path of
+// the handler key it names.
+func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]any, err error) {
+	keys := map[string]bool{}
+	for _, f := range handler.Fields(spec) {
+		keys[f.Name] = true
+	}
+	for k := range raw {
+		keys[k] = true
+	}
+	for _, e := range flatten(err) {
+		if de, ok := e.(*mapstructure.DecodeError); ok {
+			at := path
+			if de.Name() != "" {
+				at += "." + de.Name()
+			}
+			msg := de.Unwrap().Error()
+			if list, ok := strings.CutPrefix(msg, "has invalid keys: "); ok {
+				for _, k := range strings.Split(list, ", ") {
+					d.errorf(at+"."+k, "unknown key")
+				}
+				continue
+			}
+			var ue *mapstructure.UnconvertibleTypeError
+			if errors.As(de, &ue) {
+				msg = fmt.Sprintf("expected %s, got %s", ue.Expected.Type(), describeValue(ue.Value))
+			}
+			if strings.HasPrefix(msg, "time: invalid duration") {
+				msg = "not a duration (e.g. 500ms, 30s, 1m)"
+				if v, ok := raw[de.Name()].(string); ok {
+					msg = strconv.Quote(v) + " is " + msg
+				}
+			}
+			d.errorf(at, "%s", msg)
+			continue
+		}
+		if key, msg, ok := strings.Cut(e.Error(), ": "); ok && keys[key] {
+			d.errorf(path+"."+key, "%s", msg)
+			continue
+		}
+		d.errorf(path, "%v", e)
+	}
+}
+
+// flatten returns the leaves of a tree of joined errors, looking through the
+// wrapping mapstructure puts around its list.
+func flatten(err error) []error {
+	if multi, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range multi.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	if _, leaf := err.(*mapstructure.DecodeError); !leaf {
+		if inner, ok := errors.Unwrap(err).(interface{ Unwrap() []error }); ok {
+			return flatten(inner.(error))
+		}
+	}
+	return []error{err}
+}
+
+// describeValue names a value decoded from YAML for messages.
+func describeValue(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "nothing"
+	case string:
+		return strconv.Quote(v)
+	case []any:
+		return "a list"
+	case map[string]any, map[any]any:
+		return "a mapping"
+	}
+	return fmt.Sprint(v)
+}
+
+// name checks a name (of the service, a context, an alias, an aggregate or
+// a dispatcher) and reports whether it is valid.
+func (d *decoder) name(path, s string) bool {
+	if !namePattern.MatchString(s) {
+		d.errorf(path, "invalid name %q: use %s", s, nameRule)
+		return false
+	}
+	return true
+}
+
+// oneOf checks that s is one of allowed and reports whether it is.
+func (d *decoder) oneOf(path, s string, allowed ...string) bool {
+	if slices.Contains(allowed, s) {
+		return true
+	}
+	shown := slices.DeleteFunc(slices.Clone(allowed), func(a string) bool { return a == "" })
+	d.errorf(path, "%q is not one of %s", s, strings.Join(shown, ", "))
+	return false
+}
+
+func (d *decoder) atLeast(path string, n, min int) {
+	if n < min {
+		d.errorf(path, "must be >= %d, got %d", min, n)
+	}
+}
+
+// positive checks that v is above zero and reports whether it is.
+func (d *decoder) positive(path string, v time.Duration) bool {
+	if v <= 0 {
+		d.errorf(path, "must be > 0, got %s", formatDuration(v))
+		return false
+	}
+	return true
+}
+
+// hostPort checks a host:port address. A listen address may leave out the
+// host (all interfaces) and use port 0 (any free port).
+func (d *decoder) hostPort(path, s string, listen bool) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		d.errorf(path, "%q is not host:port", s)
+		return
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	switch {
+	case err != nil || (n == 0 && !listen):
+		d.errorf(path, "%q: invalid port %q", s, port)
+	case host == "" && !listen:
+		d.errorf(path, "%q: missing host", s)
+	}
+}
