@@ -200,3 +200,30 @@ func Classify(err error) (Class, bool) {
 	}
 	return Transient, true
 }
+
+// attemptsError carries the number of attempts a handler made.
+type attemptsError struct {
+	attempts int
+	err      error
+}
+
+func (e *attemptsError) Error() string { return e.err.Error() }
+func (e *attemptsError) Unwrap() error { return e.err }
+
+// WithAttempts records that err is the outcome of n attempts; wowd reports
+// it on dead-letter records. WithAttempts(n, nil) is nil.
+func WithAttempts(n int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &attemptsError{attempts: n, err: err}
+}
+
+// Attempts returns the attempt count recorded with [WithAttempts], or 1.
+func Attempts(err error) int {
+	var a *attemptsError
+	if errors.As(err, &a) {
+		return a.attempts
+	}
+	return 1
+}

@@ -1,0 +1,151 @@
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ReceiverSnapshot is a receiver's state at one instant.
+type ReceiverSnapshot struct {
+	InFlight           int   // unfinished messages (running or queued)
+	MaxInFlight        int   // the window
+	Paused             bool  // fetching paused because the window is full
+	PausedPartitions   int   // partitions paused because of a long uncommitted span
+	AssignedPartitions int   // partitions owned now
+	Joined             bool  // has joined its group and been given an assignment
+	CommitLag          int64 // records read but not yet committed, over owned partitions
+	Lag                int64 // records between the committed offsets and the partitions' ends
+	MaxKeyBacklog      int   // most messages waiting for one aggregate ID of this receiver
+}
+
+// ReceiverSource gives a receiver's snapshot; called at scrape time.
+type ReceiverSource interface {
+	Snapshot() ReceiverSnapshot
+}
+
+var receiverLabels = []string{"dispatcher", "context"}
+
+var (
+	descInFlight = prometheus.NewDesc(Namespace+"_receiver_in_flight",
+		"Unfinished messages of the receiver (running or queued in a mailbox).", receiverLabels, nil)
+	descMaxInFlight = prometheus.NewDesc(Namespace+"_receiver_max_in_flight",
+		"The receiver's window: most unfinished messages before it pauses fetching.", receiverLabels, nil)
+	descPaused = prometheus.NewDesc(Namespace+"_receiver_paused",
+		"1 while the receiver's fetching is paused because its window is full.", receiverLabels, nil)
+	descPausedPartitions = prometheus.NewDesc(Namespace+"_receiver_paused_partitions",
+		"Partitions paused because their uncommitted span grew too long (a message stuck at the head).", receiverLabels, nil)
+	descAssigned = prometheus.NewDesc(Namespace+"_receiver_assigned_partitions",
+		"Partitions the receiver owns.", receiverLabels, nil)
+	descJoined = prometheus.NewDesc(Namespace+"_receiver_ready",
+		"1 once the receiver has joined its consumer group.", receiverLabels, nil)
+	descCommitLag = prometheus.NewDesc(Namespace+"_commit_lag_records",
+		"Records read from owned partitions but not yet committed.", receiverLabels, nil)
+	descLag = prometheus.NewDesc(Namespace+"_receiver_lag_records",
+		"Records between the committed offsets and the ends of the owned partitions, as of the last fetch.", receiverLabels, nil)
+	descKeyBacklog = prometheus.NewDesc(Namespace+"_receiver_max_key_backlog",
+		"Most messages waiting for a single aggregate ID of the receiver: a hot aggregate shows here.", receiverLabels, nil)
+)
+
+type receiverEntry struct {
+	dispatcher, context string
+	src                 ReceiverSource
+}
+
+// receiverCollector reads every receiver's snapshot at scrape time.
+type receiverCollector struct {
+	mu      sync.Mutex // guards entries
+	entries []receiverEntry
+}
+
+func newReceiverCollector() *receiverCollector { return &receiverCollector{} }
+
+func (c *receiverCollector) add(dispatcher, context string, src ReceiverSource) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries = append(c.entries, receiverEntry{dispatcher, context, src})
+}
+
+func (c *receiverCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog} {
+		ch <- d
+	}
+}
+
+func (c *receiverCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	entries := append([]receiverEntry(nil), c.entries...)
+	c.mu.Unlock()
+	for _, e := range entries {
+		s := e.src.Snapshot()
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, e.dispatcher, e.context)
+		}
+		g(descInFlight, float64(s.InFlight))
+		g(descMaxInFlight, float64(s.MaxInFlight))
+		g(descPaused, b2f(s.Paused))
+		g(descPausedPartitions, float64(s.PausedPartitions))
+		g(descAssigned, float64(s.AssignedPartitions))
+		g(descJoined, b2f(s.Joined))
+		g(descCommitLag, float64(s.CommitLag))
+		g(descLag, float64(s.Lag))
+		g(descKeyBacklog, float64(s.MaxKeyBacklog))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ExecutorSnapshot is the executor's state at one instant.
+type ExecutorSnapshot struct {
+	Workers         int
+	Mailboxes       int64
+	QueuedMailboxes int64
+	Admitted        uint64
+	Completed       uint64
+	Failed          uint64
+	BlockingRunning int64
+	LongestTurn     float64 // seconds
+}
+
+// ExecutorSource gives the executor's snapshot; called at scrape time.
+type ExecutorSource func() ExecutorSnapshot
+
+var (
+	descWorkers = prometheus.NewDesc(Namespace+"_executor_workers",
+		"Workers of the shared executor.", nil, nil)
+	descMailboxes = prometheus.NewDesc(Namespace+"_executor_mailboxes",
+		"Mailboxes holding messages: aggregate IDs with work running or queued.", nil, nil)
+	descQueued = prometheus.NewDesc(Namespace+"_executor_queued_mailboxes",
+		"Mailboxes waiting in a worker's queue for their turn.", nil, nil)
+	descTasks = prometheus.NewDesc(Namespace+"_executor_messages_total",
+		"Messages through the executor (state: admitted, completed, failed).", []string{"state"}, nil)
+	descBlocking = prometheus.NewDesc(Namespace+"_executor_blocking_running",
+		"Messages of blocking handlers running on the blocking pool.", nil, nil)
+	descLongest = prometheus.NewDesc(Namespace+"_executor_longest_turn_seconds",
+		"Age of the oldest mailbox turn now running on a worker; grows when a handler blocks a worker.", nil, nil)
+)
+
+type executorCollector struct{ src ExecutorSource }
+
+func (c *executorCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descWorkers, descMailboxes, descQueued, descTasks, descBlocking, descLongest} {
+		ch <- d
+	}
+}
+
+func (c *executorCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.src()
+	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(s.Workers))
+	ch <- prometheus.MustNewConstMetric(descMailboxes, prometheus.GaugeValue, float64(s.Mailboxes))
+	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.QueuedMailboxes))
+	ch <- prometheus.MustNewConstMetric(descTasks, prometheus.CounterValue, float64(s.Admitted), "admitted")
+	ch <- prometheus.MustNewConstMetric(descTasks, prometheus.CounterValue, float64(s.Completed), "completed")
+	ch <- prometheus.MustNewConstMetric(descTasks, prometheus.CounterValue, float64(s.Failed), "failed")
+	ch <- prometheus.MustNewConstMetric(descBlocking, prometheus.GaugeValue, float64(s.BlockingRunning))
+	ch <- prometheus.MustNewConstMetric(descLongest, prometheus.GaugeValue, s.LongestTurn)
+}

@@ -1,0 +1,166 @@
+// Package metrics defines wowd's Prometheus metrics on a registry of its own
+// and serves them with the health endpoints.
+//
+// Labels come only from bounded sets: dispatcher and context names from the
+// configuration, handler types, and the fixed outcome values below. Never a
+// key, a partition, a URL or error text.
+//
+// Every metric is described in [Descriptors], which generates
+// docs/metrics.md.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Namespace prefixes every wowd metric.
+const Namespace = "wowd"
+
+// Outcome is what became of a message; the value of the outcome label.
+type Outcome uint8
+
+// Outcomes.
+const (
+	Handled      Outcome = iota // the handler acknowledged it
+	Retried                     // an attempt failed and will be retried (counted per retry)
+	DeadLettered                // written to the dead-letter topic after a final failure
+	Failed                      // failed for good with no dead-letter topic; logged and committed
+	Skipped                     // no handler wanted it, or the handler said skip
+	Unroutable                  // no key or unknown topic: could not be given to a handler
+	Dropped                     // abandoned on revoke or shutdown; redelivered later
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "failed", "skipped", "unroutable", "dropped"}
+
+// String returns the label value.
+func (o Outcome) String() string { return outcomeNames[o] }
+
+// Metrics holds wowd's metrics and the registry they live in.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	messages        *prometheus.CounterVec
+	handlerDuration *prometheus.HistogramVec
+	commits         *prometheus.CounterVec
+	rebalances      *prometheus.CounterVec
+	receivers       *receiverCollector
+}
+
+// New returns metrics registered on a new registry, together with the Go
+// runtime and process collectors and wowd_build_info.
+func New(version string) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "messages_total",
+			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, failed, skipped, unroutable, dropped).",
+		}, []string{"dispatcher", "context", "outcome"}),
+		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "handler_duration_seconds",
+			Help:    "Time from a message's start on a worker to its handler's acknowledgement, retries included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"dispatcher", "handler"}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "commits_total",
+			Help: "Offset commits by result (result: ok, error).",
+		}, []string{"dispatcher", "context", "result"}),
+		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "rebalance_events_total",
+			Help: "Partitions assigned, revoked and lost (event: assigned, revoked, lost), counted per partition.",
+		}, []string{"dispatcher", "context", "event"}),
+		receivers: newReceiverCollector(),
+	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "build_info",
+		Help: "Always 1; the version label names the running build.",
+	}, []string{"version"})
+	buildInfo.WithLabelValues(version).Set(1)
+	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.receivers, buildInfo,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Receiver returns the per-message instruments of one receiver, resolved
+// once so the hot path does no label lookups. src is read at every scrape for
+// the receiver's gauges.
+func (m *Metrics) Receiver(dispatcher, context, handlerType string, src ReceiverSource) *Receiver {
+	r := &Receiver{duration: m.handlerDuration.WithLabelValues(dispatcher, handlerType)}
+	for o := range numOutcomes {
+		r.outcomes[o] = m.messages.WithLabelValues(dispatcher, context, o.String())
+	}
+	r.commitOK = m.commits.WithLabelValues(dispatcher, context, "ok")
+	r.commitErr = m.commits.WithLabelValues(dispatcher, context, "error")
+	r.assigned = m.rebalances.WithLabelValues(dispatcher, context, "assigned")
+	r.revoked = m.rebalances.WithLabelValues(dispatcher, context, "revoked")
+	r.lost = m.rebalances.WithLabelValues(dispatcher, context, "lost")
+	if src != nil {
+		m.receivers.add(dispatcher, context, src)
+	}
+	return r
+}
+
+// Executor exposes an executor's figures, read at every scrape.
+func (m *Metrics) Executor(src ExecutorSource) {
+	m.Registry.MustRegister(&executorCollector{src: src})
+}
+
+// Receiver holds one receiver's instruments. A nil *Receiver records nothing.
+type Receiver struct {
+	outcomes            [numOutcomes]prometheus.Counter
+	duration            prometheus.Observer
+	commitOK, commitErr prometheus.Counter
+	assigned, revoked   prometheus.Counter
+	lost                prometheus.Counter
+}
+
+// Count records n messages with outcome o.
+func (r *Receiver) Count(o Outcome, n int) {
+	if r != nil {
+		r.outcomes[o].Add(float64(n))
+	}
+}
+
+// HandlerDuration records one handler run.
+func (r *Receiver) HandlerDuration(d time.Duration) {
+	if r != nil {
+		r.duration.Observe(d.Seconds())
+	}
+}
+
+// Commit records a commit result.
+func (r *Receiver) Commit(ok bool) {
+	if r == nil {
+		return
+	}
+	if ok {
+		r.commitOK.Inc()
+	} else {
+		r.commitErr.Inc()
+	}
+}
+
+// Assigned, Revoked and Lost record rebalance events of n partitions.
+func (r *Receiver) Assigned(n int) {
+	if r != nil {
+		r.assigned.Add(float64(n))
+	}
+}
+
+// Revoked records n revoked partitions.
+func (r *Receiver) Revoked(n int) {
+	if r != nil {
+		r.revoked.Add(float64(n))
+	}
+}
+
+// Lost records n lost partitions.
+func (r *Receiver) Lost(n int) {
+	if r != nil {
+		r.lost.Add(float64(n))
+	}
+}
