@@ -773,3 +773,6 @@ func (e *Executor) close(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Executor returns the executor the group belongs to.
+func (g *Group) Executor() *Executor { return g.ex }

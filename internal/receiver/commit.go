@@ -1,0 +1,94 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+)
+
+// commitTimeout bounds one commit round trip.
+const commitTimeout = 10 * time.Second
+
+func (r *Receiver) commitLoop() {
+	defer close(r.commitDone)
+	t := time.NewTicker(r.o.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.commitStop:
+			return
+		case <-t.C:
+		}
+		r.commitMu.Lock()
+		if err := r.commitAll(context.Background()); err != nil {
+			r.log.Warn("periodic commit", zap.Error(err))
+		}
+		r.commitMu.Unlock()
+	}
+}
+
+// commitAll commits the watermarks of every owned partition. Called with
+// commitMu held.
+func (r *Receiver) commitAll(ctx context.Context) error {
+	return r.commitParts(ctx, r.active())
+}
+
+// commitParts commits the watermarks of ps that moved since their last
+// commit, synchronously. Called with commitMu held.
+func (r *Receiver) commitParts(ctx context.Context, ps []*partition) error {
+	offsets := make(map[string]map[int32]kgo.EpochOffset)
+	byTP := make(map[tp]*partition)
+	for _, p := range ps {
+		if p.isClosed() {
+			continue
+		}
+		p.mu.Lock()
+		next, epoch, ok := p.tr.watermark()
+		p.mu.Unlock()
+		if !ok || next <= p.committed {
+			continue
+		}
+		if offsets[p.topic] == nil {
+			offsets[p.topic] = make(map[int32]kgo.EpochOffset)
+		}
+		offsets[p.topic][p.partition] = kgo.EpochOffset{Epoch: epoch, Offset: next}
+		byTP[tp{p.topic, p.partition}] = p
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
+	var errs []error
+	r.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, rp := range t.Partitions {
+				p := byTP[tp{t.Topic, rp.Partition}]
+				if p == nil {
+					continue
+				}
+				if e := kerr.ErrorForCode(rp.ErrorCode); e != nil {
+					errs = append(errs, fmt.Errorf("%s[%d]: %w", t.Topic, rp.Partition, e))
+					continue
+				}
+				p.committed = offsets[t.Topic][rp.Partition].Offset
+			}
+		}
+	})
+	if len(errs) > 0 {
+		r.m.Commit(false)
+		return fmt.Errorf("committing offsets: %w", errors.Join(errs...))
+	}
+	r.m.Commit(true)
+	return nil
+}

@@ -1,0 +1,71 @@
+package receiver
+
+import (
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/internal/metrics"
+)
+
+// Headers added to a dead-letter record, besides the source record's own.
+const (
+	HeaderSourceTopic     = "wowd-dlq-source-topic"
+	HeaderSourcePartition = "wowd-dlq-source-partition"
+	HeaderSourceOffset    = "wowd-dlq-source-offset"
+	HeaderDispatcher      = "wowd-dlq-dispatcher"
+	HeaderErrorClass      = "wowd-dlq-error-class"
+	HeaderErrorMessage    = "wowd-dlq-error-message"
+	HeaderAttempts        = "wowd-dlq-attempts"
+)
+
+// maxErrorHeader bounds the error text carried in a dead-letter header.
+const maxErrorHeader = 1024
+
+// deadLetter writes j's record to the dead-letter topic and finishes it once
+// the broker acknowledged the write. A failed write is retried with backoff;
+// the source offset is never committed before the write succeeded.
+func (r *Receiver) deadLetter(j *job) {
+	reason := j.failure.reason
+	if len(reason) > maxErrorHeader {
+		reason = reason[:maxErrorHeader]
+	}
+	src := j.rec
+	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+7)
+	hs = append(hs, src.Headers...)
+	hs = append(hs,
+		kgo.RecordHeader{Key: HeaderSourceTopic, Value: []byte(src.Topic)},
+		kgo.RecordHeader{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(int(src.Partition)))},
+		kgo.RecordHeader{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(src.Offset, 10))},
+		kgo.RecordHeader{Key: HeaderDispatcher, Value: []byte(r.o.Dispatcher)},
+		kgo.RecordHeader{Key: HeaderErrorClass, Value: []byte(j.failure.class)},
+		kgo.RecordHeader{Key: HeaderErrorMessage, Value: []byte(reason)},
+		kgo.RecordHeader{Key: HeaderAttempts, Value: []byte(strconv.Itoa(j.failure.attempts))},
+	)
+	rec := &kgo.Record{
+		Topic:     r.o.DeadLetter.Topic(src.Topic),
+		Key:       src.Key,
+		Value:     src.Value,
+		Headers:   hs,
+		Timestamp: src.Timestamp,
+	}
+	r.cl.Produce(j.p.ctx, rec, func(_ *kgo.Record, err error) {
+		if err == nil {
+			r.log.Warn("record dead-lettered", zap.String("topic", src.Topic), zap.Int32("partition", src.Partition),
+				zap.Int64("offset", src.Offset), zap.String("dead_letter_topic", rec.Topic),
+				zap.String("class", j.failure.class), zap.String("reason", reason))
+			j.finish(metrics.DeadLettered)
+			return
+		}
+		if j.p.ctx.Err() != nil {
+			j.abandon()
+			return
+		}
+		j.tries++
+		wait := backoff(j.tries, r.o.RetryBackoff)
+		r.log.Error("dead-letter write failed; retrying, the source offset stays uncommitted",
+			zap.String("dead_letter_topic", rec.Topic), zap.Int("attempt", j.tries), zap.Duration("wait", wait), zap.Error(err))
+		j.after(wait, func() { r.deadLetter(j) })
+	})
+}

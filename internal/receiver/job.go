@@ -1,0 +1,222 @@
+package receiver
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/metrics"
+)
+
+// job is one record on its way through a mailbox to the handler. It is the
+// executor task and the handler's Completer.
+type job struct {
+	r       *Receiver
+	p       *partition
+	rec     *kgo.Record
+	seq     int64
+	msg     handler.Message
+	res     executor.Resume
+	start   time.Time
+	acked   atomic.Bool // the handler's Ack was called for the current attempt
+	failure failure     // why the record goes to the dead-letter path
+	tries   int         // attempts of the current step (handler or dead-letter write)
+}
+
+// failure describes a final failure for the dead-letter record.
+type failure struct {
+	class    string
+	reason   string
+	attempts int
+}
+
+var jobPool = sync.Pool{New: func() any { return new(job) }}
+
+func newJob(r *Receiver, p *partition, rec *kgo.Record, seq int64) *job {
+	j := jobPool.Get().(*job)
+	j.r, j.p, j.rec, j.seq = r, p, rec, seq
+	j.msg = handler.Message{
+		Dispatcher: r.o.Dispatcher,
+		Service:    r.o.Service,
+		Topic:      rec.Topic,
+		Partition:  rec.Partition,
+		Offset:     rec.Offset,
+		Key:        rec.Key,
+		Value:      rec.Value,
+		Headers:    headers(rec.Headers),
+		Timestamp:  rec.Timestamp,
+	}
+	if len(rec.Key) > 0 {
+		// The record's bytes are never modified after delivery; the string
+		// lives no longer than the record.
+		j.msg.AggregateID = unsafe.String(unsafe.SliceData(rec.Key), len(rec.Key))
+	}
+	return j
+}
+
+// headers views kgo's headers as handler headers without copying: the two
+// types have the same fields.
+func headers(h []kgo.RecordHeader) []handler.Header {
+	if len(h) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*handler.Header)(unsafe.Pointer(unsafe.SliceData(h))), len(h))
+}
+
+func (j *job) free() {
+	*j = job{}
+	jobPool.Put(j)
+}
+
+// Run is called by the executor when the record's turn comes.
+func (j *job) Run(res executor.Resume) executor.Status {
+	if j.p.isClosed() {
+		j.drop()
+		return executor.Done
+	}
+	j.res = res
+	j.start = time.Now()
+	j.call()
+	return executor.Pending // the Ack completes it, possibly already done
+}
+
+func (j *job) call() {
+	j.acked.Store(false)
+	j.r.o.Handler.Handle(j.p.ctx, &j.msg, handler.NewAck(j, 0))
+}
+
+// Complete implements handler.Completer: the handler's outcome.
+func (j *job) Complete(_ uint64, err error) {
+	if !j.acked.CompareAndSwap(false, true) {
+		return // a second acknowledgement: ignored
+	}
+	r := j.r
+	if err == nil {
+		r.m.HandlerDuration(time.Since(j.start))
+		j.finish(metrics.Handled)
+		return
+	}
+	class, _ := handler.Classify(err)
+	switch {
+	case class == handler.Skip:
+		r.m.HandlerDuration(time.Since(j.start))
+		j.finish(metrics.Skipped)
+	case j.p.ctx.Err() != nil:
+		// Revoked or shutting down: the failure may only be the cancellation.
+		// Not finished; the next owner gets it again.
+		j.abandon()
+	case !r.o.DeadLetter.Enabled:
+		j.tries++
+		wait := backoff(j.tries, r.o.RetryBackoff)
+		r.m.Count(metrics.Retried, 1)
+		r.log.Warn("handler failed; dead letters are disabled, retrying",
+			zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
+			zap.String("class", class.String()), zap.Int("attempt", j.tries), zap.Duration("wait", wait), zap.Error(err))
+		j.after(wait, j.call)
+	default:
+		r.m.HandlerDuration(time.Since(j.start))
+		j.failure = failure{class: class.String(), reason: err.Error(), attempts: handler.Attempts(err)}
+		j.tries = 0
+		r.deadLetter(j)
+	}
+}
+
+// after runs fn after d unless the partition goes first, in which case the
+// record is abandoned at once. Exactly one of the two happens.
+func (j *job) after(d time.Duration, fn func()) {
+	var settled atomic.Bool // separate from j: j is reused once abandoned
+	stop := context.AfterFunc(j.p.ctx, func() {
+		if settled.CompareAndSwap(false, true) {
+			j.abandon()
+		}
+	})
+	time.AfterFunc(d, func() {
+		if settled.CompareAndSwap(false, true) {
+			stop()
+			fn()
+		}
+	})
+}
+
+// finish marks the record done: it counts toward the commit watermark and
+// its mailbox moves on.
+func (j *job) finish(o metrics.Outcome) {
+	r, p, res := j.r, j.p, j.res
+	r.m.Count(o, 1)
+	r.done(p, j.seq)
+	inMailbox := res != (executor.Resume{})
+	j.free()
+	if inMailbox {
+		res.Complete(o != metrics.Handled && o != metrics.Skipped)
+	}
+}
+
+// abandon gives up on the record without finishing it: its offset is not
+// committed, so it is redelivered.
+func (j *job) abandon() {
+	res := j.res
+	j.drop()
+	if res != (executor.Resume{}) {
+		res.Complete(true)
+	}
+}
+
+// drop releases a record that will not be finished (its partition went or
+// the executor is closing).
+func (j *job) drop() {
+	r, p := j.r, j.p
+	r.m.Count(metrics.Dropped, 1)
+	p.pending.Add(-1)
+	r.release()
+	j.free()
+}
+
+// unroutable handles a record that no handler can take.
+func (j *job) unroutable(reason string) {
+	r := j.r
+	r.log.Warn("unroutable record", zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition),
+		zap.Int64("offset", j.rec.Offset), zap.String("reason", reason))
+	if !r.o.DeadLetter.Enabled {
+		j.finish(metrics.Unroutable)
+		return
+	}
+	j.failure = failure{class: "unroutable", reason: reason, attempts: 0}
+	r.deadLetter(j)
+}
+
+// done records the completion of seq in its incarnation.
+func (r *Receiver) done(p *partition, seq int64) {
+	var resume bool
+	p.mu.Lock()
+	if !p.isClosed() {
+		p.tr.complete(seq)
+		if p.spanPaused && p.tr.span() <= r.spanCap/2 {
+			p.spanPaused, resume = false, true
+		}
+	}
+	p.mu.Unlock()
+	if resume && !p.isClosed() {
+		r.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	}
+	p.pending.Add(-1)
+	r.release()
+}
+
+// backoff returns the wait before attempt n+1: exponential from 200ms with
+// full jitter, capped.
+func backoff(n int, limit time.Duration) time.Duration {
+	d := 200 * time.Millisecond
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	return d/2 + rand.N(d/2+1)
+}

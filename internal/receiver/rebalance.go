@@ -1,0 +1,146 @@
+package receiver
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+)
+
+// onAssigned starts a new incarnation of every assigned partition. kgo calls
+// it before fetching the partitions, and with an empty map at the start of
+// every group session.
+func (r *Receiver) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	r.joined.Store(true)
+	n := 0
+	r.partsMu.Lock()
+	for topic, ps := range assigned {
+		for _, p := range ps {
+			k := tp{topic, p}
+			if old := r.parts[k]; old != nil {
+				old.close() // a loss we were not told about
+			}
+			r.parts[k] = newPartition(topic, p)
+			n++
+		}
+	}
+	r.partsMu.Unlock()
+	if n > 0 {
+		r.m.Assigned(n)
+		r.log.Info("partitions assigned", zap.Any("partitions", assigned))
+	}
+}
+
+// onRevoked drains the revoked partitions within RevokeTimeout, commits
+// their watermarks and lets them go. Called with an empty map at the end of
+// a group session, where it flushes commits.
+func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	r.commitMu.Lock()
+	defer r.commitMu.Unlock()
+	gone := r.take(revoked)
+	if len(gone) > 0 && !r.closing.Load() {
+		r.drain(gone)
+	}
+	if !r.closing.Load() {
+		// Commit everything owned now, the revoked partitions included:
+		// this is the last chance for the revoked ones.
+		if err := r.commitParts(ctx, append(r.active(), gone...)); err != nil {
+			r.log.Warn("commit on revoke", zap.Error(err))
+		}
+	}
+	for _, p := range gone {
+		p.close()
+	}
+	r.resumePartitions(gone)
+	if len(gone) > 0 {
+		r.m.Revoked(len(gone))
+		r.log.Info("partitions revoked", zap.Any("partitions", revoked))
+	}
+}
+
+// onLost lets lost partitions go without committing: another member may
+// own them already.
+func (r *Receiver) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	r.commitMu.Lock()
+	defer r.commitMu.Unlock()
+	gone := r.take(lost)
+	for _, p := range gone {
+		p.close()
+	}
+	r.resumePartitions(gone)
+	if len(gone) > 0 {
+		r.m.Lost(len(gone))
+		r.log.Warn("partitions lost; their unfinished records will be redelivered", zap.Any("partitions", lost))
+	}
+}
+
+// take removes the incarnations of m from the owned set. Called with
+// commitMu held.
+func (r *Receiver) take(m map[string][]int32) []*partition {
+	var gone []*partition
+	r.partsMu.Lock()
+	for topic, ps := range m {
+		for _, p := range ps {
+			k := tp{topic, p}
+			if inc := r.parts[k]; inc != nil {
+				gone = append(gone, inc)
+				delete(r.parts, k)
+			}
+		}
+	}
+	r.partsMu.Unlock()
+	return gone
+}
+
+// active returns the owned incarnations.
+func (r *Receiver) active() []*partition {
+	r.partsMu.RLock()
+	defer r.partsMu.RUnlock()
+	ps := make([]*partition, 0, len(r.parts))
+	for _, p := range r.parts {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// drain waits until the partitions have no unfinished records, or the revoke
+// deadline passes.
+func (r *Receiver) drain(ps []*partition) {
+	deadline := time.Now().Add(r.o.RevokeTimeout)
+	for {
+		var left int64
+		for _, p := range ps {
+			left += p.pending.Load()
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.log.Warn("revoke deadline passed; dropping unfinished records, the next owner gets them again",
+				zap.Int64("records", left), zap.Duration("revoke_timeout", r.o.RevokeTimeout))
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// resumePartitions lifts partition-level pauses of partitions that left:
+// pauses outlive rebalances in the client.
+func (r *Receiver) resumePartitions(ps []*partition) {
+	var m map[string][]int32
+	for _, p := range ps {
+		p.mu.Lock()
+		if p.spanPaused {
+			p.spanPaused = false
+			if m == nil {
+				m = make(map[string][]int32)
+			}
+			m[p.topic] = append(m[p.topic], p.partition)
+		}
+		p.mu.Unlock()
+	}
+	if m != nil {
+		r.cl.ResumeFetchPartitions(m)
+	}
+}
