@@ -1,0 +1,630 @@
+package handlers
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wowd/wowd/handler"
+)
+
+// newServer starts a test server on 127.0.0.1, closed at the end of the test
+// (after the sinks built later in the test).
+func newServer(t *testing.T, fn http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(fn)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// hang reads the request body, so the server notices when the client gives
+// up, and blocks until it does or release is closed.
+func hang(r *http.Request, release <-chan struct{}) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	select {
+	case <-r.Context().Done():
+	case <-release:
+	}
+}
+
+// sinkConfig is the configuration of a sink posting to url with short
+// backoffs, with over applied on top.
+func sinkConfig(url string, over map[string]any) map[string]any {
+	raw := map[string]any{"url": url, "backoff-initial": "1ms", "backoff-max": "5ms"}
+	for k, v := range over {
+		raw[k] = v
+	}
+	return raw
+}
+
+// retries is a handler.Observer recording retries.
+type retries struct {
+	mu  sync.Mutex // guards got
+	got []retry
+}
+
+type retry struct {
+	offset  int64
+	attempt int
+	err     error
+	wait    time.Duration
+}
+
+func (r *retries) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, retry{m.Offset, attempt, err, wait})
+}
+
+func (r *retries) list() []retry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]retry(nil), r.got...)
+}
+
+// waitFor polls cond until it holds, failing the test after 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func wantClass(t *testing.T, err error, want handler.Class) {
+	t.Helper()
+	if got, ok := handler.Classify(err); !ok || got != want {
+		t.Fatalf("error %q is %v, want %v", err, got, want)
+	}
+}
+
+func TestHTTPRequest(t *testing.T) {
+	type request struct {
+		method, path string
+		header       http.Header
+		body         string
+	}
+	got := make(chan request, 2)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		h := r.Header.Clone()
+		for _, k := range []string{"Content-Length", "User-Agent", "Accept-Encoding"} {
+			h.Del(k)
+		}
+		got <- request{r.Method, r.URL.Path, h, string(body)}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	h := build(t, "http", sinkConfig(srv.URL+"/wow", map[string]any{
+		"headers": map[string]any{"x-api-key": "k1", "authorization": "Bearer t"},
+	}), handler.Deps{})
+	acks := newAcks(t)
+
+	m := testMessage(42)
+	m.Timestamp = time.Date(2026, 8, 22, 13, 16, 3, 12_000_000, time.FixedZone("CET", 3600))
+	m.Headers = []handler.Header{
+		{Key: "trace_id", Value: []byte("abc")},
+		{Key: "content-type", Value: []byte("application/avro")},
+		{Key: "bad key", Value: []byte("skipped: not a token")},
+		{Key: "x-ctl", Value: []byte("skipped\r\nx-injected: 1")},
+		{Key: "ce-id", Value: []byte("cannot override")},
+		{Key: "kafka-topic", Value: []byte("cannot override")},
+	}
+	h.Handle(context.Background(), m, acks.ack(42))
+	if err := acks.wait(t, 42); err != nil {
+		t.Fatalf("ack %v", err)
+	}
+	want := http.Header{}
+	for k, v := range map[string]string{
+		"Authorization":             "Bearer t",
+		"X-Api-Key":                 "k1",
+		"Content-Type":              "application/avro",
+		"ce-specversion":            "1.0",
+		"ce-id":                     "wow.example.cart.event-3-42",
+		"ce-source":                 "wowd/cart-service/cart-projection",
+		"ce-type":                   "wow.example.cart.event",
+		"ce-subject":                "cart-1",
+		"ce-time":                   "2026-08-22T12:16:03.012Z",
+		"kafka-topic":               "wow.example.cart.event",
+		"kafka-partition":           "3",
+		"kafka-offset":              "42",
+		"kafka-key":                 "cart-1",
+		"kafka-header-trace_id":     "abc",
+		"kafka-header-content-type": "application/avro",
+		"kafka-header-ce-id":        "cannot override",
+		"kafka-header-kafka-topic":  "cannot override",
+		"wowd-attempt":              "1",
+	} {
+		want.Set(k, v)
+	}
+	r := <-got
+	if r.method != http.MethodPost || r.path != "/wow" || r.body != `{"id":"e1"}` {
+		t.Errorf("request %s %s %q", r.method, r.path, r.body)
+	}
+	if !reflect.DeepEqual(r.header, want) {
+		t.Errorf("headers\n got %v\nwant %v", r.header, want)
+	}
+
+	// A key that is not UTF-8, no timestamp, no record headers, an aggregate ID to percent-encode.
+	m = testMessage(43)
+	m.Key = []byte{0xff, 0x00, 'a'}
+	m.AggregateID = `a b%"é`
+	m.Kind = handler.KindState
+	h.Handle(context.Background(), m, acks.ack(43))
+	if err := acks.wait(t, 43); err != nil {
+		t.Fatalf("ack %v", err)
+	}
+	r = <-got
+	for k, v := range map[string]string{
+		"Content-Type":     "application/json",
+		"kafka-key-base64": base64.StdEncoding.EncodeToString([]byte{0xff, 0x00, 'a'}),
+		"kafka-key":        "",
+		"ce-time":          "",
+		"ce-subject":       "a%20b%25%22%C3%A9",
+		"ce-type":          "wow.example.cart.state",
+		"ce-id":            "wow.example.cart.event-3-43",
+	} {
+		if g := r.header.Get(k); g != v {
+			t.Errorf("header %s = %q, want %q", k, g, v)
+		}
+	}
+}
+
+func TestHTTPPermanentStatus(t *testing.T) {
+	var n atomic.Int32
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, strings.Repeat("z", 1000))
+	})
+	url := "http://user:hunter2@" + strings.TrimPrefix(srv.URL, "http://") + "/x"
+	h := build(t, "http", sinkConfig(url, nil), handler.Deps{})
+	acks := newAcks(t)
+	h.Handle(context.Background(), testMessage(1), acks.ack(1))
+	err := acks.wait(t, 1)
+	wantClass(t, err, handler.Permanent)
+	msg := err.Error()
+	if !strings.Contains(msg, "POST http://user:xxxxx@127.0.0.1:") || !strings.Contains(msg, "status 404") {
+		t.Errorf("error %q", msg)
+	}
+	if strings.Contains(msg, "hunter2") {
+		t.Errorf("error %q shows the password", msg)
+	}
+	if z := strings.Count(msg, "z"); z > maxErrorBody || z == 0 {
+		t.Errorf("error quotes %d bytes of the body", z)
+	}
+	if got := n.Load(); got != 1 {
+		t.Errorf("%d requests, want 1", got)
+	}
+}
+
+func TestHTTPRedirects(t *testing.T) {
+	var mu sync.Mutex // guards paths
+	var paths []string
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		paths = append(paths, r.Method+" "+r.URL.Path+" "+string(body))
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/keep":
+			http.Redirect(w, r, "/target", http.StatusPermanentRedirect)
+		case "/lose":
+			http.Redirect(w, r, "/target", http.StatusFound)
+		}
+	})
+	acks := newAcks(t)
+	build(t, "http", sinkConfig(srv.URL+"/keep", nil), handler.Deps{}).Handle(context.Background(), testMessage(1), acks.ack(1))
+	if err := acks.wait(t, 1); err != nil {
+		t.Fatalf("308: %v", err)
+	}
+	build(t, "http", sinkConfig(srv.URL+"/lose", nil), handler.Deps{}).Handle(context.Background(), testMessage(2), acks.ack(2))
+	err := acks.wait(t, 2)
+	wantClass(t, err, handler.Permanent)
+	if !strings.Contains(err.Error(), "status 302") {
+		t.Errorf("error %q", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{`POST /keep {"id":"e1"}`, `POST /target {"id":"e1"}`, `POST /lose {"id":"e1"}`}
+	if !reflect.DeepEqual(paths, want) {
+		t.Errorf("requests %q, want %q", paths, want)
+	}
+}
+
+func TestHTTPRetriesThenSucceeds(t *testing.T) {
+	var mu sync.Mutex // guards attempts
+	var attempts []string
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		attempts = append(attempts, r.Header.Get("wowd-attempt"))
+		n := len(attempts)
+		mu.Unlock()
+		if n <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	obs := &retries{}
+	h := build(t, "http", sinkConfig(srv.URL, nil), handler.Deps{Observer: obs})
+	acks := newAcks(t)
+	h.Handle(context.Background(), testMessage(5), acks.ack(5))
+	if err := acks.wait(t, 5); err != nil {
+		t.Fatalf("ack %v", err)
+	}
+	mu.Lock()
+	if want := []string{"1", "2", "3"}; !reflect.DeepEqual(attempts, want) {
+		t.Errorf("attempt headers %v, want %v", attempts, want)
+	}
+	mu.Unlock()
+	got := obs.list()
+	if len(got) != 2 || got[0].attempt != 1 || got[1].attempt != 2 || got[0].offset != 5 {
+		t.Fatalf("retries %+v", got)
+	}
+	for _, r := range got {
+		if !strings.Contains(r.err.Error(), "status 503") || r.wait <= 0 || r.wait > 5*time.Millisecond {
+			t.Errorf("retry %+v", r)
+		}
+	}
+}
+
+func TestHTTPGivesUpAfterMaxAttempts(t *testing.T) {
+	var n atomic.Int32
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	obs := &retries{}
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"max-attempts": 3}), handler.Deps{Observer: obs})
+	acks := newAcks(t)
+	h.Handle(context.Background(), testMessage(1), acks.ack(1))
+	err := acks.wait(t, 1)
+	wantClass(t, err, handler.Transient)
+	if !strings.Contains(err.Error(), "giving up after 3 attempts") || !strings.Contains(err.Error(), "status 500") {
+		t.Errorf("error %q", err)
+	}
+	if got := n.Load(); got != 3 {
+		t.Errorf("%d requests, want 3", got)
+	}
+	if got := len(obs.list()); got != 2 {
+		t.Errorf("%d retries reported, want 2", got)
+	}
+}
+
+func TestHTTPRetryAfter(t *testing.T) {
+	var mu sync.Mutex // guards at
+	var at []time.Time
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		n := len(at)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	obs := &retries{}
+	h := build(t, "http", sinkConfig(srv.URL, nil), handler.Deps{Observer: obs})
+	acks := newAcks(t)
+	h.Handle(context.Background(), testMessage(1), acks.ack(1))
+	if err := acks.wait(t, 1); err != nil {
+		t.Fatalf("ack %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 {
+		t.Fatalf("%d requests, want 2", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < 950*time.Millisecond {
+		t.Errorf("retried after %v despite Retry-After: 1 (backoff-max is 5ms)", gap)
+	}
+	if got := obs.list(); len(got) != 1 || got[0].wait != time.Second {
+		t.Errorf("retries %+v, want one waiting 1s", got)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 8, 22, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"", 0, false},
+		{"soon", 0, false},
+		{"-1", 0, false},
+		{"0", 0, true},
+		{" 7 ", 7 * time.Second, true},
+		{"86400", maxRetryAfter, true},
+		{"Sat, 22 Aug 2026 12:01:30 GMT", 90 * time.Second, true},
+		{"Saturday, 22-Aug-26 12:00:10 GMT", 10 * time.Second, true},
+		{"Sat, 22 Aug 2026 11:59:00 GMT", 0, true},
+		{"Sun, 23 Aug 2026 12:00:00 GMT", maxRetryAfter, true},
+	} {
+		got, ok := parseRetryAfter(tc.in, now)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	s := &httpSink{cfg: HTTPConfig{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}}
+	for _, tc := range []struct {
+		attempt  int
+		min, max time.Duration
+	}{
+		{1, 50 * time.Millisecond, 100 * time.Millisecond},
+		{2, 100 * time.Millisecond, 200 * time.Millisecond},
+		{4, 400 * time.Millisecond, 800 * time.Millisecond},
+		{5, 500 * time.Millisecond, time.Second},
+		{1 << 20, 500 * time.Millisecond, time.Second},
+	} {
+		for range 100 {
+			if d := s.backoff(tc.attempt); d < tc.min || d > tc.max {
+				t.Fatalf("backoff(%d) = %v, want in [%v, %v]", tc.attempt, d, tc.min, tc.max)
+			}
+		}
+	}
+	s.cfg.BackoffMax = math.MaxInt64
+	if d := s.backoff(100); d < math.MaxInt64/2 {
+		t.Fatalf("backoff with a huge cap = %v", d)
+	}
+}
+
+func TestHTTPTimeoutIsRetried(t *testing.T) {
+	var n atomic.Int32
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			hang(r, nil)
+		}
+	})
+	obs := &retries{}
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"timeout": "100ms"}), handler.Deps{Observer: obs})
+	acks := newAcks(t)
+	h.Handle(context.Background(), testMessage(1), acks.ack(1))
+	if err := acks.wait(t, 1); err != nil {
+		t.Fatalf("ack %v", err)
+	}
+	if got := n.Load(); got != 2 {
+		t.Errorf("%d requests, want 2", got)
+	}
+	if got := obs.list(); len(got) != 1 || !strings.Contains(got[0].err.Error(), "timeout after 100ms") {
+		t.Errorf("retries %+v", got)
+	}
+}
+
+func TestHTTPConnectionRefusedIsTransient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	obs := &retries{}
+	h := build(t, "http", sinkConfig("http://"+addr+"/", map[string]any{"max-attempts": 2}), handler.Deps{Observer: obs})
+	acks := newAcks(t)
+	h.Handle(context.Background(), testMessage(1), acks.ack(1))
+	err = acks.wait(t, 1)
+	wantClass(t, err, handler.Transient)
+	if !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "POST http://"+addr) {
+		t.Errorf("error %q", err)
+	}
+	if got := len(obs.list()); got != 1 {
+		t.Errorf("%d retries, want 1", got)
+	}
+}
+
+func TestHTTPCancel(t *testing.T) {
+	// offset 1 fails and waits an hour to retry; offset 2 hangs in its request;
+	// offset 3 is queued behind it (one request at a time).
+	started := make(chan struct{}, 10)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		if r.Header.Get("kafka-offset") == "1" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		hang(r, nil)
+	})
+	obs := &retries{}
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{
+		"backoff-initial": "1h", "backoff-max": "1h", "max-concurrency": 1,
+	}), handler.Deps{Observer: obs})
+	acks := newAcks(t)
+	cancels := map[int64]context.CancelFunc{}
+	for off := int64(1); off <= 3; off++ {
+		c, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		cancels[off] = cancel
+		h.Handle(c, testMessage(off), acks.ack(off))
+		if off < 3 {
+			<-started
+		}
+	}
+	waitFor(t, "the retry of offset 1", func() bool { return len(obs.list()) == 1 })
+	for _, off := range []int64{1, 3, 2} { // waiting, queued, running
+		cancels[off]()
+		if err := acks.wait(t, off); !errors.Is(err, context.Canceled) {
+			t.Errorf("offset %d: %v, want context.Canceled", off, err)
+		}
+	}
+
+	// A canceled context is reported at once.
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	h.Handle(c, testMessage(4), acks.ack(4))
+	if err := acks.wait(t, 4); !errors.Is(err, context.Canceled) {
+		t.Errorf("offset 4: %v", err)
+	}
+}
+
+func TestHTTPMaxConcurrency(t *testing.T) {
+	var cur, peak atomic.Int32
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n := cur.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(10 * time.Millisecond)
+		cur.Add(-1)
+	})
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"max-concurrency": 4}), handler.Deps{})
+	acks := newAcks(t)
+	for off := range int64(50) {
+		h.Handle(context.Background(), testMessage(off), acks.ack(off))
+	}
+	for off := range int64(50) {
+		if err := acks.wait(t, off); err != nil {
+			t.Fatalf("offset %d: %v", off, err)
+		}
+	}
+	if p := peak.Load(); p > 4 || p < 1 {
+		t.Fatalf("%d requests in flight at once, want at most 4", p)
+	}
+}
+
+func TestHTTPHandleDoesNotBlock(t *testing.T) {
+	release := make(chan struct{})
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		hang(r, release)
+	})
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"max-concurrency": 2}), handler.Deps{})
+	acks := newAcks(t)
+	const n = 1000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for off := range int64(n) {
+			h.Handle(context.Background(), testMessage(off), acks.ack(off))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Handle blocked while the server was stalled")
+	}
+	close(release)
+	for off := range int64(n) {
+		if err := acks.wait(t, off); err != nil {
+			t.Fatalf("offset %d: %v", off, err)
+		}
+	}
+}
+
+func TestHTTPCloseAcksOutstanding(t *testing.T) {
+	var inHandler atomic.Int32
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("kafka-offset") == "0" {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		inHandler.Add(1)
+		hang(r, nil)
+	})
+	obs := &retries{}
+	spec, _ := handler.Default().Lookup("http")
+	cfg, err := handler.Decode(spec, sinkConfig(srv.URL, map[string]any{
+		"backoff-initial": "1h", "backoff-max": "1h", "max-concurrency": 2,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := spec.New(cfg, handler.Deps{Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := newAcks(t)
+	for off := range int64(10) {
+		h.Handle(context.Background(), testMessage(off), acks.ack(off))
+	}
+	waitFor(t, "a retry and two stalled requests", func() bool {
+		return len(obs.list()) == 1 && inHandler.Load() == 2
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = h.(handler.Closer).Close(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("close: %v, want the deadline exceeded", err)
+	}
+	for off := range int64(10) {
+		if err := acks.wait(t, off); !errors.Is(err, context.Canceled) {
+			t.Errorf("offset %d: %v, want context.Canceled", off, err)
+		}
+	}
+	h.Handle(context.Background(), testMessage(10), acks.ack(10))
+	if err := acks.wait(t, 10); !errors.Is(err, context.Canceled) {
+		t.Errorf("after close: %v", err)
+	}
+	if err := h.(handler.Closer).Close(context.Background()); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+}
+
+func TestHTTPCloseLetsRequestsFinish(t *testing.T) {
+	var inHandler atomic.Int32
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		inHandler.Add(1)
+		time.Sleep(100 * time.Millisecond)
+	})
+	spec, _ := handler.Default().Lookup("http")
+	cfg, err := handler.Decode(spec, sinkConfig(srv.URL, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := spec.New(cfg, handler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := newAcks(t)
+	for off := range int64(3) {
+		h.Handle(context.Background(), testMessage(off), acks.ack(off))
+	}
+	waitFor(t, "three requests", func() bool { return inHandler.Load() == 3 })
+	if err := h.(handler.Closer).Close(context.Background()); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for off := range int64(3) {
+		if err := acks.wait(t, off); err != nil {
+			t.Errorf("offset %d: %v", off, err)
+		}
+	}
+}
+
+func TestCallQueue(t *testing.T) {
+	var q callQueue
+	calls := make([]*call, 100)
+	for i := range calls {
+		calls[i] = &call{attempt: i}
+	}
+	next := 0
+	for i, c := range calls { // interleave pushes and pops so the ring wraps and grows
+		q.push(c)
+		if i%3 == 2 {
+			if got := q.pop(); got != calls[next] {
+				t.Fatalf("pop %d: got attempt %d", next, got.attempt)
+			}
+			next++
+		}
+	}
+	for ; next < len(calls); next++ {
+		if got := q.pop(); got != calls[next] {
+			t.Fatalf("pop %d: got %v", next, got)
+		}
+	}
+	if q.pop() != nil || q.len() != 0 {
+		t.Fatal("queue not empty")
+	}
+}
