@@ -94,8 +94,22 @@ type Dispatcher struct {
 	// GroupID overrides the consumer group; empty means the default,
 	// computed by the daemon.
 	GroupID string
-	Handler Handler
+	// DeadLetter says where records whose handler failed for good go.
+	DeadLetter DeadLetter
+	Handler    Handler
 }
+
+// DeadLetter configures a dispatcher's dead-letter topic.
+type DeadLetter struct {
+	// Enabled writes final failures to Topic and commits past them; when
+	// false they are retried forever, holding their aggregate.
+	Enabled bool
+	// Topic is the dead-letter topic; "{topic}" stands for the source topic.
+	Topic string
+}
+
+// DefaultDeadLetterTopic is the default dead-letter topic template.
+const DefaultDeadLetterTopic = "{topic}.dlq"
 
 // Handler is the handler mapping of a dispatcher.
 type Handler struct {

@@ -90,8 +90,9 @@ func TestParseFillsDefaults(t *testing.T) {
 		"mid":   {Alias: "mid", Aggregates: []string{"item"}},
 	}
 	want.Dispatchers = map[string]config.Dispatcher{"all": {
-		Topics:   []string{"event"},
-		Contexts: []string{"alpha", "mid", "zeta"},
+		Topics:     []string{"event"},
+		Contexts:   []string{"alpha", "mid", "zeta"},
+		DeadLetter: config.DeadLetter{Enabled: true, Topic: "{topic}.dlq"},
 		Handler: config.Handler{
 			Type:    "http",
 			Raw:     map[string]any{"url": "http://127.0.0.1:8080/wow"},
@@ -220,7 +221,7 @@ func TestEnvVarsAndKeys(t *testing.T) {
 
 func TestWriteYAMLMasksSecretsAndRoundTrips(t *testing.T) {
 	reg := testRegistry()
-	c, err := config.Load(testdata+"good/full.yaml", reg, nil)
+	c, err := config.Load("testdata/full.yaml", reg, nil) // handler keys of the test registry
 	if err != nil {
 		t.Fatal(err)
 	}

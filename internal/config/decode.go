@@ -342,7 +342,7 @@ func (d *decoder) dispatchers(path string, n *yaml.Node, c *Config) {
 		return
 	}
 	d.eachKey(path, n, func(name, full string, v *yaml.Node) {
-		var disp Dispatcher
+		disp := Dispatcher{DeadLetter: DeadLetter{Enabled: true, Topic: DefaultDeadLetterTopic}}
 		switch {
 		case isNull(v):
 		case v.Kind != yaml.MappingNode:

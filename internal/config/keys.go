@@ -119,6 +119,12 @@ var dispatcherFields = []field[Dispatcher]{
 	{name: "group-id", defDoc: "<service>.<dispatcher>.<context alias>", omitEmpty: true,
 		desc: "Consumer group ID override.",
 		ptr:  func(d *Dispatcher) any { return &d.GroupID }},
+	{name: "dead-letter.enabled", def: "true",
+		desc: "Write records whose handler failed for good to the dead-letter topic, then commit past them. When false they are retried forever, holding their aggregate and the partition's commit.",
+		ptr: func(d *Dispatcher) any { return &d.DeadLetter.Enabled }},
+	{name: "dead-letter.topic", def: DefaultDeadLetterTopic,
+		desc: "Dead-letter topic; {topic} stands for the source topic.",
+		ptr:  func(d *Dispatcher) any { return &d.DeadLetter.Topic }},
 	{name: "handler.type", desc: "Handler type (required): a registered handler name; the other keys of handler configure it.",
 		ptr: func(d *Dispatcher) any { return &d.Handler.Type }},
 }

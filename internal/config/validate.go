@@ -203,6 +203,9 @@ func (d *decoder) validateDispatchers(c *Config) {
 			}
 			seen[ctx] = true
 		}
+		if t := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", "x"); t == "" || !validTopic(t) {
+			d.errorf(path+".dead-letter.topic", "%q is not a topic name (letters, digits, '.', '_', '-'; {topic} for the source topic)", disp.DeadLetter.Topic)
+		}
 		d.validateHandler(path+".handler", &disp.Handler)
 		c.Dispatchers[name] = disp
 	}
@@ -370,4 +373,18 @@ func (d *decoder) hostPort(path, s string, listen bool) {
 	case host == "" && !listen:
 		d.errorf(path, "%q: missing host", s)
 	}
+}
+
+// validTopic reports whether s uses only the characters Kafka allows in
+// topic names.
+func validTopic(s string) bool {
+	if len(s) > 249 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

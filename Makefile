@@ -1,0 +1,38 @@
+# wowd: see README.md. `make help` lists the targets.
+SHELL := /bin/bash
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -s -w -X github.com/wowd/wowd/cli.Version=$(VERSION)
+GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
+CONFIG ?= configs/wowd.yaml
+BENCH_COUNT ?= 5
+
+.PHONY: help build run dev test test-unit bench docs docker clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## static binary in bin/wowd
+	CGO_ENABLED=0 go build $(GOFLAGS_BUILD) -o bin/wowd ./cmd/wowd
+
+run: build ## run the daemon with CONFIG (default configs/wowd.yaml)
+	bin/wowd run --config $(CONFIG)
+
+dev: ## wowd on an embedded broker with demo traffic
+	go run ./cmd/wowd dev --demo
+
+test: ## the whole suite: vet, unit and kfake tests with -race, the real-Kafka suite
+	@scripts/test-all
+
+test-unit: ## everything but the real-Kafka suite
+	go vet ./...
+	go test -race -shuffle=on -timeout 20m ./...
+
+bench: ## executor benchmarks with their baselines; ratios in docs/benchmarks.md
+	go test -run '^$$' -bench . -benchtime 1000000x -count $(BENCH_COUNT) ./internal/executor | tee bench.txt
+	go run ./internal/executor/benchratio < bench.txt
+
+docs: ## regenerate docs/configuration.md and docs/metrics.md from the code
+	go run ./internal/docgen -out docs
+
+clean:
+	rm -rf bin bench.txt

@@ -1,0 +1,190 @@
+// Package cli is wowd's command line. cmd/wowd calls Main; a custom build
+// with extra compiled-in handlers does the same from its own main package
+// after importing them (see examples/).
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/wowd/wowd/handler"
+	_ "github.com/wowd/wowd/internal/handlers" // the built-in handlers
+	"github.com/wowd/wowd/internal/config"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0 // clean stop
+	ExitFailure = 1 // runtime failure
+	ExitConfig  = 2 // configuration error
+)
+
+// Version is stamped at build time with -ldflags "-X github.com/wowd/wowd/cli.Version=...".
+var Version = ""
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// exitError carries an exit code with an error.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func configError(err error) error { return &exitError{code: ExitConfig, err: err} }
+
+// Main runs the command line with args (without the program name) and
+// returns the process exit code.
+func Main(args []string) int {
+	return run(args, os.Stdout, os.Stderr, os.Environ(), handler.Default())
+}
+
+func run(args []string, stdout, stderr io.Writer, env []string, reg *handler.Registry) int {
+	root := newRoot(stdout, stderr, env, reg)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "wowd:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return ExitFailure
+}
+
+// app is what the commands share.
+type app struct {
+	stdout, stderr io.Writer
+	env            []string
+	reg            *handler.Registry
+}
+
+func newRoot(stdout, stderr io.Writer, env []string, reg *handler.Registry) *cobra.Command {
+	a := &app{stdout: stdout, stderr: stderr, env: env, reg: reg}
+	root := &cobra.Command{
+		Use:           "wowd",
+		Short:         "Dispatch Kafka messages of Wow services to handlers, in order per aggregate",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(a.runCmd(), a.devCmd(), a.configCmd(), a.handlersCmd(), a.versionCmd())
+	return root
+}
+
+// configFlag adds --config, also read from WOWD_CONFIG.
+func (a *app) configFlag(cmd *cobra.Command, def, help string) {
+	cmd.Flags().String("config", def, help+" (env WOWD_CONFIG)")
+}
+
+// configPath returns --config of cmd, else WOWD_CONFIG.
+func (a *app) configPath(cmd *cobra.Command) string {
+	v := viper.New()
+	_ = v.BindPFlag("config", cmd.Flags().Lookup("config"))
+	for _, kv := range a.env {
+		if val, ok := strings.CutPrefix(kv, "WOWD_CONFIG="); ok {
+			v.SetDefault("config", val)
+		}
+	}
+	return v.GetString("config")
+}
+
+// load reads and validates the configuration at path.
+func (a *app) load(path string) (*config.Config, error) {
+	if path == "" {
+		return nil, configError(errors.New("no configuration: pass --config FILE or set WOWD_CONFIG"))
+	}
+	cfg, err := config.Load(path, a.reg, a.env)
+	if err != nil {
+		return nil, configError(err)
+	}
+	return cfg, nil
+}
+
+func (a *app) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintln(a.stdout, "wowd", version())
+			return err
+		},
+	}
+}
+
+// logger builds the process logger from wow.log.
+func (a *app) logger(cfg *config.Config) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(cfg.Log.Level)
+	if err != nil {
+		return nil, configError(fmt.Errorf("wow.log.level: %w", err))
+	}
+	var zc zap.Config
+	if cfg.Log.Format == "console" {
+		zc = zap.NewDevelopmentConfig()
+		zc.DisableStacktrace = true
+	} else {
+		zc = zap.NewProductionConfig()
+	}
+	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.OutputPaths = []string{"stderr"}
+	zc.ErrorOutputPaths = []string{"stderr"}
+	log, err := zc.Build()
+	if err != nil {
+		return nil, fmt.Errorf("building the logger: %w", err)
+	}
+	return log.With(zap.String("service", cfg.Service)), nil
+}
+
+// signalContext is done at the first SIGTERM or SIGINT; a second one exits
+// at once.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case <-ch:
+			fmt.Fprintln(os.Stderr, "wowd: second signal, exiting now")
+			os.Exit(ExitFailure)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel()
+	}
+}

@@ -1,0 +1,233 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/configs"
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/devbroker"
+	"github.com/wowd/wowd/internal/runtime"
+)
+
+func (a *app) runCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the daemon",
+		Long: `Run the daemon with the configuration file.
+
+SIGTERM or SIGINT stops it: no more admission, unfinished messages drain
+within wow.shutdown.timeout, offsets are committed, and it exits 0. Exit code
+1 means a runtime failure, 2 a configuration error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := a.load(a.configPath(cmd))
+			if err != nil {
+				return err
+			}
+			return a.serve(cfg, nil)
+		},
+	}
+	a.configFlag(cmd, "", "configuration file")
+	return cmd
+}
+
+// serve runs the runtime until a signal, then stops it within the shutdown
+// timeout. extra runs after the runtime started (dev mode's demo traffic)
+// and returns a function that undoes it.
+func (a *app) serve(cfg *config.Config, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
+	log, err := a.logger(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	rt, err := runtime.New(cfg, a.reg, log, version())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	rt.Start()
+	var undo func()
+	if extra != nil {
+		if undo, err = extra(ctx, log); err != nil {
+			log.Error("starting dev extras", zap.Error(err))
+			cancel()
+		}
+	}
+	<-ctx.Done()
+	log.Info("signal received, shutting down", zap.Duration("timeout", cfg.Shutdown.Timeout))
+	if undo != nil {
+		undo()
+	}
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
+	defer stopCancel()
+	if err := rt.Stop(stopCtx); err != nil {
+		return fmt.Errorf("stopping: %w", err)
+	}
+	return nil
+}
+
+func (a *app) devCmd() *cobra.Command {
+	var (
+		demo       bool
+		partitions int
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the daemon on an embedded Kafka-compatible broker",
+		Long: `Run the daemon on an embedded Kafka-compatible broker (franz-go's kfake)
+listening on the first bootstrap address, with every configured topic
+created. Without --config it uses the compiled-in configs/dev.yaml: the Wow
+example domain and a dispatcher that logs every message. --demo produces
+Wow-shaped event streams to the event topics. Any Kafka client can produce to
+and consume from the broker (kcat -b 127.0.0.1:9092 -L). Nothing is kept
+after it stops.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var cfg *config.Config
+			var err error
+			if path := a.configPath(cmd); path != "" {
+				cfg, err = a.load(path)
+			} else if cfg, err = config.Parse(configs.Dev, "configs/dev.yaml", a.reg, a.env); err != nil {
+				err = configError(err)
+			}
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("demo") {
+				cfg.Dev.Demo = demo
+			}
+			if cmd.Flags().Changed("partitions") {
+				if partitions < 1 {
+					return configError(fmt.Errorf("--partitions %d: want at least 1", partitions))
+				}
+				cfg.Dev.Partitions = partitions
+			}
+			topics := runtime.Topics(cfg)
+			b, err := devbroker.Start(cfg.Kafka.BootstrapServers[0], cfg.Dev.Partitions, topics)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			cfg.Kafka.BootstrapServers = []string{b.Addr()}
+			fmt.Fprintf(a.stderr, "wowd dev: embedded broker on %s with %d topics of %d partitions\n", b.Addr(), len(topics), cfg.Dev.Partitions)
+			return a.serve(cfg, func(ctx context.Context, log *zap.Logger) (func(), error) {
+				if !cfg.Dev.Demo {
+					return nil, nil
+				}
+				var events []string
+				for _, t := range topics {
+					if strings.HasSuffix(t, ".event") {
+						events = append(events, t)
+					}
+				}
+				dctx, stop := context.WithCancel(ctx)
+				d, err := devbroker.StartDemo(dctx, []string{b.Addr()}, firstContext(cfg), events, 5, log)
+				if err != nil {
+					stop()
+					return nil, err
+				}
+				return func() { stop(); _ = d.Wait() }, nil
+			})
+		},
+	}
+	a.configFlag(cmd, "", "configuration file (default: the compiled-in configs/dev.yaml)")
+	cmd.Flags().BoolVar(&demo, "demo", false, "produce demo traffic (overrides wow.dev.demo)")
+	cmd.Flags().IntVar(&partitions, "partitions", 0, "partitions per topic (overrides wow.dev.partitions)")
+	return cmd
+}
+
+func firstContext(cfg *config.Config) string {
+	names := make([]string, 0, len(cfg.Contexts))
+	for n := range cfg.Contexts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}
+
+func (a *app) configCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "Check or print a configuration"}
+	validate := &cobra.Command{
+		Use:   "validate",
+		Short: "Check a configuration: every problem is reported; exit 2 if any",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := a.load(a.configPath(cmd))
+			if err != nil {
+				return err
+			}
+			receivers := 0
+			for _, d := range cfg.Dispatchers {
+				receivers += len(d.Contexts)
+			}
+			_, err = fmt.Fprintf(a.stdout, "%s: ok (%d dispatchers, %d receivers, %d topics)\n",
+				a.configPath(cmd), len(cfg.Dispatchers), receivers, len(runtime.Topics(cfg)))
+			return err
+		},
+	}
+	a.configFlag(validate, "", "configuration file")
+	print := &cobra.Command{
+		Use:   "print",
+		Short: "Print the effective configuration, defaults included, secrets masked",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := a.load(a.configPath(cmd))
+			if err != nil {
+				return err
+			}
+			return cfg.WriteYAML(a.stdout, a.reg)
+		},
+	}
+	a.configFlag(print, "", "configuration file")
+	cmd.AddCommand(validate, print)
+	return cmd
+}
+
+func (a *app) handlersCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "handlers",
+		Short: "List the compiled-in handler types and their configuration",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			tw := tabwriter.NewWriter(a.stdout, 2, 4, 2, ' ', 0)
+			for _, name := range a.reg.Names() {
+				spec, _ := a.reg.Lookup(name)
+				fmt.Fprintf(tw, "%s\t%s\n", name, spec.Summary)
+				for _, f := range handler.Fields(spec) {
+					var notes []string
+					if f.Required {
+						notes = append(notes, "required")
+					}
+					if f.Default != "" {
+						notes = append(notes, "default "+f.Default)
+					}
+					if f.Secret {
+						notes = append(notes, "secret")
+					}
+					fmt.Fprintf(tw, "  %s\t%s\t%s %s\n", f.Name, f.Type, f.Description, paren(notes))
+				}
+			}
+			return errors.Join(tw.Flush())
+		},
+	}
+}
+
+func paren(notes []string) string {
+	if len(notes) == 0 {
+		return ""
+	}
+	return "(" + strings.Join(notes, "; ") + ")"
+}

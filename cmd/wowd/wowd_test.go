@@ -1,0 +1,315 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var wowdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "wowd-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	wowdBin = filepath.Join(dir, "wowd")
+	build := exec.Command("go", "build", "-o", wowdBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building wowd:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// sink records what an HTTP handler receives.
+type sink struct {
+	mu   sync.Mutex
+	got  map[string][]int // aggregate ID -> seq values in arrival order
+	n    int
+	ce   http.Header // headers of the first request
+	srv  *httptest.Server
+	want int
+	done chan struct{}
+}
+
+func newSink(t *testing.T, want int) *sink {
+	s := &sink{got: map[string][]int{}, want: want, done: make(chan struct{})}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var v struct{ Seq int }
+		if err := json.Unmarshal(body, &v); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.ce == nil {
+			s.ce = r.Header.Clone()
+		}
+		key := r.Header.Get("ce-subject")
+		s.got[key] = append(s.got[key], v.Seq)
+		s.n++
+		if s.n == s.want {
+			close(s.done)
+		}
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "wowd.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestDevDeliversInOrderAndStopsOnSIGTERM runs `wowd dev` as a process,
+// produces to its embedded broker from a separate client and checks that an
+// HTTP sink gets every record in per-aggregate order, then that SIGTERM
+// stops it with exit code 0 within the shutdown timeout.
+func TestDevDeliversInOrderAndStopsOnSIGTERM(t *testing.T) {
+	const (
+		records = 5_000
+		keys    = 100
+	)
+	s := newSink(t, records)
+	brokerPort, metricsPort := freePort(t), freePort(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+wow:
+  service: bintest
+  kafka:
+    bootstrap-servers: [127.0.0.1:%d]
+  contexts:
+    shop:
+      aggregates: [cart]
+  dispatchers:
+    to-sink:
+      topics: [event]
+      handler:
+        type: http
+        url: %s/wow
+  metrics:
+    listen: 127.0.0.1:%d
+  shutdown:
+    timeout: 10s
+  dev:
+    partitions: 4
+`, brokerPort, s.srv.URL, metricsPort))
+
+	var out bytes.Buffer
+	cmd := exec.Command(wowdBin, "dev", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("wowd output:\n%s", out.String())
+		}
+	})
+	waitReady(t, metricsPort, exited)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(fmt.Sprintf("127.0.0.1:%d", brokerPort)), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	seq := make([]int, keys)
+	for i := range records {
+		k := i % keys
+		recs = append(recs, &kgo.Record{Topic: "wow.shop.cart.event", Key: []byte("cart-" + strconv.Itoa(k)),
+			Value: fmt.Appendf(nil, `{"seq":%d}`, seq[k])})
+		seq[k]++
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+	case err := <-exited:
+		t.Fatalf("wowd exited early: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("sink got %d of %d records", s.n, records)
+	}
+	s.mu.Lock()
+	for k, seqs := range s.got {
+		for i, v := range seqs {
+			if v != i {
+				t.Fatalf("aggregate %s: position %d got seq %d", k, i, v)
+			}
+		}
+	}
+	if s.ce.Get("ce-specversion") != "1.0" || s.ce.Get("kafka-topic") != "wow.shop.cart.event" {
+		t.Errorf("request headers %v", s.ce)
+	}
+	s.mu.Unlock()
+
+	metrics := get(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	for _, name := range []string{"wowd_receiver_in_flight", "wowd_receiver_max_in_flight", "wowd_receiver_paused",
+		`wowd_messages_total{context="shop",dispatcher="to-sink",outcome="handled"} 5000`, "wowd_handler_duration_seconds",
+		"wowd_executor_workers", "wowd_executor_mailboxes", "wowd_commit_lag_records", "wowd_kafka_"} {
+		if !strings.Contains(metrics, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("after SIGTERM: %v, want exit 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("wowd did not stop within its 10s shutdown timeout")
+	}
+	t.Logf("stopped in %v", time.Since(start))
+}
+
+func waitReady(t *testing.T, port int, exited <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			t.Fatalf("wowd exited: %v", err)
+		default:
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("wowd did not become ready")
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestConfigValidateExitCodes runs `wowd config validate` over the good and
+// bad configuration corpus: exit 0 and "ok" for good files, exit 2 with the
+// expected messages for bad ones.
+func TestConfigValidateExitCodes(t *testing.T) {
+	root := filepath.Join("..", "..", "configs")
+	good, _ := filepath.Glob(filepath.Join(root, "testdata", "good", "*.yaml"))
+	good = append(good, filepath.Join(root, "wowd.yaml"), filepath.Join(root, "dev.yaml"))
+	for _, f := range good {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			out, code := runWowd(t, "config", "validate", "--config", f)
+			if code != 0 || !strings.Contains(out, "ok") {
+				t.Fatalf("exit %d, output:\n%s", code, out)
+			}
+		})
+	}
+	bad := map[string][]string{
+		"unknown-nested-key.yaml":   {"unknown key"},
+		"unknown-handler-type.yaml": {"unknown handler type", "known: discard, http, log"},
+		"many-errors.yaml":          {"\n"},
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "testdata", "bad", "*.yaml"))
+	if len(files) < 12 {
+		t.Fatalf("only %d bad configs in the corpus", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			out, code := runWowd(t, "config", "validate", "--config", f)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2; output:\n%s", code, out)
+			}
+			for _, want := range bad[filepath.Base(f)] {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+			if !strings.Contains(out, filepath.Base(f)) {
+				t.Errorf("output does not name the file:\n%s", out)
+			}
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		if out, code := runWowd(t, "config", "validate", "--config", "/nonexistent.yaml"); code != 2 {
+			t.Fatalf("exit %d, want 2; output:\n%s", code, out)
+		}
+	})
+	t.Run("env override", func(t *testing.T) {
+		cmd := exec.Command(wowdBin, "config", "print", "--config", good[0])
+		cmd.Env = append(os.Environ(), "WOW_DISPATCH_WORKERS=7")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "workers: 7") {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+		cmd = exec.Command(wowdBin, "config", "validate", "--config", good[0])
+		cmd.Env = append(os.Environ(), "WOW_DISPATCH_WORKERS=seven")
+		out, _ = cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "WOW_DISPATCH_WORKERS") {
+			t.Fatalf("bad env value: exit %d:\n%s", cmd.ProcessState.ExitCode(), out)
+		}
+	})
+}
+
+func runWowd(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(wowdBin, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if _, ok := err.(*exec.ExitError); !ok {
+			t.Fatal(err)
+		}
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}

@@ -1,0 +1,322 @@
+// Package runtime assembles wowd from its configuration and runs it: the
+// shared executor, one handler per dispatcher, one receiver per dispatcher
+// and bounded context, and the metrics server.
+//
+// Start order: metrics server, receivers. Stop order: report not ready,
+// wait the quiet period, stop every receiver (no more admission, drain,
+// final commit, leave the group), close the handlers, close the executor,
+// stop the metrics server. One deadline, wow.shutdown.timeout, covers it all.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/receiver"
+)
+
+// Runtime is a running wowd.
+type Runtime struct {
+	cfg       *config.Config
+	log       *zap.Logger
+	ex        *executor.Executor
+	metrics   *metrics.Metrics
+	server    *metrics.Server
+	receivers []*receiver.Receiver
+	handlers  map[string]handler.Handler // by dispatcher
+	stopping  atomic.Bool
+}
+
+// New builds the runtime; nothing connects or listens until Start, except
+// the metrics listener, bound here so a taken port fails early.
+func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version string) (*Runtime, error) {
+	if reg == nil {
+		reg = handler.Default()
+	}
+	rt := &Runtime{
+		cfg:      cfg,
+		log:      log,
+		metrics:  metrics.New(version),
+		handlers: make(map[string]handler.Handler),
+	}
+	rt.ex = executor.New(executor.Options{
+		Workers:         cfg.Dispatch.Workers,
+		Throughput:      cfg.Dispatch.Throughput,
+		BlockingWorkers: cfg.Dispatch.BlockingWorkers,
+	})
+	rt.metrics.Executor(func() metrics.ExecutorSnapshot {
+		s := rt.ex.Stats()
+		return metrics.ExecutorSnapshot{
+			Workers: s.Workers, Mailboxes: s.Mailboxes, QueuedMailboxes: s.QueuedMailboxes,
+			Admitted: s.Admitted, Completed: s.Completed, Failed: s.Failed,
+			BlockingRunning: s.BlockingRunning, LongestTurn: s.LongestTurn.Seconds(),
+		}
+	})
+	if err := rt.build(reg); err != nil {
+		rt.abort()
+		return nil, err
+	}
+	if cfg.Metrics.Listen != "" {
+		srv, err := metrics.NewServer(cfg.Metrics.Listen, rt.metrics, rt.Ready)
+		if err != nil {
+			rt.abort()
+			return nil, fmt.Errorf("wow.metrics.listen: %w", err)
+		}
+		rt.server = srv
+	}
+	return rt, nil
+}
+
+// build creates the handlers and receivers.
+func (rt *Runtime) build(reg *handler.Registry) error {
+	cfg := rt.cfg
+	for _, name := range slices.Sorted(maps.Keys(cfg.Dispatchers)) {
+		d := cfg.Dispatchers[name]
+		spec, ok := reg.Lookup(d.Handler.Type)
+		if !ok {
+			return fmt.Errorf("wow.dispatchers.%s.handler.type: unknown handler type %q (known: %s)",
+				name, d.Handler.Type, strings.Join(reg.Names(), ", "))
+		}
+		obs := &observer{byContext: make(map[string]*receiver.Receiver)}
+		h, err := spec.New(d.Handler.Decoded, handler.Deps{
+			Dispatcher: name,
+			Service:    cfg.Service,
+			Logger:     rt.log.Named("handler").With(zap.String("dispatcher", name), zap.String("handler", spec.Name)),
+			Observer:   obs,
+		})
+		if err != nil {
+			return fmt.Errorf("dispatcher %s: building %s handler: %w", name, spec.Name, err)
+		}
+		rt.handlers[name] = h
+		blocking := false
+		if b, ok := h.(handler.Blocker); ok {
+			blocking = b.Blocking()
+		}
+		for _, ctxName := range d.Contexts {
+			bc := cfg.Contexts[ctxName]
+			r, err := rt.receiver(name, d, ctxName, bc, h, blocking)
+			if err != nil {
+				return err
+			}
+			obs.byContext[ctxName] = r
+			rt.receivers = append(rt.receivers, r)
+		}
+	}
+	return nil
+}
+
+// Topic returns the topic of an aggregate's messages of one kind, as Wow
+// names it.
+func Topic(prefix, alias, aggregate, kind string) string {
+	return prefix + alias + "." + aggregate + "." + kind
+}
+
+// GroupID returns the consumer group of a dispatcher's receiver for one
+// bounded context.
+func GroupID(cfg *config.Config, dispatcher, alias string) string {
+	d := cfg.Dispatchers[dispatcher]
+	switch {
+	case d.GroupID == "":
+		return cfg.Service + "." + dispatcher + "." + alias
+	case len(d.Contexts) == 1:
+		return d.GroupID
+	default:
+		return d.GroupID + "." + alias
+	}
+}
+
+// Topics returns every topic the configuration consumes, sorted.
+func Topics(cfg *config.Config) []string {
+	set := map[string]bool{}
+	for _, d := range cfg.Dispatchers {
+		for _, c := range d.Contexts {
+			bc := cfg.Contexts[c]
+			for _, agg := range bc.Aggregates {
+				for _, kind := range d.Topics {
+					set[Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, kind)] = true
+				}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+func (rt *Runtime) receiver(dispatcher string, d config.Dispatcher, ctxName string, bc config.Context, h handler.Handler, blocking bool) (*receiver.Receiver, error) {
+	cfg := rt.cfg
+	routes := make(map[string]receiver.Route)
+	for _, agg := range bc.Aggregates {
+		g := rt.ex.Group(blocking) // mailboxes of (dispatcher, context, aggregate)
+		for _, k := range d.Topics {
+			kind, err := handler.ParseKind(k)
+			if err != nil {
+				return nil, err
+			}
+			routes[Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, k)] = receiver.Route{Context: ctxName, Aggregate: agg, Kind: kind, Group: g}
+		}
+	}
+	clientID := cfg.Kafka.ClientID + "-" + dispatcher + "-" + bc.Alias
+	log := rt.log.With(zap.String("dispatcher", dispatcher), zap.String("context", ctxName))
+	opts, err := ClientOptions(cfg.Kafka, clientID, log, rt.metrics.Registry)
+	if err != nil {
+		return nil, err
+	}
+	dlTopic := d.DeadLetter.Topic
+	r, err := receiver.New(receiver.Options{
+		Dispatcher:     dispatcher,
+		Context:        ctxName,
+		Service:        cfg.Service,
+		GroupID:        GroupID(cfg, dispatcher, bc.Alias),
+		Routes:         routes,
+		MaxInFlight:    cfg.Dispatch.MaxInFlight,
+		CommitInterval: cfg.Kafka.CommitInterval,
+		RevokeTimeout:  cfg.Kafka.RevokeTimeout,
+		Handler:        h,
+		HandlerType:    d.Handler.Type,
+		DeadLetter: receiver.DeadLetter{
+			Enabled: d.DeadLetter.Enabled,
+			Topic:   func(src string) string { return strings.ReplaceAll(dlTopic, "{topic}", src) },
+		},
+		ClientOpts: opts,
+		Logger:     log,
+		Metrics:    rt.metrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher %s, context %s: %w", dispatcher, ctxName, err)
+	}
+	return r, nil
+}
+
+// Metrics returns the runtime's metrics.
+func (rt *Runtime) Metrics() *metrics.Metrics { return rt.metrics }
+
+// MetricsAddr returns the address the metrics server listens on, or "".
+func (rt *Runtime) MetricsAddr() string {
+	if rt.server == nil {
+		return ""
+	}
+	return rt.server.Addr()
+}
+
+// Start serves metrics and starts consuming.
+func (rt *Runtime) Start() {
+	if rt.server != nil {
+		rt.server.Start()
+	}
+	for _, r := range rt.receivers {
+		r.Start()
+	}
+	rt.log.Info("wowd started", zap.Int("receivers", len(rt.receivers)), zap.Int("workers", rt.ex.Stats().Workers),
+		zap.String("metrics", rt.MetricsAddr()))
+}
+
+// Ready reports whether every receiver has joined its group; while stopping
+// it reports not ready.
+func (rt *Runtime) Ready() (bool, string) {
+	if rt.stopping.Load() {
+		return false, "stopping"
+	}
+	waiting := 0
+	for _, r := range rt.receivers {
+		if !r.Ready() {
+			waiting++
+		}
+	}
+	if waiting > 0 {
+		return false, fmt.Sprintf("%d of %d receivers have not joined their consumer group yet", waiting, len(rt.receivers))
+	}
+	return true, ""
+}
+
+// Stop shuts down in order within ctx: see the package documentation.
+func (rt *Runtime) Stop(ctx context.Context) error {
+	rt.stopping.Store(true)
+	if q := rt.cfg.Shutdown.QuietPeriod; q > 0 {
+		rt.log.Info("quiet period before stopping", zap.Duration("quiet_period", q))
+		select {
+		case <-time.After(q):
+		case <-ctx.Done():
+		}
+	}
+	rt.log.Info("stopping: no more admission, draining")
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for _, r := range rt.receivers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Stop(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	errs = append(errs, rt.closeHandlers(ctx))
+	if err := rt.ex.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if rt.server != nil {
+		if err := rt.server.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		rt.log.Warn("stopped with problems", zap.Error(err))
+	} else {
+		rt.log.Info("stopped cleanly")
+	}
+	return err
+}
+
+func (rt *Runtime) closeHandlers(ctx context.Context) error {
+	var errs []error
+	for name, h := range rt.handlers {
+		if c, ok := h.(handler.Closer); ok {
+			if err := c.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("closing handler of %s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// abort releases what New built before failing.
+func (rt *Runtime) abort() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, r := range rt.receivers {
+		_ = r.Stop(ctx)
+	}
+	_ = rt.closeHandlers(ctx)
+	_ = rt.ex.Close(ctx)
+}
+
+// observer receives handler retry events of one dispatcher and hands them to
+// the receiver of the message's context.
+type observer struct {
+	byContext map[string]*receiver.Receiver // written only while building
+}
+
+func (o *observer) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
+	if r := o.byContext[m.Context]; r != nil {
+		r.Retrying(m, attempt, err, wait)
+	}
+}
