@@ -20,8 +20,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/wowd/wowd/handler"
-	_ "github.com/wowd/wowd/internal/handlers" // the built-in handlers
 	"github.com/wowd/wowd/internal/config"
+	_ "github.com/wowd/wowd/internal/handlers" // the built-in handlers
 )
 
 // Exit codes.

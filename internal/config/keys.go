@@ -121,7 +121,7 @@ var dispatcherFields = []field[Dispatcher]{
 		ptr:  func(d *Dispatcher) any { return &d.GroupID }},
 	{name: "dead-letter.enabled", def: "true",
 		desc: "Write records whose handler failed for good to the dead-letter topic, then commit past them. When false they are retried forever, holding their aggregate and the partition's commit.",
-		ptr: func(d *Dispatcher) any { return &d.DeadLetter.Enabled }},
+		ptr:  func(d *Dispatcher) any { return &d.DeadLetter.Enabled }},
 	{name: "dead-letter.topic", def: DefaultDeadLetterTopic,
 		desc: "Dead-letter topic; {topic} stands for the source topic.",
 		ptr:  func(d *Dispatcher) any { return &d.DeadLetter.Topic }},
