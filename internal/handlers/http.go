@@ -350,12 +350,12 @@ func (s *httpSink) attempt(c *call) {
 		s.complete(c, s.wrap(errSinkClosed))
 	default:
 		if class, _ := handler.Classify(err); class != handler.Transient {
-			s.complete(c, err)
+			s.complete(c, handler.WithAttempts(c.attempt, err))
 			return
 		}
 		if s.cfg.MaxAttempts > 0 && c.attempt >= s.cfg.MaxAttempts {
-			s.complete(c, handler.Classed(handler.Transient,
-				fmt.Errorf("giving up after %d attempts: %w", c.attempt, err)))
+			s.complete(c, handler.WithAttempts(c.attempt, handler.Classed(handler.Transient,
+				fmt.Errorf("giving up after %d attempts: %w", c.attempt, err))))
 			return
 		}
 		wait := s.backoff(c.attempt)

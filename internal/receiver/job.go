@@ -220,3 +220,11 @@ func backoff(n int, limit time.Duration) time.Duration {
 	d = min(d, limit)
 	return d/2 + rand.N(d/2+1)
 }
+
+// Retrying is told by the handler that an attempt of m failed and will be
+// retried after wait.
+func (r *Receiver) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
+	r.m.Count(metrics.Retried, 1)
+	r.log.Debug("handler attempt failed; retrying", zap.String("topic", m.Topic), zap.Int32("partition", m.Partition),
+		zap.Int64("offset", m.Offset), zap.Int("attempt", attempt), zap.Duration("wait", wait), zap.Error(err))
+}
