@@ -66,7 +66,8 @@ func (p *blockingPool) loop() {
 	}
 }
 
-// run runs one task as the owner of its mailbox.
+// run runs one task as the owner of its mailbox; the task counts in the
+// mailbox's pending tasks until it finished.
 func (p *blockingPool) run(j blockingJob) {
 	p.running.Add(1)
 	st := j.t.Run(Resume{j.mb})

@@ -202,19 +202,21 @@ func (g *Group) Submit(key string, t Task) error {
 		return ErrClosed
 	}
 	sh.admitted++
-	if mb := sh.m.get(h, k); mb != nil {
-		mb.in = append(mb.in, t)
+	mb := sh.m.get(h, k)
+	if mb == nil {
+		mb = sh.take()
+		mb.ex, mb.shard, mb.key, mb.hash, mb.blocking = e, sh, k, h, g.blocking
+		sh.m.put(mb)
+	}
+	if mb.pending.Add(1) > 1 {
+		mb.in = append(mb.in, t) // its owner will take it
 		sh.mu.Unlock()
 		return nil
 	}
-	mb := sh.take()
-	mb.ex, mb.shard, mb.key, mb.hash, mb.blocking = e, sh, k, h, g.blocking
-	// The new mailbox is not visible to any worker yet: its first task goes
-	// straight to the owner's side, so the first turn needs no lock.
-	mb.local = append(mb.local[:0], t)
-	mb.li = 0
-	sh.m.put(mb)
-	sh.active++
+	// The mailbox was empty: nobody owns it, so its first task goes
+	// straight to the owner's side and the first turn needs no lock.
+	mb.local = append(mb.local, t)
+	sh.activated++
 	sh.mu.Unlock()
 	e.place(mb)
 	return nil
@@ -226,42 +228,75 @@ type mkey struct {
 	id    string
 }
 
-// shard is one part of the mailbox map. Padded so shards do not share cache
-// lines.
+// shard is one part of the mailbox table. Padded so shards do not share
+// cache lines.
 type shard struct {
-	mu     sync.Mutex // guards m, free, closed and every mailbox's in slice
+	mu     sync.Mutex // guards m, free, closed, activated, admitted and every mailbox's in slice
 	m      table
 	free   []*mailbox
 	closed bool
 
-	active         int64         // mailboxes in m; guarded by mu
-	admitted       uint64        // tasks submitted; guarded by mu
-	asyncCompleted atomic.Uint64 // Pending tasks completed successfully
-	asyncFailed    atomic.Uint64 // Pending tasks completed with failure
+	activated      uint64                  // mailboxes that went from empty to holding tasks
+	admitted       uint64                  // tasks submitted
+	emptied        atomic.Uint64           // mailboxes emptied away from a worker turn
+	asyncCompleted atomic.Uint64           // Pending tasks completed successfully
+	asyncFailed    atomic.Uint64           // Pending tasks completed with failure
+	emptiedList    atomic.Pointer[mailbox] // emptied mailboxes to remove from m (a stack)
 	_              [64]byte
 }
 
-const maxFree = 256
+const maxFree = 256 // pooled mailboxes per shard
 
-// take returns a pooled or new mailbox. Called with sh.mu held.
+// take returns a pooled or new mailbox, first retiring the mailboxes emptied
+// since the last call. Called with sh.mu held.
 func (sh *shard) take() *mailbox {
+	if sh.emptiedList.Load() != nil {
+		for mb := sh.emptiedList.Swap(nil); mb != nil; {
+			next := mb.nextEmptied
+			mb.nextEmptied = nil
+			sh.retire(mb)
+			mb = next
+		}
+	}
 	if n := len(sh.free); n > 0 {
 		mb := sh.free[n-1]
 		sh.free[n-1] = nil
 		sh.free = sh.free[:n-1]
+		mb.listed.Store(false)
 		return mb
 	}
 	return &mailbox{}
 }
 
-// removeLocked deletes an empty mailbox and pools it. Called with sh.mu held
-// by the mailbox's owner.
-func (sh *shard) removeLocked(mb *mailbox) {
+// listEmptied hands an emptied mailbox to the submitters for removal: the
+// owner that emptied it takes no lock. mb must not be touched after, other
+// than by the shard. A mailbox is listed at most once at a time.
+func (sh *shard) listEmptied(mb *mailbox) {
+	if !mb.listed.CompareAndSwap(false, true) {
+		return // already listed: the submitter side will look at it
+	}
+	for {
+		head := sh.emptiedList.Load()
+		mb.nextEmptied = head
+		if sh.emptiedList.CompareAndSwap(head, mb) {
+			return
+		}
+	}
+}
+
+// retire removes a listed mailbox from the table if it is still empty; a
+// mailbox taken back by its key since then stays. Called with sh.mu held, so
+// no mailbox can go from empty to active meanwhile.
+func (sh *shard) retire(mb *mailbox) {
+	if mb.pending.Load() != 0 {
+		mb.listed.Store(false)
+		// It may have emptied again before we cleared listed, without
+		// listing itself: if so, it is ours to remove.
+		if mb.pending.Load() != 0 || !mb.listed.CompareAndSwap(false, true) {
+			return
+		}
+	}
 	sh.m.del(mb)
-	sh.active--
-	clear(mb.local)
-	mb.local = mb.local[:0]
-	mb.li = 0
 	if cap(mb.local) > 1024 {
 		mb.local = nil
 	}
@@ -270,17 +305,26 @@ func (sh *shard) removeLocked(mb *mailbox) {
 	}
 	mb.key = mkey{}
 	if len(sh.free) < maxFree {
-		sh.free = append(sh.free, mb)
+		sh.free = append(sh.free, mb) // listed stays set until take: nobody can list it
 	}
 }
 
 // mailbox holds the tasks of one key.
+//
+// pending counts the tasks submitted and not finished. The submitter that
+// raises it from 0 owns the mailbox and places it on a worker; the owner that
+// brings it back to 0 lets go without a lock, listing it for removal, which
+// the next submitter in the shard does (unless its key came back first).
+// Between those, exactly one party owns it: a worker's FIFO, a worker's turn,
+// a pending task's completion, or the blocking pool.
 type mailbox struct {
 	ex       *Executor
 	shard    *shard
 	key      mkey
 	hash     uint64
 	blocking bool
+
+	pending atomic.Int64
 
 	in []Task // appended by submitters; guarded by shard.mu
 
@@ -293,22 +337,25 @@ type mailbox struct {
 	// 2 if the completion came first.
 	phase       atomic.Uint32
 	earlyFailed bool // outcome of an early completion; written before phase 0→2
+
+	listed      atomic.Bool // on the shard's emptied list, or pooled
+	nextEmptied *mailbox    // next on the emptied list
 }
 
-// refill moves incoming tasks to the owner's side, or removes the mailbox if
-// there are none. It reports whether there is a task to run. Called by the
-// owner with local exhausted.
-func (mb *mailbox) refill() bool {
-	sh := mb.shard
-	sh.mu.Lock()
-	if len(mb.in) == 0 {
-		sh.removeLocked(mb)
-		sh.mu.Unlock()
+// settle accounts for finished tasks of the current owner with local
+// exhausted. It reports false if that emptied the mailbox (the owner must let
+// go and not touch it again), else it moves the incoming tasks to the owner's
+// side.
+func (mb *mailbox) settle(finished int64) bool {
+	sh := mb.shard          // read before letting go: a submitter may reuse mb at once
+	mb.local = mb.local[:0] // every slot was cleared as its task was taken
+	mb.li = 0
+	if finished > 0 && mb.pending.Add(-finished) == 0 {
+		sh.listEmptied(mb)
 		return false
 	}
-	clear(mb.local)
-	mb.local, mb.in = mb.in, mb.local[:0]
-	mb.li = 0
+	sh.mu.Lock()
+	mb.local, mb.in = mb.in, mb.local
 	sh.mu.Unlock()
 	return true
 }
@@ -341,11 +388,20 @@ func (mb *mailbox) released() (waiting, failed bool) {
 	return false, failed
 }
 
-// resume continues a mailbox whose owner is not a worker turn (a completion
-// or the blocking pool): it goes back on a worker if it has tasks, or away.
+// resume continues a mailbox after one task finished away from a worker turn
+// (an asynchronous completion, or the blocking pool): back on a worker if it
+// has tasks, else let go.
 func (e *Executor) resume(mb *mailbox) {
-	if mb.li < len(mb.local) || mb.refill() {
+	if mb.li < len(mb.local) {
+		mb.pending.Add(-1) // tasks remain on the owner's side: not empty
 		e.place(mb)
+		return
+	}
+	sh := mb.shard
+	if mb.settle(1) {
+		e.place(mb)
+	} else {
+		sh.emptied.Add(1)
 	}
 }
 
@@ -370,7 +426,7 @@ func (e *Executor) place(mb *mailbox) {
 			}
 			continue
 		}
-		q := uint32(st)
+		q := uint32(st) // the inbox: a good enough measure of load
 		if q < anyLen {
 			shortestAny, anyLen = w, q
 		}
@@ -408,42 +464,71 @@ func (e *Executor) place(mb *mailbox) {
 	}
 }
 
-// Bits of worker.st above the FIFO length.
+// Bits of worker.st above the inbox length.
 const (
 	stParked   = 1 << 32 // parked, waiting for a wake
 	stWatching = 1 << 33 // parked with a timeout, watching for long turns
 )
 
-// worker runs mailbox turns.
+// worker runs mailbox turns. Its queue is its run queue followed by its
+// inbox: placement pushes into the inbox, the worker moves the inbox into
+// the run queue when that runs dry, and idle workers steal from both.
 type worker struct {
 	ex   *Executor
 	id   int
 	wake chan struct{}
 	_    [40]byte
 
-	// Read by placement for every activation: on a cache line of their own.
-	st        atomic.Uint64 // FIFO length | stParked | stWatching; written with mu held
-	stuck     atomic.Bool   // set by a watcher when the current turn runs long; cleared at the next turn
-	turnStart atomic.Int64  // Executor.now() at the start of the current turn; 0 between turns
-	_         [40]byte
+	// Read by placement for every activation: on a cache line of their own,
+	// written only when they change.
+	st    atomic.Uint64 // inbox length | stParked | stWatching; written with mu held
+	stuck atomic.Bool   // set by a watcher when the current turn runs long; cleared at the next turn
+	_     [52]byte
 
-	mu   sync.Mutex // guards q and idle
-	q    fifo
-	idle bool // parked, waiting for wake
+	turnStart atomic.Int64 // Executor.now() at the start of the current turn; 0 between turns
 
-	completed atomic.Uint64 // synchronous completions, added once per turn
-	failed    atomic.Uint64
-	_         [64]byte
+	// Counts of the worker's own turns, owner only, published to the
+	// atomics below every few turns and whenever it parks.
+	local struct{ completed, failed, emptied, turns uint64 }
+
+	completed atomic.Uint64 // tasks finished by this worker's turns
+	failed    atomic.Uint64 // of which failed
+	emptied   atomic.Uint64 // mailboxes this worker's turns emptied
+	_         [24]byte
+
+	mu    sync.Mutex // guards inbox and idle
+	inbox fifo
+	idle  bool // parked, waiting for wake
+
+	rq runq
+	_  [64]byte
 }
 
-// publish mirrors q and the parking state for placement. Called with mu held.
+// flush publishes the worker's counts. Owner only.
+func (w *worker) flush() {
+	if w.local.completed != w.completed.Load() {
+		w.completed.Store(w.local.completed)
+	}
+	if w.local.failed != w.failed.Load() {
+		w.failed.Store(w.local.failed)
+	}
+	if w.local.emptied != w.emptied.Load() {
+		w.emptied.Store(w.local.emptied)
+	}
+}
+
+// queued returns the number of mailboxes waiting for the worker.
+func (w *worker) queued() uint32 { return uint32(w.st.Load()) + w.rq.len() }
+
+// publish mirrors the inbox and the parking state for placement. Called
+// with mu held.
 func (w *worker) publish(flags uint64) {
-	w.st.Store(uint64(w.q.len()) | flags)
+	w.st.Store(uint64(w.inbox.len()) | flags)
 }
 
 func (w *worker) push(mb *mailbox) {
 	w.mu.Lock()
-	w.q.push(mb)
+	w.inbox.push(mb)
 	wasIdle := w.idle
 	w.idle = false
 	w.publish(0)
@@ -461,12 +546,32 @@ func (w *worker) nudge() {
 	}
 }
 
-func (w *worker) pop() *mailbox {
-	w.mu.Lock()
-	mb := w.q.pop()
-	if mb != nil {
-		w.publish(0)
+// next takes the worker's next mailbox: from its run queue, refilled from
+// its inbox when dry. Owner only.
+func (w *worker) next() *mailbox {
+	if mb := w.rq.get(); mb != nil {
+		return mb
 	}
+	w.mu.Lock()
+	for w.inbox.len() > 0 && w.rq.put(w.inbox.buf[w.inbox.head]) {
+		w.inbox.pop()
+	}
+	w.publish(0)
+	w.mu.Unlock()
+	return w.rq.get()
+}
+
+// take removes the oldest mailbox waiting for w, for a thief.
+func (w *worker) take() *mailbox {
+	if mb := w.rq.get(); mb != nil {
+		return mb
+	}
+	if uint32(w.st.Load()) == 0 {
+		return nil
+	}
+	w.mu.Lock()
+	mb := w.inbox.pop()
+	w.publish(0)
 	w.mu.Unlock()
 	return mb
 }
@@ -482,7 +587,7 @@ func (w *worker) loop() {
 	const maxWatch = time.Millisecond
 	backoff := longTurn
 	for {
-		mb := w.pop()
+		mb := w.next()
 		if mb == nil {
 			mb = w.steal()
 		}
@@ -499,8 +604,9 @@ func (w *worker) loop() {
 		}
 		// Park. Mark idle under the lock so a concurrent push either lands
 		// before (we see it) or wakes us.
+		w.flush()
 		w.mu.Lock()
-		if w.q.len() > 0 {
+		if w.inbox.len() > 0 || w.rq.len() > 0 {
 			w.mu.Unlock()
 			continue
 		}
@@ -561,11 +667,7 @@ func (w *worker) steal() *mailbox {
 	ws := w.ex.workers
 	n := len(ws)
 	for i := 1; i < n; i++ {
-		v := ws[(w.id+i)%n]
-		if uint32(v.st.Load()) == 0 {
-			continue
-		}
-		if mb := v.pop(); mb != nil {
+		if mb := ws[(w.id+i)%n].take(); mb != nil {
 			return mb
 		}
 	}
@@ -579,13 +681,18 @@ func (w *worker) turn(mb *mailbox) {
 	if w.stuck.Load() {
 		w.stuck.Store(false)
 	}
-	var done, failed uint64
+	var done, failed, finished int64 // finished: not yet taken off mb.pending
 	for n := 0; ; {
-		if mb.li == len(mb.local) && !mb.refill() {
-			break // mailbox removed
+		if mb.li == len(mb.local) {
+			if !mb.settle(finished) {
+				w.local.emptied++
+				break // emptied and let go
+			}
+			finished = 0
 		}
 		if n == e.throughput {
-			w.push(mb) // back of the FIFO: fair to the other mailboxes
+			mb.pending.Add(-finished) // tasks remain: cannot empty it
+			w.push(mb)                // back of the FIFO: fair to the other mailboxes
 			break
 		}
 		t := mb.local[mb.li]
@@ -593,19 +700,23 @@ func (w *worker) turn(mb *mailbox) {
 		mb.li++
 		n++
 		if mb.blocking {
+			mb.pending.Add(-finished) // t is still pending: cannot empty it
 			e.blocking.submit(t, mb)
 			break
 		}
 		switch t.Run(Resume{mb}) {
 		case Done:
 			done++
+			finished++
 			continue
 		case Failed:
 			failed++
+			finished++
 			continue
 		}
 		waiting, f := mb.released()
 		if waiting {
+			mb.pending.Add(-finished) // t is still pending: cannot empty it
 			break
 		}
 		if f {
@@ -613,13 +724,13 @@ func (w *worker) turn(mb *mailbox) {
 		} else {
 			done++
 		}
+		finished++
 	}
 	w.turnStart.Store(0)
-	if done > 0 {
-		w.completed.Add(done)
-	}
-	if failed > 0 {
-		w.failed.Add(failed)
+	w.local.completed += uint64(done + failed)
+	w.local.failed += uint64(failed)
+	if w.local.turns++; w.local.turns%64 == 0 {
+		w.flush()
 	}
 }
 
@@ -641,8 +752,9 @@ func (e *Executor) Stats() Stats {
 	s := Stats{Workers: len(e.workers)}
 	now := e.now()
 	for _, w := range e.workers {
-		s.QueuedMailboxes += int64(uint32(w.st.Load()))
-		s.Completed += w.completed.Load()
+		s.Mailboxes -= int64(w.emptied.Load())
+		s.QueuedMailboxes += int64(w.queued())
+		s.Completed += w.completed.Load() - w.failed.Load()
 		s.Failed += w.failed.Load()
 		if ts := w.turnStart.Load(); ts != 0 {
 			s.LongestTurn = max(s.LongestTurn, time.Duration(now-ts))
@@ -651,7 +763,7 @@ func (e *Executor) Stats() Stats {
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
-		s.Mailboxes += sh.active
+		s.Mailboxes += int64(sh.activated - sh.emptied.Load())
 		s.Admitted += sh.admitted
 		sh.mu.Unlock()
 		s.Completed += sh.asyncCompleted.Load()
@@ -666,7 +778,7 @@ func (e *Executor) Stats() Stats {
 func (e *Executor) Finished() uint64 {
 	var n uint64
 	for _, w := range e.workers {
-		n += w.completed.Load() + w.failed.Load()
+		n += w.completed.Load()
 	}
 	for i := range e.shards {
 		sh := &e.shards[i]
@@ -697,7 +809,7 @@ func (e *Executor) TopBacklogs(n int) []Backlog {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		sh.m.each(func(mb *mailbox) {
-			d := len(mb.in)
+			d := len(mb.in) // empty mailboxes have none
 			if d == 0 || (len(top) == n && d <= top[n-1].Tasks) {
 				return
 			}

@@ -1,0 +1,48 @@
+package executor
+
+import "sync/atomic"
+
+// runq is a worker's queue of mailboxes ready to run, in the manner of the Go
+// scheduler's per-P run queue: only the owning worker puts (at the tail);
+// the owner and idle workers take from the head with a CAS. Mailboxes
+// submitted for the worker first land in its inbox (a locked FIFO) and move
+// here in batches, so the worker takes one lock per batch instead of one per
+// mailbox, and what waits here can still be stolen.
+type runq struct {
+	head atomic.Uint32 // next slot to take; CAS by owner and thieves
+	tail atomic.Uint32 // next slot to fill; written by the owner only
+	_    [56]byte
+	buf  [runqSize]atomic.Pointer[mailbox]
+}
+
+const runqSize = 256
+
+// len returns the number of mailboxes held (a snapshot).
+func (q *runq) len() uint32 { return q.tail.Load() - q.head.Load() }
+
+// put appends mb; it reports false when full. Owner only.
+func (q *runq) put(mb *mailbox) bool {
+	t := q.tail.Load()
+	if t-q.head.Load() >= runqSize {
+		return false
+	}
+	q.buf[t%runqSize].Store(mb)
+	q.tail.Store(t + 1)
+	return true
+}
+
+// get takes the oldest mailbox, or nil. Safe for the owner and thieves.
+func (q *runq) get() *mailbox {
+	for {
+		h := q.head.Load()
+		if h == q.tail.Load() {
+			return nil
+		}
+		mb := q.buf[h%runqSize].Load()
+		// The slot cannot be refilled before head moves past it, and only the
+		// CAS below moves it: if it succeeds, mb is the mailbox we read.
+		if q.head.CompareAndSwap(h, h+1) {
+			return mb
+		}
+	}
+}
