@@ -27,6 +27,7 @@ func Catalog() []Doc {
 	r.HandlerDuration(0)
 	r.Commit(true)
 	r.Assigned(1)
+	r.Backoff()
 	m.Executor(func() ExecutorSnapshot { return ExecutorSnapshot{} })
 	mfs, err := m.Registry.Gather()
 	if err != nil {

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -17,6 +18,8 @@ type ReceiverSnapshot struct {
 	CommitLag          int64 // records read but not yet committed, over owned partitions
 	Lag                int64 // records between the committed offsets and the partitions' ends
 	MaxKeyBacklog      int   // most messages waiting for one aggregate ID of this receiver
+	BackingOff         bool  // most recent handler attempts failed: fetching paused, failures held
+	BackoffDelay       time.Duration
 }
 
 // ReceiverSource gives a receiver's snapshot; called at scrape time.
@@ -45,6 +48,10 @@ var (
 		"Records between the committed offsets and the ends of the owned partitions, as of the last fetch.", receiverLabels, nil)
 	descKeyBacklog = prometheus.NewDesc(Namespace+"_receiver_max_key_backlog",
 		"Most messages waiting for a single aggregate ID of the receiver: a hot aggregate shows here.", receiverLabels, nil)
+	descBackingOff = prometheus.NewDesc(Namespace+"_receiver_backing_off",
+		"1 while most recent handler attempts fail transiently (a sink is down): fetching is paused and failures are held, not dead-lettered.", receiverLabels, nil)
+	descBackoffDelay = prometheus.NewDesc(Namespace+"_receiver_backoff_seconds",
+		"Current backoff delay between probes while backing off; 0 otherwise.", receiverLabels, nil)
 )
 
 type receiverEntry struct {
@@ -67,7 +74,7 @@ func (c *receiverCollector) add(dispatcher, context string, src ReceiverSource) 
 }
 
 func (c *receiverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog} {
+	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog, descBackingOff, descBackoffDelay} {
 		ch <- d
 	}
 }
@@ -90,6 +97,8 @@ func (c *receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descCommitLag, float64(s.CommitLag))
 		g(descLag, float64(s.Lag))
 		g(descKeyBacklog, float64(s.MaxKeyBacklog))
+		g(descBackingOff, b2f(s.BackingOff))
+		g(descBackoffDelay, s.BackoffDelay.Seconds())
 	}
 }
 

@@ -47,6 +47,7 @@ type Metrics struct {
 	handlerDuration *prometheus.HistogramVec
 	commits         *prometheus.CounterVec
 	rebalances      *prometheus.CounterVec
+	backoffs        *prometheus.CounterVec
 	receivers       *receiverCollector
 }
 
@@ -73,6 +74,10 @@ func New(version string) *Metrics {
 			Namespace: Namespace, Name: "rebalance_events_total",
 			Help: "Partitions assigned, revoked and lost (event: assigned, revoked, lost), counted per partition.",
 		}, []string{"dispatcher", "context", "event"}),
+		backoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "receiver_backoffs_total",
+			Help: "Times a receiver started backing off because most recent handler attempts failed.",
+		}, []string{"dispatcher", "context"}),
 		receivers: newReceiverCollector(),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -80,7 +85,7 @@ func New(version string) *Metrics {
 		Help: "Always 1; the version label names the running build.",
 	}, []string{"version"})
 	buildInfo.WithLabelValues(version).Set(1)
-	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.receivers, buildInfo,
+	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.receivers, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -98,6 +103,7 @@ func (m *Metrics) Receiver(dispatcher, context, handlerType string, src Receiver
 	r.assigned = m.rebalances.WithLabelValues(dispatcher, context, "assigned")
 	r.revoked = m.rebalances.WithLabelValues(dispatcher, context, "revoked")
 	r.lost = m.rebalances.WithLabelValues(dispatcher, context, "lost")
+	r.backoffs = m.backoffs.WithLabelValues(dispatcher, context)
 	if src != nil {
 		m.receivers.add(dispatcher, context, src)
 	}
@@ -115,7 +121,14 @@ type Receiver struct {
 	duration            prometheus.Observer
 	commitOK, commitErr prometheus.Counter
 	assigned, revoked   prometheus.Counter
-	lost                prometheus.Counter
+	lost, backoffs      prometheus.Counter
+}
+
+// Backoff records that the receiver started backing off.
+func (r *Receiver) Backoff() {
+	if r != nil {
+		r.backoffs.Inc()
+	}
 }
 
 // Count records n messages with outcome o.

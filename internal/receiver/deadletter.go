@@ -1,8 +1,12 @@
 package receiver
 
 import (
+	"context"
+	"errors"
 	"strconv"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
@@ -68,4 +72,34 @@ func (r *Receiver) deadLetter(j *job) {
 			zap.String("dead_letter_topic", rec.Topic), zap.Int("attempt", j.tries), zap.Duration("wait", wait), zap.Error(err))
 		j.after(wait, func() { r.deadLetter(j) })
 	})
+}
+
+// ensureDeadLetterTopics creates the missing dead-letter topics of the
+// receiver's topics, each with its source's partition count and the broker's
+// default replication. Failing that (no permission, broker down) it only
+// warns: a dead-letter write to a missing topic is retried and holds the
+// source offset, so nothing is lost.
+func (r *Receiver) ensureDeadLetterTopics(ctx context.Context) {
+	adm := kadm.NewClient(r.cl)
+	sources, err := adm.ListTopics(ctx, r.topics...)
+	if err != nil {
+		r.log.Warn("listing topics to create dead-letter topics", zap.Error(err))
+		return
+	}
+	for _, src := range r.topics {
+		dl := r.o.DeadLetter.Topic(src)
+		st, ok := sources[src]
+		if !ok || st.Err != nil {
+			continue // the source does not exist yet; its dead-letter topic can wait
+		}
+		resp, err := adm.CreateTopic(ctx, int32(len(st.Partitions)), -1, nil, dl)
+		switch {
+		case err == nil && resp.Err == nil:
+			r.log.Info("dead-letter topic created", zap.String("topic", dl), zap.Int("partitions", len(st.Partitions)))
+		case errors.Is(err, kerr.TopicAlreadyExists) || errors.Is(resp.Err, kerr.TopicAlreadyExists):
+		default:
+			r.log.Warn("creating dead-letter topic; writes to it will be retried until it exists",
+				zap.String("topic", dl), zap.Error(errors.Join(err, resp.Err)))
+		}
+	}
 }

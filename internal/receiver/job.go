@@ -101,10 +101,14 @@ func (j *job) Complete(_ uint64, err error) {
 	r := j.r
 	if err == nil {
 		r.m.HandlerDuration(time.Since(j.start))
+		r.outcome(false)
 		j.finish(metrics.Handled)
 		return
 	}
 	class, _ := handler.Classify(err)
+	if class == handler.Transient {
+		r.outcome(true)
+	}
 	switch {
 	case class == handler.Skip:
 		r.m.HandlerDuration(time.Since(j.start))
@@ -113,11 +117,14 @@ func (j *job) Complete(_ uint64, err error) {
 		// Revoked or shutting down: the failure may only be the cancellation.
 		// Not finished; the next owner gets it again.
 		j.abandon()
-	case !r.o.DeadLetter.Enabled:
+	case !r.o.DeadLetter.Enabled || (class == handler.Transient && r.fails.isFailing()):
+		// Dead letters disabled, or a transient failure while the sink is
+		// down: dead-lettering would empty the stream into the dead-letter
+		// topic. Hold the message (not the worker) and try again.
 		j.tries++
 		wait := backoff(j.tries, r.o.RetryBackoff)
 		r.m.Count(metrics.Retried, 1)
-		r.log.Warn("handler failed; dead letters are disabled, retrying",
+		r.log.Warn("handler failed; holding the message and retrying",
 			zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
 			zap.String("class", class.String()), zap.Int("attempt", j.tries), zap.Duration("wait", wait), zap.Error(err))
 		j.after(wait, j.call)
@@ -224,7 +231,22 @@ func backoff(n int, limit time.Duration) time.Duration {
 // Retrying is told by the handler that an attempt of m failed and will be
 // retried after wait.
 func (r *Receiver) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
+	r.outcome(true)
 	r.m.Count(metrics.Retried, 1)
 	r.log.Debug("handler attempt failed; retrying", zap.String("topic", m.Topic), zap.Int32("partition", m.Partition),
 		zap.Int64("offset", m.Offset), zap.Int("attempt", attempt), zap.Duration("wait", wait), zap.Error(err))
+}
+
+// outcome feeds the failure streak with one handler attempt.
+func (r *Receiver) outcome(failed bool) {
+	started, ended := r.fails.record(failed, time.Now())
+	switch {
+	case started:
+		r.m.Backoff()
+		r.log.Warn("most recent handler attempts fail: backing off, fetching paused and failures held instead of dead-lettered",
+			zap.Duration("delay", r.fails.current()))
+	case ended:
+		r.log.Info("handler attempts succeed again: backoff over, fetching resumes")
+		r.notify()
+	}
 }

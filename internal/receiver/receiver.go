@@ -106,6 +106,7 @@ type Receiver struct {
 	batch   int64
 	spanCap int
 
+	fails    streak // recent handler outcomes: backs off while a sink is down
 	inFlight atomic.Int64
 	room     chan struct{} // poll loop wake-up: window space or a partition to resume
 	paused   atomic.Bool   // topics paused because the window is full
@@ -190,6 +191,11 @@ func New(o Options) (*Receiver, error) {
 
 // Start begins consuming. The receiver's goroutines run until Stop.
 func (r *Receiver) Start() {
+	if r.o.DeadLetter.Enabled {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r.ensureDeadLetterTopics(ctx)
+		cancel()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.pollCancel = cancel
 	r.started = true
@@ -268,10 +274,12 @@ func (r *Receiver) stop(ctx context.Context) error {
 // Snapshot implements metrics.ReceiverSource.
 func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 	s := metrics.ReceiverSnapshot{
-		InFlight:    int(r.inFlight.Load()),
-		MaxInFlight: int(r.window),
-		Paused:      r.paused.Load(),
-		Joined:      r.joined.Load(),
+		InFlight:     int(r.inFlight.Load()),
+		MaxInFlight:  int(r.window),
+		Paused:       r.paused.Load(),
+		Joined:       r.joined.Load(),
+		BackingOff:   r.fails.isFailing(),
+		BackoffDelay: r.fails.current(),
 	}
 	r.partsMu.RLock()
 	s.AssignedPartitions = len(r.parts)
@@ -332,6 +340,24 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 	idle := time.NewTicker(100 * time.Millisecond) // safety net for missed wake-ups
 	defer idle.Stop()
 	for {
+		if hold, until := r.fails.hold(time.Now()); hold {
+			// A sink or dependency is down: fetch nothing new until the
+			// backoff delay passed, then probe with what comes.
+			if !r.paused.Load() {
+				r.cl.PauseFetchTopics(r.topics...)
+				r.paused.Store(true)
+			}
+			t := time.NewTimer(time.Until(until))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-r.room:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
 		free := r.window - r.inFlight.Load()
 		if free < r.batch {
 			if !r.paused.Load() {

@@ -1,0 +1,174 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/wowd/wowd/handler"
+)
+
+// dlqRecords reads every record of topic.
+func dlqRecords(t *testing.T, c *kfake.Cluster, topic string, want int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for len(out) < want || want == 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func TestPermanentFailuresAreDeadLettered(t *testing.T) {
+	const records, keys = 1000, 20
+	h := newHarness(t, 4)
+	produce(t, h.c, testTopic, records, keys)
+	var handled atomic.Int64
+	// Every 100th record (value seq 5 of some keys) fails permanently.
+	hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		if m.Offset%100 == 7 {
+			return handler.WithAttempts(3, handler.Classed(handler.Permanent, errors.New("422 from sink")))
+		}
+		handled.Add(1)
+		return nil
+	})
+	r := h.receiver("g-dlq", hd, 64)
+	var poison int64
+	_, end := h.offsets("g-dlq")
+	for _, e := range end {
+		poison += (e + 92) / 100 // offsets 7, 107, 207, ... below e
+	}
+	waitUntil(t, 30*time.Second, "every record finished", func() bool {
+		c, _ := h.offsets("g-dlq")
+		for p, e := range end {
+			if c[p] != e {
+				return false
+			}
+		}
+		return true
+	})
+	stop(t, r)
+	if got := handled.Load() + poison; got != records {
+		t.Fatalf("handled %d + dead-lettered %d != %d", handled.Load(), poison, records)
+	}
+	dl := dlqRecords(t, h.c, testTopic+".dlq", int(poison))
+	if int64(len(dl)) != poison {
+		t.Fatalf("%d dead letters, want %d", len(dl), poison)
+	}
+	for _, r := range dl {
+		off, _ := strconv.ParseInt(header(r, HeaderSourceOffset), 10, 64)
+		if header(r, HeaderSourceTopic) != testTopic || off%100 != 7 || header(r, HeaderErrorClass) != "permanent" ||
+			header(r, HeaderAttempts) != "3" || header(r, HeaderErrorMessage) != "422 from sink" || len(r.Key) == 0 {
+			t.Fatalf("dead letter headers %v key %q", r.Headers, r.Key)
+		}
+	}
+}
+
+func TestFailedDeadLetterWriteBlocksTheCommit(t *testing.T) {
+	h := newHarness(t, 1)
+	produce(t, h.c, testTopic, 10, 1)
+	// Writes to the dead-letter topic are refused until the fault goes.
+	fault := h.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic + ".dlq",
+		Err: kerr.TopicAuthorizationFailed, Count: -1})
+	hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		if m.Offset == 3 {
+			return handler.Classed(handler.Permanent, errors.New("rejected"))
+		}
+		return nil
+	})
+	r := h.receiver("g-dlq-fail", hd, 16, func(o *Options) { o.RetryBackoff = 200 * time.Millisecond })
+	time.Sleep(3 * time.Second)
+	committed, _ := h.offsets("g-dlq-fail")
+	if committed[0] > 3 {
+		t.Fatalf("committed %d past the record whose dead-letter write failed", committed[0])
+	}
+	// Once writes go through, the commit moves on.
+	fault.Remove()
+	waitUntil(t, 30*time.Second, "the commit to reach the end", func() bool {
+		c, end := h.offsets("g-dlq-fail")
+		return c[0] == end[0]
+	})
+	stop(t, r)
+	if n := len(dlqRecords(t, h.c, testTopic+".dlq", 1)); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
+}
+
+func TestSinkOutageBacksOffWithoutDeadLetters(t *testing.T) {
+	const records, keys = 400, 40
+	h := newHarness(t, 4)
+	produce(t, h.c, testTopic, records, keys)
+	var down atomic.Bool
+	down.Store(true)
+	var attempts, handled atomic.Int64
+	hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		attempts.Add(1)
+		if down.Load() {
+			return handler.Classed(handler.Transient, errors.New("503"))
+		}
+		handled.Add(1)
+		return nil
+	})
+	r := h.receiver("g-outage", asyncHandler{hd}, 64, func(o *Options) { o.RetryBackoff = 300 * time.Millisecond })
+	waitUntil(t, 10*time.Second, "the receiver to back off", func() bool { return r.Snapshot().BackingOff })
+	time.Sleep(2 * time.Second)
+	duringOutage := attempts.Load()
+	down.Store(false)
+	waitUntil(t, 60*time.Second, "every record finished", func() bool {
+		c, end := h.offsets("g-outage")
+		for p, e := range end {
+			if c[p] != e {
+				return false
+			}
+		}
+		return true
+	})
+	if r.Snapshot().BackingOff {
+		t.Fatal("still backing off after recovery")
+	}
+	stop(t, r)
+	// Without backoff, 64 messages retried at once for 2+ s would make
+	// thousands of attempts; held messages are retried with growing waits.
+	if duringOutage > 64*12 {
+		t.Fatalf("%d attempts during the outage: not backing off", duringOutage)
+	}
+	// A handler that reports failures at once (no retries of its own) gets
+	// the failures before the streak is recognized dead-lettered: fewer than
+	// streakRun. An HTTP sink retries first, so its streak shows earlier.
+	dl := dlqRecords(t, h.c, testTopic+".dlq", 0)
+	if len(dl) >= streakRun {
+		t.Fatalf("%d dead letters during an outage", len(dl))
+	}
+	if got := handled.Load() + int64(len(dl)); got != records {
+		t.Fatalf("handled %d + dead-lettered %d != %d", handled.Load(), len(dl), records)
+	}
+	t.Logf("%d attempts and %d dead letters during the outage", duringOutage, len(dl))
+}

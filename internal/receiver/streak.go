@@ -1,0 +1,97 @@
+package receiver
+
+import (
+	"sync"
+	"time"
+)
+
+// streak watches the outcomes of a receiver's recent handler attempts. When
+// most of them fail transiently (a sink or a dependency is down) the
+// receiver backs off: it stops fetching for a delay that doubles with each
+// failed probe, keeps retrying what it holds instead of dead-lettering it,
+// and resumes on the first success. This keeps an outage from being met with
+// full-speed retries or a dead-letter topic full of good messages.
+type streak struct {
+	mu      sync.Mutex // guards everything below
+	ring    [streakWindow]bool
+	n       int // outcomes recorded in ring, up to streakWindow
+	next    int // ring position of the next outcome
+	fails   int // failures among the recorded outcomes
+	run     int // consecutive failures up to the latest outcome
+	failing bool
+	delay   time.Duration // current backoff; doubles per failed probe
+	until   time.Time     // no fetching before this while failing
+	entered int           // times the receiver started backing off
+}
+
+const (
+	streakWindow   = 32
+	streakMinimum  = 16  // outcomes needed before judging the share
+	streakRatio    = 0.8 // failing share that starts a backoff
+	streakRun      = 5   // consecutive failures that start a backoff (low traffic)
+	streakMinDelay = time.Second
+	streakMaxDelay = time.Minute
+)
+
+// record adds an outcome. It reports whether this outcome started a backoff
+// (for logging) and whether it ended one.
+func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == streakWindow && s.ring[s.next] {
+		s.fails--
+	}
+	s.ring[s.next] = failed
+	s.next = (s.next + 1) % streakWindow
+	s.n = min(s.n+1, streakWindow)
+	if failed {
+		s.fails++
+		s.run++
+	} else {
+		s.run = 0
+	}
+	switch {
+	case s.failing && !failed:
+		// A success: the sink is back.
+		s.failing, s.delay = false, 0
+		s.reset()
+		return false, true
+	case s.failing && failed && !now.Before(s.until):
+		// The probe after the delay failed too: wait longer.
+		s.delay = min(2*s.delay, streakMaxDelay)
+		s.until = now.Add(s.delay)
+	case !s.failing && (s.run >= streakRun || s.n >= streakMinimum && float64(s.fails) >= streakRatio*float64(s.n)):
+		s.failing = true
+		s.delay = streakMinDelay
+		s.until = now.Add(s.delay)
+		s.entered++
+		return true, false
+	}
+	return false, false
+}
+
+func (s *streak) reset() {
+	s.ring = [streakWindow]bool{}
+	s.n, s.next, s.fails, s.run = 0, 0, 0, 0
+}
+
+// hold reports whether fetching must wait, and until when.
+func (s *streak) hold(now time.Time) (bool, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failing && now.Before(s.until), s.until
+}
+
+// isFailing reports whether the receiver is backing off.
+func (s *streak) isFailing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failing
+}
+
+// current returns the backoff delay, 0 when not failing.
+func (s *streak) current() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.delay
+}
