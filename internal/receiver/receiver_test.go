@@ -2,8 +2,8 @@ package receiver
 
 import (
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"sync"
