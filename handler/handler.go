@@ -85,6 +85,46 @@ type Message struct {
 	Value     []byte
 	Headers   []Header
 	Timestamp time.Time
+
+	// Wow is the decoded Wow message, for dispatchers with format wow
+	// (the default); nil for format raw.
+	Wow *Wow
+}
+
+// Wow holds what wowd decodes of a Wow message: its identity, routing
+// fields, the header map and, for event streams and state events, the names
+// of the events it carries. The message body is not decoded; it is in
+// Message.Value.
+type Wow struct {
+	ID            string // the message id
+	Name          string // commands: the command name (snake_case)
+	ContextName   string
+	AggregateName string
+	AggregateID   string
+	TenantID      string
+	RequestID     string
+	CommandID     string // event streams and state events: the command that produced them
+	Version       int64  // event streams and state events: the aggregate version; commands: aggregateVersion if set
+	HasVersion    bool
+	CreateTime    time.Time
+	Header        []WowHeader // the message's header map, in the order written
+	Events        []string    // event streams and state events: event names in order
+}
+
+// WowHeader is one entry of a Wow message's header map.
+type WowHeader struct {
+	Key   string
+	Value string
+}
+
+// HeaderValue returns the value of a Wow header entry.
+func (w *Wow) HeaderValue(key string) (string, bool) {
+	for _, h := range w.Header {
+		if h.Key == key {
+			return h.Value, true
+		}
+	}
+	return "", false
 }
 
 // Ack reports the outcome of one message. Call Done exactly once; calls after

@@ -119,6 +119,7 @@ wow:
   dispatchers:
     to-sink:
       topics: [event]
+      format: raw
       handler:
         type: http
         url: %s/wow

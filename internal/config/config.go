@@ -20,15 +20,21 @@ import (
 // overrides and the defaults.
 type Config struct {
 	// Service is wow.service; it names the consumer groups.
-	Service     string
-	Kafka       Kafka
-	Contexts    map[string]Context // wow.contexts, keyed by bounded context name
-	Dispatch    Dispatch
-	Dispatchers map[string]Dispatcher // wow.dispatchers, keyed by dispatcher name
-	Metrics     Metrics
-	Log         Log
-	Shutdown    Shutdown
-	Dev         Dev
+	Service string
+	// Metadata is a Wow wow-metadata.json file or a service's /wow/metadata
+	// URL; its contexts are used when wow.contexts is empty and must agree
+	// with it otherwise.
+	Metadata        string
+	MetadataTimeout time.Duration
+	Kafka           Kafka
+	Contexts        map[string]Context // wow.contexts, keyed by bounded context name
+	Dispatch        Dispatch
+	Dispatchers     map[string]Dispatcher // wow.dispatchers, keyed by dispatcher name
+	Metrics         Metrics
+	Ingest          Ingest
+	Log             Log
+	Shutdown        Shutdown
+	Dev             Dev
 }
 
 // Kafka is wow.kafka: the brokers and the consumer client settings.
@@ -94,6 +100,17 @@ type Dispatcher struct {
 	// GroupID overrides the consumer group; empty means the default,
 	// computed by the daemon.
 	GroupID string
+	// Format is how records are read: wow (Wow messages, decoded, checked
+	// and filterable) or raw (any bytes, passed through).
+	Format string
+	// Aggregates limits the dispatcher to these aggregates of its contexts;
+	// empty means all.
+	Aggregates []string
+	// Events and Commands, when set, pass only event streams containing one
+	// of the named events and commands with one of the names; other records
+	// are acknowledged without a handler call.
+	Events   []string
+	Commands []string
 	// DeadLetter says where records whose handler failed for good go.
 	DeadLetter DeadLetter
 	Handler    Handler
@@ -121,6 +138,14 @@ type Handler struct {
 // Metrics is wow.metrics.
 type Metrics struct {
 	Listen string // host:port of /metrics, /healthz and /readyz; "" disables
+}
+
+// Ingest configures the local-first ingest endpoint.
+type Ingest struct {
+	Enabled bool
+	// Listen is the ingest endpoint's host:port; "" serves it on the
+	// metrics listener.
+	Listen string
 }
 
 // Log is wow.log.
@@ -182,6 +207,7 @@ func Parse(data []byte, name string, reg *handler.Registry, env []string) (*Conf
 	c := Default()
 	if d.decodeDocument(data, &c) {
 		d.applyEnv(&c, env)
+		d.metadata(&c, name)
 		d.complete(&c)
 		d.validate(&c)
 	}

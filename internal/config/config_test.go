@@ -92,6 +92,7 @@ func TestParseFillsDefaults(t *testing.T) {
 	want.Dispatchers = map[string]config.Dispatcher{"all": {
 		Topics:     []string{"event"},
 		Contexts:   []string{"alpha", "mid", "zeta"},
+		Format:     "wow",
 		DeadLetter: config.DeadLetter{Enabled: true, Topic: "{topic}.dlq"},
 		Handler: config.Handler{
 			Type:    "http",
@@ -288,8 +289,17 @@ func TestBadConfigs(t *testing.T) {
 	}{
 		{"unknown-top-level-key.yaml", 2, []string{
 			"bad/unknown-top-level-key.yaml:1:1: version: unknown key",
-			"bad/unknown-top-level-key.yaml:14:3: wow.metadata: unknown key"}},
+			"bad/unknown-top-level-key.yaml:14:3: wow.tracing: unknown key"}},
 		{"unknown-nested-key.yaml", 1, []string{"bad/unknown-nested-key.yaml:9:5: wow.dispatch.workerz: unknown key"}},
+		{"metadata-mismatch.yaml", 3, []string{
+			`:7:5: wow.contexts.example-service: disagrees with wow.metadata: context "example-service": alias "shop", but the metadata has "example"`,
+			`wow.contexts.example-service.aggregates: disagrees with wow.metadata: context "example-service", aggregate "invoice": not in the metadata`,
+			`aggregate "order": in the metadata but not inline`}},
+		{"filters.yaml", 4, []string{
+			`:12:7: wow.dispatchers.raw-events.events: needs format wow`,
+			`wow.dispatchers.commands-only.aggregates[0]: "order" is not an aggregate of the dispatcher's contexts`,
+			`wow.dispatchers.commands-only.events: needs topics event or state`,
+			`wow.dispatchers.commands-only.format: "json" is not one of wow, raw`}},
 		{"case-sensitive.yaml", 1, []string{`:8:3: wow.Dispatch: unknown key (did you mean "dispatch"?)`}},
 		{"wrong-type.yaml", 5, []string{
 			`:4:5: wow.kafka.bootstrap-servers: expected a list, got "127.0.0.1:9092"`,

@@ -342,7 +342,7 @@ func (d *decoder) dispatchers(path string, n *yaml.Node, c *Config) {
 		return
 	}
 	d.eachKey(path, n, func(name, full string, v *yaml.Node) {
-		disp := Dispatcher{DeadLetter: DeadLetter{Enabled: true, Topic: DefaultDeadLetterTopic}}
+		disp := Dispatcher{Format: "wow", DeadLetter: DeadLetter{Enabled: true, Topic: DefaultDeadLetterTopic}}
 		switch {
 		case isNull(v):
 		case v.Kind != yaml.MappingNode:

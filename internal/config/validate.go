@@ -43,6 +43,12 @@ func (d *decoder) validate(c *Config) {
 	if c.Metrics.Listen != "" {
 		d.hostPort("wow.metrics.listen", c.Metrics.Listen, true)
 	}
+	if c.Ingest.Listen != "" {
+		d.hostPort("wow.ingest.listen", c.Ingest.Listen, true)
+	}
+	if c.Ingest.Enabled && c.Ingest.Listen == "" && c.Metrics.Listen == "" {
+		d.errorf("wow.ingest.listen", "required when wow.metrics.listen is empty")
+	}
 	d.oneOf("wow.log.level", c.Log.Level, "debug", "info", "warn", "error")
 	d.oneOf("wow.log.format", c.Log.Format, "json", "console")
 	d.positive("wow.shutdown.timeout", c.Shutdown.Timeout)
@@ -202,6 +208,30 @@ func (d *decoder) validateDispatchers(c *Config) {
 				d.errorf(ip, "duplicate context %q", ctx)
 			}
 			seen[ctx] = true
+		}
+		d.oneOf(path+".format", disp.Format, "wow", "raw")
+		if disp.Format == "raw" {
+			if len(disp.Events) > 0 {
+				d.errorf(path+".events", "needs format wow: raw records are not decoded")
+			}
+			if len(disp.Commands) > 0 {
+				d.errorf(path+".commands", "needs format wow: raw records are not decoded")
+			}
+		}
+		if len(disp.Events) > 0 && !slices.Contains(disp.Topics, "event") && !slices.Contains(disp.Topics, "state") {
+			d.errorf(path+".events", "needs topics event or state")
+		}
+		if len(disp.Commands) > 0 && !slices.Contains(disp.Topics, "command") {
+			d.errorf(path+".commands", "needs topics command")
+		}
+		for i, agg := range disp.Aggregates {
+			found := false
+			for _, ctx := range disp.Contexts {
+				found = found || slices.Contains(c.Contexts[ctx].Aggregates, agg)
+			}
+			if !found {
+				d.errorf(fmt.Sprintf("%s.aggregates[%d]", path, i), "%q is not an aggregate of the dispatcher's contexts", agg)
+			}
 		}
 		if t := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", "x"); t == "" || !validTopic(t) {
 			d.errorf(path+".dead-letter.topic", "%q is not a topic name (letters, digits, '.', '_', '-'; {topic} for the source topic)", disp.DeadLetter.Topic)

@@ -31,10 +31,11 @@ const (
 	Skipped                     // no handler wanted it, or the handler said skip
 	Unroutable                  // no key or unknown topic: could not be given to a handler
 	Dropped                     // abandoned on revoke or shutdown; redelivered later
+	Local                       // already handled when it was ingested (local first); acknowledged on return
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "failed", "skipped", "unroutable", "dropped"}
+var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "failed", "skipped", "unroutable", "dropped", "local"}
 
 // String returns the label value.
 func (o Outcome) String() string { return outcomeNames[o] }
@@ -59,7 +60,7 @@ func New(version string) *Metrics {
 		Registry: reg,
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "messages_total",
-			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, failed, skipped, unroutable, dropped).",
+			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, failed, skipped, unroutable, dropped, local).",
 		}, []string{"dispatcher", "context", "outcome"}),
 		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "handler_duration_seconds",

@@ -24,6 +24,12 @@ const (
 	HeaderAttempts        = "wowd-dlq-attempts"
 )
 
+// HeaderHandledBy marks a record wowd published after handling it locally
+// first (the ingest endpoint); its value is the wow.service that handled it.
+// A receiver of that service acknowledges the record without handling it
+// again.
+const HeaderHandledBy = "wowd-handled-by"
+
 // maxErrorHeader bounds the error text carried in a dead-letter header.
 const maxErrorHeader = 1024
 

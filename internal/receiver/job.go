@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/executor"
 	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/wow"
 )
 
 // job is one record on its way through a mailbox to the handler. It is the
@@ -29,6 +31,10 @@ type job struct {
 	acked   atomic.Bool // the handler's Ack was called for the current attempt
 	failure failure     // why the record goes to the dead-letter path
 	tries   int         // attempts of the current step (handler or dead-letter write)
+	kind    handler.Kind
+	route   *Route
+	wm      wow.Message // decoded Wow message; its buffers are reused with the job
+	wow     handler.Wow
 }
 
 // failure describes a final failure for the dead-letter record.
@@ -72,7 +78,9 @@ func headers(h []kgo.RecordHeader) []handler.Header {
 }
 
 func (j *job) free() {
+	wm := j.wm
 	*j = job{}
+	j.wm = wm // keep its buffers; Decode resets them
 	jobPool.Put(j)
 }
 
@@ -84,8 +92,95 @@ func (j *job) Run(res executor.Resume) executor.Status {
 	}
 	j.res = res
 	j.start = time.Now()
-	j.call()
-	return executor.Pending // the Ack completes it, possibly already done
+	if j.admit() {
+		j.call()
+	}
+	return executor.Pending // the Ack (or admit) completes it, possibly already done
+}
+
+// admit decides whether the record goes to the handler: a record this
+// service already handled locally first, one no filter wants, or one that is
+// not a valid Wow message of its topic is finished here instead.
+func (j *job) admit() bool {
+	r := j.r
+	for _, h := range j.rec.Headers {
+		if h.Key == HeaderHandledBy && string(h.Value) == r.o.Service {
+			j.finish(metrics.Local) // handled when it was ingested; this is its copy coming back
+			return false
+		}
+	}
+	if !r.o.Wow {
+		return true
+	}
+	if err := j.wm.Decode(j.kind, j.rec.Value); err != nil {
+		j.reject("undecodable", err)
+		return false
+	}
+	if err := j.wm.Check(j.rec.Key, j.route.Context, j.route.Aggregate); err != nil {
+		j.reject("mismatch", err)
+		return false
+	}
+	if !j.wanted() {
+		j.finish(metrics.Skipped)
+		return false
+	}
+	j.fillWow()
+	j.msg.Wow = &j.wow
+	return true
+}
+
+// wanted applies the dispatcher's filters and the compensation rule.
+func (j *job) wanted() bool {
+	r, m := j.r, &j.wm
+	switch j.kind {
+	case handler.KindCommand:
+		if len(r.o.Commands) > 0 && !r.o.Commands[m.Name] {
+			return false
+		}
+	case handler.KindEvent, handler.KindState:
+		if len(r.o.Events) > 0 && !slices.ContainsFunc(m.Events, func(e string) bool { return r.o.Events[e] }) {
+			return false
+		}
+	}
+	// A state event resent as a compensation goes only to the processor it
+	// names: here, the dispatcher of that name in this service.
+	if c, ok := m.Compensation(); ok && j.kind == handler.KindState {
+		if c.Processor != r.o.Dispatcher {
+			return false
+		}
+	}
+	return true
+}
+
+func (j *job) fillWow() {
+	m := &j.wm
+	j.wow = handler.Wow{
+		ID: m.ID, Name: m.Name, ContextName: m.ContextName, AggregateName: m.AggregateName,
+		AggregateID: m.AggregateID, TenantID: m.TenantID, RequestID: m.RequestID, CommandID: m.CommandID,
+		Version: m.Version, HasVersion: m.HasVersion, Events: m.Events,
+		// Same fields: view the decoded header as the public type.
+		Header: unsafe.Slice((*handler.WowHeader)(unsafe.Pointer(unsafe.SliceData(m.Header))), len(m.Header)),
+	}
+	if m.CreateTime != 0 {
+		j.wow.CreateTime = time.UnixMilli(m.CreateTime)
+	}
+}
+
+// reject handles a record that is not a valid Wow message of its topic:
+// dead-lettered with the reason, or, with dead letters disabled, logged,
+// counted and skipped (retrying cannot fix it, and it must not stall the
+// partition).
+func (j *job) reject(class string, err error) {
+	r := j.r
+	if !r.o.DeadLetter.Enabled {
+		r.log.Warn("record is not a valid Wow message of its topic; skipped (dead letters are disabled)",
+			zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
+			zap.String("class", class), zap.Error(err))
+		j.finish(metrics.Unroutable)
+		return
+	}
+	j.failure = failure{class: class, reason: err.Error(), attempts: 0}
+	r.deadLetter(j)
 }
 
 func (j *job) call() {

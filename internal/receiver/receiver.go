@@ -86,6 +86,13 @@ type Options struct {
 	HandlerType string
 	DeadLetter  DeadLetter
 
+	// Wow decodes each record as a Wow message: checked against its key and
+	// topic, filtered by Events and Commands, given to the handler decoded.
+	// Records that do not decode or check go to the dead-letter path.
+	Wow      bool
+	Events   map[string]bool // event names wanted; empty: all
+	Commands map[string]bool // command names wanted; empty: all
+
 	// ClientOpts connect to Kafka: brokers, TLS, SASL, fetch limits, group
 	// timeouts, start offset, balancer. The receiver adds the group, topics,
 	// callbacks and commit options itself.
@@ -102,6 +109,7 @@ type Receiver struct {
 	cl      *kgo.Client
 	m       *metrics.Receiver
 	topics  []string
+	routes  map[string]*Route // o.Routes, addressable
 	window  int64
 	batch   int64
 	spanCap int
@@ -165,8 +173,10 @@ func New(o Options) (*Receiver, error) {
 		commitStop: make(chan struct{}),
 		commitDone: make(chan struct{}),
 	}
-	for t := range o.Routes {
+	r.routes = make(map[string]*Route, len(o.Routes))
+	for t, rt := range o.Routes {
 		r.topics = append(r.topics, t)
+		r.routes[t] = &rt
 	}
 	if o.Metrics != nil {
 		r.m = o.Metrics.Receiver(o.Dispatcher, o.Context, o.HandlerType, r)
@@ -409,7 +419,7 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 		r.log.Warn("records of a partition not owned", zap.String("topic", fp.Topic), zap.Int32("partition", fp.Partition))
 		return
 	}
-	route, known := r.o.Routes[fp.Topic]
+	route := r.routes[fp.Topic]
 	p.mu.Lock()
 	p.hwm = fp.HighWatermark
 	if p.first < 0 {
@@ -432,11 +442,12 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 	for i, rec := range fp.Records {
 		j := newJob(r, p, rec, seqs[i])
 		switch {
-		case !known:
+		case route == nil:
 			j.unroutable("no route for topic")
 		case len(rec.Key) == 0:
 			j.unroutable("record has no key (the aggregate ID)")
 		default:
+			j.route, j.kind = route, route.Kind
 			j.msg.Context, j.msg.Aggregate, j.msg.Kind = route.Context, route.Aggregate, route.Kind
 			if err := route.Group.Submit(j.msg.AggregateID, j); err != nil {
 				j.drop() // executor closing: not finished, redelivered later

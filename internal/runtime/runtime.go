@@ -107,6 +107,9 @@ func (rt *Runtime) build(reg *handler.Registry) error {
 		}
 		for _, ctxName := range d.Contexts {
 			bc := cfg.Contexts[ctxName]
+			if len(aggregates(d, bc)) == 0 {
+				continue // the dispatcher's aggregates filter leaves nothing here
+			}
 			r, err := rt.receiver(name, d, ctxName, bc, h, blocking)
 			if err != nil {
 				return err
@@ -144,7 +147,7 @@ func Topics(cfg *config.Config) []string {
 	for _, d := range cfg.Dispatchers {
 		for _, c := range d.Contexts {
 			bc := cfg.Contexts[c]
-			for _, agg := range bc.Aggregates {
+			for _, agg := range aggregates(d, bc) {
 				for _, kind := range d.Topics {
 					set[Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, kind)] = true
 				}
@@ -154,10 +157,32 @@ func Topics(cfg *config.Config) []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
+// aggregates returns the aggregates of bc that d consumes.
+func aggregates(d config.Dispatcher, bc config.Context) []string {
+	if len(d.Aggregates) == 0 {
+		return bc.Aggregates
+	}
+	var out []string
+	for _, a := range bc.Aggregates {
+		if slices.Contains(d.Aggregates, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func set(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
 func (rt *Runtime) receiver(dispatcher string, d config.Dispatcher, ctxName string, bc config.Context, h handler.Handler, blocking bool) (*receiver.Receiver, error) {
 	cfg := rt.cfg
 	routes := make(map[string]receiver.Route)
-	for _, agg := range bc.Aggregates {
+	for _, agg := range aggregates(d, bc) {
 		g := rt.ex.Group(blocking) // mailboxes of (dispatcher, context, aggregate)
 		for _, k := range d.Topics {
 			kind, err := handler.ParseKind(k)
@@ -185,6 +210,9 @@ func (rt *Runtime) receiver(dispatcher string, d config.Dispatcher, ctxName stri
 		RevokeTimeout:  cfg.Kafka.RevokeTimeout,
 		Handler:        h,
 		HandlerType:    d.Handler.Type,
+		Wow:            d.Format == "wow",
+		Events:         set(d.Events),
+		Commands:       set(d.Commands),
 		DeadLetter: receiver.DeadLetter{
 			Enabled: d.DeadLetter.Enabled,
 			Topic:   func(src string) string { return strings.ReplaceAll(dlTopic, "{topic}", src) },

@@ -1,0 +1,67 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wowd/wowd/internal/wow"
+)
+
+// metadata reads wow.metadata and fills wow.contexts from it, or checks that
+// both agree. A relative file path is relative to the configuration file.
+func (d *decoder) metadata(c *Config, file string) {
+	if c.Metadata == "" {
+		return
+	}
+	source := c.Metadata
+	if !strings.Contains(source, "://") && !filepath.IsAbs(source) {
+		source = filepath.Join(filepath.Dir(file), source)
+	}
+	timeout := c.MetadataTimeout
+	if timeout <= 0 {
+		timeout = DefaultMetadataTimeout
+	}
+	m, err := wow.LoadMetadata(context.Background(), source, timeout)
+	if err != nil {
+		d.errorf("wow.metadata", "%v", err)
+		return
+	}
+	found := m.Contexts()
+	if len(c.Contexts) == 0 {
+		if len(found) == 0 {
+			d.errorf("wow.metadata", "%s lists no bounded context with aggregates", c.Metadata)
+			return
+		}
+		c.Contexts = make(map[string]Context, len(found))
+		for _, name := range slices.Sorted(maps.Keys(found)) {
+			c.Contexts[name] = Context(found[name])
+		}
+		return
+	}
+	inline := make(map[string]wow.Context, len(c.Contexts))
+	for name, ctx := range c.Contexts {
+		inline[name] = wow.Context(ctx)
+	}
+	if err := m.Agrees(inline); err != nil {
+		var mm *wow.MismatchError
+		if errors.As(err, &mm) {
+			for _, diff := range mm.Differences {
+				path := "wow.contexts." + diff.Context
+				if diff.Aggregate != "" {
+					path += ".aggregates"
+				}
+				d.errorf(path, "disagrees with wow.metadata: %s", diff.String())
+			}
+			return
+		}
+		d.errorf("wow.contexts", "disagrees with wow.metadata: %v", err)
+	}
+}
+
+// DefaultMetadataTimeout bounds reading wow.metadata.
+const DefaultMetadataTimeout = 10 * time.Second
