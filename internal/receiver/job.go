@@ -35,6 +35,7 @@ type job struct {
 	route   *Route
 	wm      wow.Message // decoded Wow message; its buffers are reused with the job
 	wow     handler.Wow
+	local   bool // admitted through Admit (ingest), not fetched
 }
 
 // failure describes a final failure for the dead-letter record.
@@ -104,7 +105,7 @@ func (j *job) Run(res executor.Resume) executor.Status {
 func (j *job) admit() bool {
 	r := j.r
 	for _, h := range j.rec.Headers {
-		if h.Key == HeaderHandledBy && string(h.Value) == r.o.Service {
+		if !j.local && h.Key == HeaderHandledBy && string(h.Value) == r.o.Service {
 			j.finish(metrics.Local) // handled when it was ingested; this is its copy coming back
 			return false
 		}

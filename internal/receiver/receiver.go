@@ -127,6 +127,10 @@ type Receiver struct {
 	partsMu sync.RWMutex // guards parts
 	parts   map[tp]*partition
 
+	// local holds the records admitted through Admit: no tracker of it is
+	// committed; it closes when the receiver stops.
+	local *partition
+
 	pollCancel context.CancelFunc
 	pollDone   chan struct{}
 	commitStop chan struct{}
@@ -169,6 +173,7 @@ func New(o Options) (*Receiver, error) {
 		spanCap:    4 * o.MaxInFlight,
 		room:       make(chan struct{}, 1),
 		parts:      make(map[tp]*partition),
+		local:      newPartition("", -1),
 		pollDone:   make(chan struct{}),
 		commitStop: make(chan struct{}),
 		commitDone: make(chan struct{}),
@@ -258,6 +263,7 @@ func (r *Receiver) stop(ctx context.Context) error {
 		}
 		r.partsMu.RUnlock()
 	}
+	r.local.close()
 
 	close(r.commitStop)
 	<-r.commitDone

@@ -13,15 +13,19 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/admission"
 	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/executor"
 	"github.com/wowd/wowd/internal/metrics"
@@ -38,6 +42,12 @@ type Runtime struct {
 	receivers []*receiver.Receiver
 	handlers  map[string]handler.Handler // by dispatcher
 	stopping  atomic.Bool
+
+	ingest       *admission.Ingest // nil unless wow.ingest.enabled
+	ingestClient *kgo.Client
+	ingestServer *http.Server // when wow.ingest.listen is its own address
+	ingestLn     net.Listener
+	ingestDone   chan error
 }
 
 // New builds the runtime; nothing connects or listens until Start, except
@@ -77,7 +87,62 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 		}
 		rt.server = srv
 	}
+	if cfg.Ingest.Enabled {
+		if err := rt.buildIngest(); err != nil {
+			rt.abort()
+			return nil, err
+		}
+	}
 	return rt, nil
+}
+
+// buildIngest sets up the local-first ingest endpoint.
+func (rt *Runtime) buildIngest() error {
+	cfg := rt.cfg
+	opts, err := ClientOptions(cfg.Kafka, cfg.Kafka.ClientID+"-ingest", rt.log, rt.metrics.Registry)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("ingest producer: %w", err)
+	}
+	rt.ingestClient = cl
+	in := &admission.Ingest{
+		Service:     cfg.Service,
+		TopicPrefix: cfg.Kafka.TopicPrefix,
+		Contexts:    make(map[string]admission.Context, len(cfg.Contexts)),
+		Producer:    cl,
+		Log:         rt.log.Named("ingest"),
+	}
+	for name, c := range cfg.Contexts {
+		in.Contexts[name] = admission.Context{Alias: c.Alias, Aggregates: c.Aggregates}
+	}
+	for _, r := range rt.receivers {
+		in.Receivers = append(in.Receivers, r)
+	}
+	rt.ingest = in
+	if cfg.Ingest.Listen == "" {
+		rt.server.Handle(admission.Path, in) // validated: metrics listen is set
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.Ingest.Listen)
+	if err != nil {
+		return fmt.Errorf("wow.ingest.listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(admission.Path, in)
+	rt.ingestLn = ln
+	rt.ingestServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+// IngestAddr returns the address of the ingest endpoint's own listener, or "".
+func (rt *Runtime) IngestAddr() string {
+	if rt.ingestLn == nil {
+		return ""
+	}
+	return rt.ingestLn.Addr().String()
 }
 
 // build creates the handlers and receivers.
@@ -243,6 +308,16 @@ func (rt *Runtime) Start() {
 	if rt.server != nil {
 		rt.server.Start()
 	}
+	if rt.ingestServer != nil {
+		rt.ingestDone = make(chan error, 1)
+		go func() { // owned by the runtime; ends at Stop
+			err := rt.ingestServer.Serve(rt.ingestLn)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			rt.ingestDone <- err
+		}()
+	}
 	for _, r := range rt.receivers {
 		r.Start()
 	}
@@ -279,6 +354,9 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		}
 	}
 	rt.log.Info("stopping: no more admission, draining")
+	if rt.ingest != nil {
+		rt.ingest.Stop()
+	}
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -296,6 +374,15 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if rt.ingestServer != nil {
+		if err := rt.ingestServer.Shutdown(ctx); err != nil {
+			_ = rt.ingestServer.Close()
+		}
+		errs = append(errs, <-rt.ingestDone)
+	}
+	if rt.ingestClient != nil {
+		rt.ingestClient.Close()
+	}
 	errs = append(errs, rt.closeHandlers(ctx))
 	if err := rt.ex.Close(ctx); err != nil {
 		errs = append(errs, err)
@@ -335,6 +422,12 @@ func (rt *Runtime) abort() {
 	}
 	_ = rt.closeHandlers(ctx)
 	_ = rt.ex.Close(ctx)
+	if rt.ingestClient != nil {
+		rt.ingestClient.Close()
+	}
+	if rt.ingestLn != nil {
+		_ = rt.ingestLn.Close()
+	}
 }
 
 // observer receives handler retry events of one dispatcher and hands them to

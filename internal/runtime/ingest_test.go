@@ -1,0 +1,228 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/config"
+)
+
+// counter counts handled messages by Wow message id, over every instance.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counter) spec() handler.Spec {
+	return handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
+		return handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+			c.mu.Lock()
+			c.n[m.Wow.ID]++
+			c.mu.Unlock()
+			return nil
+		}), nil
+	}}
+}
+
+func (c *counter) get(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[id]
+}
+
+func event(id, aggID string, header string) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"contextName":"example-service","aggregateName":"cart","header":{%s},"aggregateId":%q,`+
+		`"tenantId":"(0)","ownerId":"","spaceId":"","commandId":"c-%s","requestId":"c-%s","version":1,`+
+		`"body":[{"id":"e-%s","name":"cart_item_added","revision":"0.0.1","bodyType":"x.CartItemAdded","body":{"n":1}}],"createTime":1755868563012}`,
+		id, header, aggID, id, id, id)
+}
+
+func startInstance(t *testing.T, c *kfake.Cluster, reg *handler.Registry) *Runtime {
+	t.Helper()
+	cfg, err := config.Parse(fmt.Appendf(nil, `
+wow:
+  service: carts
+  kafka:
+    bootstrap-servers: [%s]
+    commit-interval: 100ms
+    heartbeat-interval: 200ms
+  contexts:
+    example-service:
+      alias: example
+      aggregates: [cart]
+  dispatchers:
+    projection:
+      topics: [event]
+      handler: {type: count}
+  metrics:
+    listen: 127.0.0.1:0
+  ingest:
+    enabled: true
+`, c.ListenAddrs()[0]), "test.yaml", reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(cfg, reg, zaptest.NewLogger(t), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Start()
+	deadline := time.Now().Add(20 * time.Second)
+	for ok, _ := rt.Ready(); !ok; ok, _ = rt.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("instance not ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return rt
+}
+
+func post(t *testing.T, addr string, body []byte) int {
+	t.Helper()
+	resp, err := http.Post("http://"+addr+"/v1/messages/event", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func stopRT(t *testing.T, rt *Runtime) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := rt.Stop(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestIngestHandledOnceLocallyFirst: messages handed to one instance's
+// ingest are handled once, there, and not again when they come back through
+// Kafka to it or to another instance of the same service; a record Wow
+// itself marked local_first is handled; ingest while stopping is refused.
+func TestIngestHandledOnceLocallyFirst(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "wow.example.cart.event"), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cnt := &counter{n: map[string]int{}}
+	var reg handler.Registry
+	reg.Register(cnt.spec())
+	a := startInstance(t, c, &reg)
+	b := startInstance(t, c, &reg)
+	// Both own partitions before anything is sent.
+	deadline := time.Now().Add(20 * time.Second)
+	for a.receivers[0].Snapshot().AssignedPartitions == 0 || b.receivers[0].Snapshot().AssignedPartitions == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the two instances did not share the partitions")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	const n = 40
+	for i := range n {
+		if code := post(t, a.MetricsAddr(), event(fmt.Sprintf("m%d", i), fmt.Sprintf("cart-%d", i), `"trace_id":"t"`)); code != http.StatusAccepted {
+			t.Fatalf("ingest answered %d", code)
+		}
+	}
+	// A record a Wow service marked local_first (no wowd marker) is handled.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "wow.example.cart.event", Key: []byte("cart-x"),
+		Value: event("wow-marked", "cart-x", `"local_first":"true"`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for cnt.get("wow-marked") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the Wow-marked record was not handled")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Every ingested copy came back through Kafka by now: wait for the
+	// receivers to have read everything (commit lag and in-flight zero).
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		sa, sb := a.receivers[0].Snapshot(), b.receivers[0].Snapshot()
+		if sa.InFlight == 0 && sb.InFlight == 0 && sa.Lag == 0 && sb.Lag == 0 && sa.CommitLag == 0 && sb.CommitLag == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("receivers did not catch up: %+v %+v", sa, sb)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range n {
+		if got := cnt.get(fmt.Sprintf("m%d", i)); got != 1 {
+			t.Fatalf("ingested message m%d handled %d times, want once", i, got)
+		}
+	}
+	// The returning copies were acknowledged as local by both instances:
+	// each owns some of the partitions they came back on.
+	if la, lb := localCount(t, a), localCount(t, b); la == 0 || lb == 0 || la+lb != n {
+		t.Fatalf("copies acknowledged as local: %v on a, %v on b, want %d in all, some on each", la, lb, n)
+	}
+
+	// Stopping: the ingest refuses with 503 and Retry-After.
+	done := make(chan struct{})
+	go func() { stopRT(t, a); close(done) }()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Post("http://"+a.MetricsAddr()+"/v1/messages/event", "application/json",
+			bytes.NewReader(event("late", "cart-late", "")))
+		if err != nil {
+			break // already closed: refused too
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			if resp.Header.Get("Retry-After") == "" {
+				t.Error("503 without Retry-After")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ingest still answering %d while stopping", resp.StatusCode)
+		}
+	}
+	<-done
+	stopRT(t, b)
+	if cnt.get("late") > 1 {
+		t.Fatal("a late message was handled twice")
+	}
+}
+
+func localCount(t *testing.T, rt *Runtime) float64 {
+	t.Helper()
+	mfs, err := rt.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "wowd_messages_total" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "outcome" && l.GetValue() == "local" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
