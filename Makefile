@@ -5,8 +5,9 @@ LDFLAGS := -s -w -X github.com/wowd/wowd/cli.Version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 CONFIG ?= configs/wowd.yaml
 BENCH_COUNT ?= 5
+HELM_VERSION ?= v3.22.0
 
-.PHONY: help build run dev test test-unit bench docs docker clean
+.PHONY: help build run dev test test-unit bench docs docker tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -33,6 +34,12 @@ bench: ## executor benchmarks with their baselines; ratios in docs/benchmarks.md
 
 docs: ## regenerate docs/configuration.md and docs/metrics.md from the code
 	go run ./internal/docgen -out docs
+
+docker: ## container image wowd:$(VERSION) (needs a Docker engine)
+	docker build -t wowd:$(VERSION) --build-arg VERSION=$(VERSION) .
+
+tools: ## helm for test/deploy, built from the Go module proxy into .cache/bin
+	GOBIN=$(CURDIR)/.cache/bin CGO_ENABLED=0 go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 clean:
 	rm -rf bin bench.txt

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/metrics"
+)
+
+// TestDocsAreCurrent regenerates the references into a temporary directory
+// and compares them with the committed ones.
+func TestDocsAreCurrent(t *testing.T) {
+	dir := t.TempDir()
+	if err := write(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range generated {
+		want, err := os.ReadFile(filepath.Join(dir, g.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		have, err := os.ReadFile(filepath.Join("..", "..", "docs", g.name))
+		if err != nil {
+			t.Errorf("docs/%s is missing (%v): run make docs", g.name, err)
+			continue
+		}
+		if !bytes.Equal(have, want) {
+			t.Errorf("docs/%s is stale: run make docs\n%s", g.name, firstDifference(string(have), string(want)))
+		}
+	}
+}
+
+// firstDifference names the first line where the committed file differs
+// from the generated one.
+func firstDifference(have, want string) string {
+	hl, wl := strings.Split(have, "\n"), strings.Split(want, "\n")
+	for i := 0; i < max(len(hl), len(wl)); i++ {
+		var h, w string
+		if i < len(hl) {
+			h = hl[i]
+		}
+		if i < len(wl) {
+			w = wl[i]
+		}
+		if h != w {
+			return "first difference at line " + strconv.Itoa(i+1) + ":\n  committed: " + h + "\n  generated: " + w
+		}
+	}
+	return ""
+}
+
+// TestEverythingIsDocumented checks that the generated text names every key,
+// environment variable, handler field and metric the code defines.
+func TestEverythingIsDocumented(t *testing.T) {
+	conf := string(configurationDoc())
+	for _, k := range config.Keys() {
+		if !strings.Contains(conf, "| `"+k.Path+"` |") {
+			t.Errorf("configuration.md lacks key %s", k.Path)
+		}
+	}
+	for _, env := range config.EnvVars() {
+		if !strings.Contains(conf, "`"+env+"`") {
+			t.Errorf("configuration.md lacks environment variable %s", env)
+		}
+	}
+	reg := handler.Default()
+	if len(reg.Names()) == 0 {
+		t.Fatal("no built-in handlers registered")
+	}
+	for _, name := range reg.Names() {
+		if !strings.Contains(conf, "### `"+name+"`") {
+			t.Errorf("configuration.md lacks handler type %s", name)
+		}
+		spec, _ := reg.Lookup(name)
+		for _, f := range handler.Fields(spec) {
+			if !strings.Contains(conf, "| `"+f.Name+"` |") {
+				t.Errorf("configuration.md lacks %s's key %s", name, f.Name)
+			}
+		}
+	}
+	met := string(metricsDoc())
+	for _, d := range metrics.Catalog() {
+		if !strings.Contains(met, "| `"+d.Name+"` | "+d.Type+" |") {
+			t.Errorf("metrics.md lacks %s (%s)", d.Name, d.Type)
+		}
+	}
+	for _, s := range []string{"wowd_kafka", "client_id", "Label cardinality"} {
+		if !strings.Contains(met, s) {
+			t.Errorf("metrics.md does not mention %s", s)
+		}
+	}
+}
+
+func TestCellEscapes(t *testing.T) {
+	if got := cell("<prefix>.<command|event>"); got != `&lt;prefix&gt;.&lt;command\|event&gt;` {
+		t.Errorf("cell: %s", got)
+	}
+	if got := keyDefault("every context"); got != "every context" {
+		t.Errorf("keyDefault prose: %s", got)
+	}
+	if got := keyDefault("{topic}.dlq"); got != "`{topic}.dlq`" {
+		t.Errorf("keyDefault literal: %s", got)
+	}
+}

@@ -1,0 +1,371 @@
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// root is the repository root (the directory of go.mod).
+var root = func() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			panic("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}()
+
+// path returns the absolute path of a file given relative to the repository.
+func path(rel string) string { return filepath.Join(root, filepath.FromSlash(rel)) }
+
+// inCI reports whether the suite runs in CI (CI=true), where a missing tool
+// is a failure rather than a skip.
+func inCI() bool { return os.Getenv("CI") == "true" }
+
+// needTool returns the path of an executable, or skips the test (fails it in
+// CI) saying how to get it.
+func needTool(t *testing.T, name, how string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if inCI() {
+		t.Fatalf("%s is required in CI (CI=true) but not on PATH: %s", name, how)
+	}
+	t.Skipf("SKIP: %s not on PATH (%s); CI=true makes this a failure", name, how)
+	return ""
+}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+// wowdBinary builds cmd/wowd once per test process and returns its path.
+func wowdBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		var err error
+		if binDir, err = os.MkdirTemp("", "wowd-deploy-"); err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(binDir, "wowd")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		// The flags of `make build` (the version aside), so the Dockerfile
+		// test's replay of it finds every package compiled already.
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", binPath, "./cmd/wowd")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/wowd: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// validateConfig runs `wowd config validate` on a configuration file.
+func validateConfig(t *testing.T, file string) {
+	t.Helper()
+	out, err := exec.Command(wowdBinary(t), "config", "validate", "--config", file).CombinedOutput()
+	if err != nil {
+		t.Errorf("wowd config validate --config %s: %v\n%s", file, err, out)
+	}
+}
+
+// readYAML decodes a YAML file into v.
+func readYAML(t *testing.T, file string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+// wowConfig is the part of a wowd configuration the deployment tests read.
+type wowConfig struct {
+	Wow struct {
+		Service string `yaml:"service"`
+		Metrics struct {
+			Listen string `yaml:"listen"`
+		} `yaml:"metrics"`
+		Shutdown struct {
+			Timeout string `yaml:"timeout"`
+		} `yaml:"shutdown"`
+	} `yaml:"wow"`
+}
+
+// shutdownTimeout returns wow.shutdown.timeout, 30s when unset.
+func (c wowConfig) shutdownTimeout(t *testing.T) time.Duration {
+	t.Helper()
+	if c.Wow.Shutdown.Timeout == "" {
+		return 30 * time.Second
+	}
+	d, err := time.ParseDuration(c.Wow.Shutdown.Timeout)
+	if err != nil {
+		t.Fatalf("wow.shutdown.timeout: %v", err)
+	}
+	return d
+}
+
+// metricsPort returns the port of wow.metrics.listen and fails unless it
+// listens on every interface (as it must in a container).
+func (c wowConfig) metricsPort(t *testing.T) string {
+	t.Helper()
+	host, port, err := net.SplitHostPort(c.Wow.Metrics.Listen)
+	if err != nil {
+		t.Fatalf("wow.metrics.listen %q: %v", c.Wow.Metrics.Listen, err)
+	}
+	if host != "" && host != "0.0.0.0" && host != "::" {
+		t.Errorf("wow.metrics.listen %q: a container must listen on every interface (0.0.0.0)", c.Wow.Metrics.Listen)
+	}
+	return port
+}
+
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// process is a child process whose output goes to a file, ended by the test.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+// start runs a command; t.Cleanup ends it (SIGTERM, then SIGKILL) and shows
+// its log when the test failed.
+func start(t *testing.T, name string, args []string, env []string) *process {
+	t.Helper()
+	p := &process{name: name, log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
+	f, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(args[0], args[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p.cmd.Env = append(os.Environ(), env...)
+	if err := p.cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.stop(10 * time.Second)
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("%s log (last 4 KiB):\n%s", name, tail(b, 4096))
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits up to grace before killing.
+func (p *process) stop(grace time.Duration) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// kill ends the process at once (SIGKILL) and waits for it.
+func (p *process) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// waitFor polls cond every 200ms until it returns nil or timeout passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// httpOK returns nil when GET url answers 200.
+func httpOK(url string) error {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+var metricName = regexp.MustCompile(`wowd_[a-z0-9_]+`)
+
+// referencedMetrics returns the wowd_ metric names in exprs, sorted.
+func referencedMetrics(exprs []string) []string {
+	set := map[string]bool{}
+	for _, e := range exprs {
+		for _, m := range metricName.FindAllString(e, -1) {
+			set[m] = true
+		}
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// dashboardExprs returns the PromQL of the dashboard: every target's expr
+// and every template variable's query.
+func dashboardExprs(t *testing.T) []string {
+	t.Helper()
+	var d any
+	b, err := os.ReadFile(path("deploy/grafana/wowd-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("deploy/grafana/wowd-dashboard.json: %v", err)
+	}
+	var out []string
+	var walk func(v any, key string)
+	walk = func(v any, key string) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				walk(x, k)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x, key)
+			}
+		case string:
+			if key == "expr" || key == "query" || key == "definition" {
+				out = append(out, v)
+			}
+		}
+	}
+	walk(d, "")
+	return out
+}
+
+// ruleFile is a Prometheus rule file.
+type ruleFile struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Record      string            `yaml:"record"`
+			Expr        string            `yaml:"expr"`
+			For         string            `yaml:"for"`
+			Labels      map[string]string `yaml:"labels"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+func readRules(t *testing.T) ruleFile {
+	t.Helper()
+	var rf ruleFile
+	readYAML(t, path("deploy/prometheus/wowd.rules.yml"), &rf)
+	if len(rf.Groups) == 0 {
+		t.Fatal("deploy/prometheus/wowd.rules.yml has no rule groups")
+	}
+	return rf
+}
+
+// ruleExprs returns every rule's expression.
+func ruleExprs(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			out = append(out, r.Expr)
+		}
+	}
+	return out
+}
