@@ -4,35 +4,44 @@
 //
 // # Model
 //
-// A mailbox exists per (group, key) while it has tasks: the first Submit
-// creates it, the owner that finds it empty removes it. A mailbox is always
-// owned by exactly one party: a worker's FIFO, the worker running its turn, a
-// task that completes asynchronously, or the blocking pool. Submitters never
-// schedule an existing mailbox; they only append to it, so the mailbox map and
-// the append share one lock per submission and scheduling happens once per
-// mailbox activation.
+// A mailbox holds the tasks of one (group, key). It counts its pending tasks
+// (submitted, not finished): the Submit that raises the count from zero
+// activates it and places it on a worker; the owner whose finished tasks
+// bring it back to zero lets go of it, without a lock, and lists it for
+// removal from the shard's table, which the next submitter in the shard does
+// (unless the key came back first). Emptied mailboxes are pooled. Between
+// activation and emptying a mailbox is owned by exactly one party: a worker's
+// queue, the worker running its turn, a task that completes asynchronously,
+// or the blocking pool. Submitters never schedule an active mailbox; they
+// append to it under the shard lock, one lock per submission.
 //
 // A turn runs at most Throughput tasks that complete synchronously, then the
-// mailbox goes to the back of its worker's FIFO. A task that returns Pending
+// mailbox goes to the back of its worker's queue. A task that returns Pending
 // releases the worker at once; its Resume.Complete puts the mailbox back on a
 // worker. Groups declared blocking run their tasks on a bounded pool of
 // goroutines set aside for blocking work, never on a worker.
 //
-// Placement of a mailbox that becomes runnable: a running worker with an
-// empty FIFO whose current turn is short, else a parked worker (woken), else
-// the shortest FIFO among workers not stuck in a long turn. An idle worker
-// steals the oldest queued (not running) mailbox of another worker before it
-// parks, and while another worker is in a turn it parks with a timeout so a
-// mailbox queued behind a turn that later runs long is still picked up. A
-// mailbox is only ever in one place, so stealing cannot reorder a key.
+// # Placement and stealing
+//
+// A worker's queue is a run queue (filled by the worker, taken from by
+// anyone with a CAS, like the Go scheduler's per-P queue) followed by a
+// locked inbox that placement pushes to; the worker moves its inbox into its
+// run queue in batches. A mailbox that becomes runnable goes to a running
+// worker with an empty inbox that is not stuck in a long turn, else to a
+// parked worker (woken), else to the shortest inbox among workers not stuck.
+// An idle worker steals the oldest queued (not running) mailbox of another
+// worker before it parks; while another worker is in a turn it parks with a
+// timeout, marking workers whose turn has run long as stuck, so a mailbox
+// queued behind a turn that later runs long is still picked up and new ones
+// avoid that worker. A mailbox is only ever in one place, so stealing cannot
+// reorder a key.
 //
 // # Locks
 //
-// shard.mu guards a shard's map, free list and every mailbox's incoming
-// slice. worker.mu guards a worker's FIFO and its idle flag. No code holds
+// shard.mu guards a shard's table, free list, counters and every mailbox's
+// incoming slice. worker.mu guards a worker's inbox and idle flag.
+// blockingPool.mu guards the blocking pool's queue and counts. No code holds
 // two of these locks at once, so there is no lock order to respect.
-// blockingPool.mu guards the blocking pool's queue and counts; it is never
-// held with another lock either.
 //
 // # Goroutines
 //
