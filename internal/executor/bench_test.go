@@ -216,11 +216,22 @@ func (d *unordered) completed() uint64 {
 }
 func (d *unordered) stop() { close(d.ch); d.wg.Wait() }
 
+// keyedBatch submits through SubmitBatch, as the receiver does with each
+// partition's polled records.
+type keyedBatch struct{ *keyed }
+
+func (k keyedBatch) submitBatch(keys []string, ts []Task) {
+	if _, err := k.g.SubmitBatch(keys, ts); err != nil {
+		panic(err)
+	}
+}
+
 var impls = []struct {
 	name string
 	new  func() dispatcher
 }{
 	{"keyed", func() dispatcher { return newKeyed(0) }},
+	{"keyed-batch", func() dispatcher { return keyedBatch{newKeyed(0)} }},
 	{"goroutine-per-key", func() dispatcher { return &goroutinePerKey{} }},
 	{"hash-groups", func() dispatcher { return newHashGroups() }},
 	{"unordered", func() dispatcher { return newUnordered() }},
@@ -272,6 +283,9 @@ func BenchmarkDispatch(b *testing.B) {
 						if s == 0 {
 							n += b.N % submitters
 						}
+						bd, batching := d.(interface{ submitBatch([]string, []Task) })
+						var bkeys []string
+						var btasks []Task
 						for i := range n {
 							// A receiver's window bounds what is in flight;
 							// so does this one, for every implementation.
@@ -286,7 +300,15 @@ func BenchmarkDispatch(b *testing.B) {
 							} else {
 								k = ((i/64)*submitters + s) % len(keys)
 							}
-							d.submit(keys[k], noop)
+							if !batching {
+								d.submit(keys[k], noop)
+								continue
+							}
+							bkeys, btasks = append(bkeys, keys[k]), append(btasks, noop)
+							if len(bkeys) == 64 || i == n-1 {
+								bd.submitBatch(bkeys, btasks)
+								bkeys, btasks = bkeys[:0], btasks[:0]
+							}
 						}
 					}()
 				}

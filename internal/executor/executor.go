@@ -201,6 +201,40 @@ func (e *Executor) Group(blocking bool) *Group {
 // blocks; the caller bounds how much it submits. After Close has begun it
 // returns ErrClosed.
 func (g *Group) Submit(key string, t Task) error {
+	mb, activated, err := g.enqueue(key, t)
+	if activated {
+		g.ex.place(mb)
+	}
+	return err
+}
+
+// SubmitBatch submits tasks[i] for keys[i], in order, as Submit would one
+// by one, and places the mailboxes it activates together: one lock per
+// worker for the batch instead of one per mailbox. It stops at the first
+// error (ErrClosed) and returns how many were submitted.
+func (g *Group) SubmitBatch(keys []string, tasks []Task) (int, error) {
+	var buf [64]*mailbox
+	active := buf[:0]
+	for i, key := range keys {
+		mb, activated, err := g.enqueue(key, tasks[i])
+		if err != nil {
+			g.ex.placeAll(active)
+			return i, err
+		}
+		if activated {
+			if active = append(active, mb); len(active) == cap(buf) {
+				g.ex.placeAll(active)
+				active = active[:0]
+			}
+		}
+	}
+	g.ex.placeAll(active)
+	return len(keys), nil
+}
+
+// enqueue adds t to its key's mailbox and reports whether that activated
+// the mailbox, which the caller must then place.
+func (g *Group) enqueue(key string, t Task) (*mailbox, bool, error) {
 	e := g.ex
 	h := maphash.String(e.seed, key) ^ (uint64(g.id) * 0x9E3779B97F4A7C15)
 	sh := &e.shards[h&e.shardMask]
@@ -208,7 +242,7 @@ func (g *Group) Submit(key string, t Task) error {
 	sh.mu.Lock()
 	if sh.closed {
 		sh.mu.Unlock()
-		return ErrClosed
+		return nil, false, ErrClosed
 	}
 	sh.admitted++
 	mb := sh.m.get(h, k)
@@ -220,15 +254,52 @@ func (g *Group) Submit(key string, t Task) error {
 	if mb.pending.Add(1) > 1 {
 		mb.in = append(mb.in, t) // its owner will take it
 		sh.mu.Unlock()
-		return nil
+		return mb, false, nil
 	}
 	// The mailbox was empty: nobody owns it, so its first task goes
 	// straight to the owner's side and the first turn needs no lock.
 	mb.local = append(mb.local, t)
 	sh.activated++
 	sh.mu.Unlock()
-	e.place(mb)
-	return nil
+	return mb, true, nil
+}
+
+// placeAll places mailboxes activated together: a share for each worker
+// placement would pick, pushed under one lock per worker.
+func (e *Executor) placeAll(mbs []*mailbox) {
+	switch {
+	case len(mbs) == 0:
+		return
+	case len(mbs) == 1:
+		e.place(mbs[0])
+		return
+	}
+	if e.stopping.Load() {
+		return
+	}
+	// Spread over the workers that are not stuck in a long turn, parked ones
+	// included (they are woken once).
+	var targets [64]*worker
+	ts := targets[:0]
+	for _, w := range e.workers {
+		if !w.stuck.Load() && len(ts) < cap(targets) {
+			ts = append(ts, w)
+		}
+	}
+	if len(ts) == 0 {
+		for _, mb := range mbs {
+			e.place(mb)
+		}
+		return
+	}
+	per := (len(mbs) + len(ts) - 1) / len(ts)
+	for i, w := range ts {
+		lo := i * per
+		if lo >= len(mbs) {
+			break
+		}
+		w.pushAll(mbs[lo:min(lo+per, len(mbs))])
+	}
 }
 
 // mkey identifies a mailbox.
@@ -327,19 +398,18 @@ func (sh *shard) retire(mb *mailbox) {
 // Between those, exactly one party owns it: a worker's FIFO, a worker's turn,
 // a pending task's completion, or the blocking pool.
 type mailbox struct {
-	ex       *Executor
-	shard    *shard
+	// First cache line: what a turn touches, and what activation writes.
+	pending atomic.Int64
+	local   []Task // owned by the current owner: tasks taken from in, run from local[li:]
+	li      int
+	shard   *shard
+	ex      *Executor
+
 	key      mkey
 	hash     uint64
 	blocking bool
 
-	pending atomic.Int64
-
 	in []Task // appended by submitters; guarded by shard.mu
-
-	// Owned by the mailbox's current owner; no lock.
-	local []Task // tasks taken from in, run from local[li:]
-	li    int
 
 	// phase settles the race between a task returning Pending and its
 	// completion: 0 while running, 1 once the runner released the mailbox,
@@ -538,6 +608,21 @@ func (w *worker) publish(flags uint64) {
 func (w *worker) push(mb *mailbox) {
 	w.mu.Lock()
 	w.inbox.push(mb)
+	wasIdle := w.idle
+	w.idle = false
+	w.publish(0)
+	w.mu.Unlock()
+	if wasIdle {
+		w.nudge()
+	}
+}
+
+// pushAll queues several mailboxes under one lock.
+func (w *worker) pushAll(mbs []*mailbox) {
+	w.mu.Lock()
+	for _, mb := range mbs {
+		w.inbox.push(mb)
+	}
 	wasIdle := w.idle
 	w.idle = false
 	w.publish(0)

@@ -123,10 +123,22 @@ func TestOrderPerKey(t *testing.T) {
 					defer subs.Done()
 					rng := rand.New(rand.NewPCG(uint64(s), 42))
 					seqs := make([]int64, keys)
+					var bkeys []string
+					var btasks []Task
 					for i := 0; i < messages/submitters; i++ {
 						key := rng.IntN(keys/submitters)*submitters + s // each key has one submitter
 						task := &orderTask{c: c, key: key, seq: seqs[key], mode: rng.IntN(4), wg: &wg}
 						seqs[key]++
+						if s%2 == 0 { // half the submitters use batches of random sizes
+							bkeys, btasks = append(bkeys, names[key]), append(btasks, task)
+							if rng.IntN(100) < 2 || i == messages/submitters-1 {
+								if _, err := g.SubmitBatch(bkeys, btasks); err != nil {
+									c.fail(err)
+								}
+								bkeys, btasks = bkeys[:0], btasks[:0]
+							}
+							continue
+						}
 						if err := g.Submit(names[key], task); err != nil {
 							c.fail(err)
 						}

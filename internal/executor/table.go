@@ -3,11 +3,18 @@ package executor
 // table is an open-addressing hash table of mailboxes with linear probing
 // and backward-shift deletion. Unlike a Go map it leaves no tombstones, so a
 // table that sees an insert and a delete for almost every message (the
-// common case with many keys) keeps short probe sequences. Not safe for
-// concurrent use; the shard lock guards it.
+// common case with many keys) keeps short probe sequences. Each slot keeps
+// the mailbox's hash next to the pointer, so probing compares hashes without
+// touching other mailboxes' memory. Not safe for concurrent use; the shard
+// lock guards it.
 type table struct {
-	slots []*mailbox
+	slots []slot
 	n     int
+}
+
+type slot struct {
+	hash uint64
+	mb   *mailbox
 }
 
 func (t *table) get(h uint64, k mkey) *mailbox {
@@ -16,12 +23,12 @@ func (t *table) get(h uint64, k mkey) *mailbox {
 	}
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
-		mb := t.slots[i]
-		if mb == nil {
+		sl := &t.slots[i]
+		if sl.mb == nil {
 			return nil
 		}
-		if mb.hash == h && mb.key == k {
-			return mb
+		if sl.hash == h && sl.mb.key == k {
+			return sl.mb
 		}
 	}
 }
@@ -33,10 +40,10 @@ func (t *table) put(mb *mailbox) {
 	}
 	mask := uint64(len(t.slots) - 1)
 	i := mb.hash & mask
-	for t.slots[i] != nil {
+	for t.slots[i].mb != nil {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = mb
+	t.slots[i] = slot{mb.hash, mb}
 	t.n++
 }
 
@@ -44,13 +51,13 @@ func (t *table) put(mb *mailbox) {
 func (t *table) del(mb *mailbox) {
 	mask := uint64(len(t.slots) - 1)
 	i := mb.hash & mask
-	for t.slots[i] != mb {
+	for t.slots[i].mb != mb {
 		i = (i + 1) & mask
 	}
 	// Shift later entries of the probe run back into the hole.
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
 		e := t.slots[j]
-		if e == nil {
+		if e.mb == nil {
 			break
 		}
 		home := e.hash & mask
@@ -60,7 +67,7 @@ func (t *table) del(mb *mailbox) {
 			i = j
 		}
 	}
-	t.slots[i] = nil
+	t.slots[i] = slot{}
 	t.n--
 }
 
@@ -70,20 +77,20 @@ func (t *table) grow() {
 	if size == 0 {
 		size = 16
 	}
-	t.slots = make([]*mailbox, size)
+	t.slots = make([]slot, size)
 	t.n = 0
-	for _, mb := range old {
-		if mb != nil {
-			t.put(mb)
+	for _, sl := range old {
+		if sl.mb != nil {
+			t.put(sl.mb)
 		}
 	}
 }
 
 // each calls fn for every mailbox.
 func (t *table) each(fn func(*mailbox)) {
-	for _, mb := range t.slots {
-		if mb != nil {
-			fn(mb)
+	for _, sl := range t.slots {
+		if sl.mb != nil {
+			fn(sl.mb)
 		}
 	}
 }

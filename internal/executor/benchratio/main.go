@@ -50,6 +50,9 @@ func main() {
 		{"churn: keyed / goroutine-per-key", d("keyed", "churn"), d("goroutine-per-key", "churn"), "ns/op", "<= 0.6", 0.6, true},
 		{"deep: keyed / hash-groups", d("keyed", "deep"), d("hash-groups", "deep"), "ns/op", "<= 1.25", 1.25, true},
 		{"deep: keyed / goroutine-per-key", d("keyed", "deep"), d("goroutine-per-key", "deep"), "ns/op", "(context)", 0, true},
+		{"churn: keyed-batch / unordered", d("keyed-batch", "churn"), d("unordered", "churn"), "ns/op", "(receiver's path)", 0, true},
+		{"churn: keyed-batch / goroutine-per-key", d("keyed-batch", "churn"), d("goroutine-per-key", "churn"), "ns/op", "(receiver's path)", 0, true},
+		{"deep: keyed-batch / hash-groups", d("keyed-batch", "deep"), d("hash-groups", "deep"), "ns/op", "(receiver's path)", 0, true},
 		{"head-of-line p999-fast: keyed / hash-groups", h("keyed"), h("hash-groups"), "p999-fast-us", "<= 1", 1, true},
 	}
 	fmt.Printf("%-46s %10s %10s %10s  %s\n", "ratio (median of rounds)", "median", "min", "max", "target")
