@@ -110,6 +110,8 @@ type Receiver struct {
 	m       *metrics.Receiver
 	topics  []string
 	routes  map[string]*Route // o.Routes, addressable
+	keyBuf  []string          // scratch of the poll loop
+	taskBuf []executor.Task   // scratch of the poll loop
 	window  int64
 	batch   int64
 	spanCap int
@@ -445,6 +447,9 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 	p.mu.Unlock()
 	p.pending.Add(int64(len(fp.Records)))
 	r.inFlight.Add(int64(len(fp.Records)))
+	// The partition's records go to the executor in one batch, in offset
+	// order; only the poll loop uses these buffers.
+	keys, tasks := r.keyBuf[:0], r.taskBuf[:0]
 	for i, rec := range fp.Records {
 		j := newJob(r, p, rec, seqs[i])
 		switch {
@@ -455,9 +460,18 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 		default:
 			j.route, j.kind = route, route.Kind
 			j.msg.Context, j.msg.Aggregate, j.msg.Kind = route.Context, route.Aggregate, route.Kind
-			if err := route.Group.Submit(j.msg.AggregateID, j); err != nil {
-				j.drop() // executor closing: not finished, redelivered later
+			keys, tasks = append(keys, j.msg.AggregateID), append(tasks, j)
+		}
+	}
+	if len(keys) > 0 {
+		n, err := route.Group.SubmitBatch(keys, tasks)
+		if err != nil {
+			for _, t := range tasks[n:] {
+				t.(*job).drop() // executor closing: not finished, redelivered later
 			}
 		}
 	}
+	clear(keys)
+	clear(tasks)
+	r.keyBuf, r.taskBuf = keys[:0], tasks[:0]
 }
