@@ -101,6 +101,28 @@ func TestDecodeErrors(t *testing.T) {
 		}, []string{"url: scheme \"ftp\"", "max-attempts", "max-concurrency", "backoff-max", "timeout",
 			"headers.ce-id: the ce-", "headers.bad header: not a valid header name", "headers.x-ok: value"}},
 		{"http no host", map[string]any{"url": "http:///x"}, []string{"url: no host"}},
+		{"http limits", map[string]any{"url": "http://x", "rate-limit": -1, "rate-burst": 0},
+			[]string{"rate-limit: must be 0", "rate-burst: must be between 1"}},
+		{"http tiny rate", map[string]any{"url": "http://x", "rate-limit": 0.0001}, []string{"rate-limit: "}},
+		{"http header sources", map[string]any{
+			"url":               "http://x",
+			"headers":           map[string]any{"Authorization": "Bearer hunter2"},
+			"headers-from-env":  map[string]any{"authorization": "TOKEN", "X-A": "", "ce-source": "S", "X-B": "A=B"},
+			"headers-from-file": map[string]any{"AUTHORIZATION": "/t", "X-C": "", "bad name": "/p", "x-a": "/a"},
+		}, []string{
+			"headers-from-env.authorization: header also set by headers.Authorization",
+			"headers-from-env.X-A: want the name of an environment variable",
+			"headers-from-env.X-B: want the name of an environment variable",
+			"headers-from-env.ce-source: the ce-, kafka- and wowd- prefixes are reserved",
+			"headers-from-file.AUTHORIZATION: header also set by headers.Authorization",
+			"headers-from-file.X-C: want a file path",
+			"headers-from-file.bad name: not a valid header name",
+		}},
+		{"http tls", map[string]any{"url": "http://x", "tls": map[string]any{"cert-file": "/c"}},
+			[]string{"tls.key-file: required with tls.cert-file", "tls: set, but url is http"}},
+		{"http tls key", map[string]any{"url": "https://x", "tls": map[string]any{"key-file": "/k"}},
+			[]string{"tls.cert-file: required with tls.key-file"}},
+		{"http tls unknown", map[string]any{"url": "https://x", "tls": map[string]any{"ca": "/k"}}, []string{"ca"}},
 		{"http unparsable", map[string]any{"url": "http://user:hunter2@exa mple.com/"}, []string{"url: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,6 +152,8 @@ func TestHTTPConfigFields(t *testing.T) {
 	for name, def := range map[string]string{
 		"url": "", "timeout": "10s", "max-attempts": "5", "backoff-initial": "200ms",
 		"backoff-max": "30s", "max-concurrency": "64", "headers": "", "content-type": "application/json",
+		"rate-limit": "", "rate-burst": "1", "headers-from-env": "", "headers-from-file": "",
+		"tls.ca-file": "", "tls.cert-file": "", "tls.key-file": "", "tls.insecure-skip-verify": "",
 	} {
 		f, ok := byName[name]
 		if !ok {

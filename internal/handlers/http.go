@@ -2,126 +2,16 @@ package handlers
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/url"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/wowd/wowd/handler"
 )
-
-// HTTPConfig configures the http sink.
-type HTTPConfig struct {
-	URL            string            `config:"url" required:"true" desc:"Absolute http or https URL each message is POSTed to."`
-	Timeout        time.Duration     `config:"timeout" desc:"Time limit of one request, reading the response included."`
-	MaxAttempts    int               `config:"max-attempts" desc:"Attempts per message, the first included, before a transient failure is reported; 0 retries transient failures forever."`
-	BackoffInitial time.Duration     `config:"backoff-initial" desc:"Wait before the first retry; it doubles with each retry, with jitter."`
-	BackoffMax     time.Duration     `config:"backoff-max" desc:"Longest wait between retries (a Retry-After response header may ask for up to 5m)."`
-	MaxConcurrency int               `config:"max-concurrency" desc:"Requests this sink has in flight at once."`
-	Headers        map[string]string `config:"headers" secret:"true" desc:"Static headers added to every request."`
-	ContentType    string            `config:"content-type" desc:"Content-Type of a request whose record has no content-type header."`
-}
-
-func defaultHTTPConfig() *HTTPConfig {
-	return &HTTPConfig{
-		Timeout:        10 * time.Second,
-		MaxAttempts:    5,
-		BackoffInitial: 200 * time.Millisecond,
-		BackoffMax:     30 * time.Second,
-		MaxConcurrency: 64,
-		ContentType:    "application/json",
-	}
-}
-
-// Validate checks the configuration, reporting every problem.
-func (c *HTTPConfig) Validate() error {
-	var errs []error
-	if err := checkURL(c.URL); err != nil {
-		errs = append(errs, fmt.Errorf("url: %w", err))
-	}
-	if c.Timeout <= 0 {
-		errs = append(errs, errors.New("timeout: must be positive"))
-	}
-	if c.MaxAttempts < 0 {
-		errs = append(errs, errors.New("max-attempts: must not be negative (0 retries forever)"))
-	}
-	if c.BackoffInitial <= 0 {
-		errs = append(errs, errors.New("backoff-initial: must be positive"))
-	}
-	if c.BackoffMax < c.BackoffInitial {
-		errs = append(errs, errors.New("backoff-max: must not be less than backoff-initial"))
-	}
-	if c.MaxConcurrency < 1 {
-		errs = append(errs, errors.New("max-concurrency: must be at least 1"))
-	}
-	for _, k := range slices.Sorted(maps.Keys(c.Headers)) {
-		if err := checkStaticHeader(k, c.Headers[k]); err != nil {
-			errs = append(errs, fmt.Errorf("headers.%s: %w", k, err))
-		}
-	}
-	if c.ContentType == "" || !validHeaderValue(c.ContentType) {
-		errs = append(errs, errors.New("content-type: must be a non-empty header value"))
-	}
-	return errors.Join(errs...)
-}
-
-func checkURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the URL, credentials included
-		}
-		return err
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("scheme %q: want http or https", u.Scheme)
-	}
-	if u.Host == "" {
-		return errors.New("no host")
-	}
-	return nil
-}
-
-func checkStaticHeader(k, v string) error {
-	lk := strings.ToLower(k)
-	switch {
-	case !validHeaderName(k):
-		return errors.New("not a valid header name")
-	case !validHeaderValue(v):
-		return errors.New("value holds control characters")
-	case lk == "content-type":
-		return errors.New("set content-type instead")
-	case lk == "host" || lk == "content-length" || lk == "transfer-encoding":
-		return errors.New("set by the HTTP client")
-	case strings.HasPrefix(lk, "ce-") || strings.HasPrefix(lk, "kafka-") || strings.HasPrefix(lk, "wowd-"):
-		return errors.New("the ce-, kafka- and wowd- prefixes are reserved")
-	}
-	return nil
-}
-
-func httpSpec() handler.Spec {
-	return handler.Spec{
-		Name:    "http",
-		Summary: "POSTs each message to a URL as a CloudEvent in binary mode, retrying transient failures.",
-		Config:  func() any { return defaultHTTPConfig() },
-		New: func(cfg any, deps handler.Deps) (handler.Handler, error) {
-			c, ok := cfg.(*HTTPConfig)
-			if !ok {
-				return nil, fmt.Errorf("http: config is %T, want *HTTPConfig", cfg)
-			}
-			if err := c.Validate(); err != nil {
-				return nil, err
-			}
-			return newHTTPSink(*c, deps), nil
-		},
-	}
-}
 
 // maxRetryAfter caps the wait a Retry-After response header can ask for.
 const maxRetryAfter = 5 * time.Minute
@@ -134,21 +24,29 @@ var errSinkClosed = fmt.Errorf("http sink closed: %w", context.Canceled)
 //
 // Handle only queues a call. A fixed pool of cfg.MaxConcurrency worker
 // goroutines, started by newHTTPSink and stopped by Close, takes calls from
-// the queue in order and makes one attempt each. A call that has to retry
-// waits on a timer (no goroutine) and then goes to the back of the queue. A
-// call is in exactly one place at a time, told by its state, which only
-// changes under mu; whoever moves it to callDone reports its outcome, so the
-// ack is called exactly once.
+// the queue in order and makes one attempt each, after waiting for the rate
+// limiter if there is one. A call that has to retry waits on a timer (no
+// goroutine) and then goes to the back of the queue. A call is in exactly
+// one place at a time, told by its state, which only changes under mu;
+// whoever moves it to callDone reports its outcome, so the ack is called
+// exactly once.
 //
 // The queue is unbounded: wowd's window (wow.dispatch.max-in-flight) bounds
 // the messages a sink holds.
 type httpSink struct {
 	cfg      HTTPConfig
-	url      string // cfg.URL
-	redacted string // url without its password, for errors
-	static   http.Header
+	url      string        // cfg.URL
+	redacted string        // url without its password, for errors
+	static   http.Header   // headers and headers-from-env, resolved
+	files    []*fileHeader // headers-from-file
 	client   *http.Client
+	limit    *limiter // nil without rate-limit
 	obs      handler.Observer
+	log      *zap.Logger
+
+	// stopping is closed by Close: workers waiting for the rate limiter
+	// give up their call.
+	stopping chan struct{}
 
 	// closing is canceled when Close stops waiting for requests in flight;
 	// it cancels them.
@@ -192,27 +90,40 @@ type call struct {
 	timer *time.Timer // guarded by sink.mu; set while callWaiting
 }
 
-func newHTTPSink(cfg HTTPConfig, deps handler.Deps) *httpSink {
+// newHTTPSink builds a sink from a validated configuration. It reads the
+// environment variables and files the configuration names; their errors
+// name the header and the source, never a value.
+func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 	u, _ := url.Parse(cfg.URL) // checked by Validate
-	static := make(http.Header, len(cfg.Headers))
-	for k, v := range cfg.Headers {
-		static.Set(k, v)
+	log := deps.Logger
+	if log == nil {
+		log = zap.NewNop()
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.ForceAttemptHTTP2 = true
-	tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxConcurrency)
-	tr.MaxIdleConnsPerHost = cfg.MaxConcurrency
+	static, files, err := resolveHeaders(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := newTransport(cfg)
+	if err != nil {
+		return nil, err
+	}
 	s := &httpSink{
 		cfg:      cfg,
 		url:      cfg.URL,
 		redacted: u.Redacted(),
 		static:   static,
+		files:    files,
 		client: &http.Client{
 			Transport:     tr,
 			CheckRedirect: checkRedirect,
 		},
-		obs:     deps.Observer,
-		waiting: make(map[*call]struct{}),
+		obs:      deps.Observer,
+		log:      log,
+		stopping: make(chan struct{}),
+		waiting:  make(map[*call]struct{}),
+	}
+	if cfg.RateLimit > 0 {
+		s.limit = newLimiter(cfg.RateLimit, cfg.RateBurst)
 	}
 	s.work.L = &s.mu
 	s.closing, s.abort = context.WithCancel(context.Background())
@@ -220,21 +131,7 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) *httpSink {
 	for range cfg.MaxConcurrency {
 		go s.worker()
 	}
-	return s
-}
-
-// checkRedirect follows only redirects that keep the method and the body
-// (307, 308): after a 301, 302 or 303 the client would send a GET without the
-// message. The 3xx response is then the outcome, a permanent failure.
-func checkRedirect(req *http.Request, via []*http.Request) error {
-	if req.Response == nil || len(via) >= 10 {
-		return http.ErrUseLastResponse
-	}
-	switch req.Response.StatusCode {
-	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-		return nil
-	}
-	return http.ErrUseLastResponse
+	return s, nil
 }
 
 // Handle queues m and returns at once; a worker POSTs it.
@@ -258,10 +155,11 @@ func (s *httpSink) Handle(ctx context.Context, m *handler.Message, ack handler.A
 	s.work.Signal()
 }
 
-// Close stops the sink. Queued calls and calls waiting to retry are
-// acknowledged at once with an error wrapping context.Canceled; requests in
-// flight may finish until ctx is done, then they are canceled and
-// acknowledged the same way. Close returns when every worker has stopped.
+// Close stops the sink. Queued calls, calls waiting to retry and calls
+// waiting for the rate limiter are acknowledged at once with an error
+// wrapping context.Canceled; requests in flight may finish until ctx is
+// done, then they are canceled and acknowledged the same way. Close returns
+// when every worker has stopped.
 func (s *httpSink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -269,6 +167,7 @@ func (s *httpSink) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	close(s.stopping)
 	var dropped []*call
 	for c := s.queue.pop(); c != nil; c = s.queue.pop() {
 		if c.state == callQueued {
@@ -339,6 +238,10 @@ func (s *httpSink) next() *call {
 
 // attempt makes one attempt of the running call c and decides what follows.
 func (s *httpSink) attempt(c *call) {
+	if err := s.waitTurn(c); err != nil {
+		s.complete(c, s.wrap(err))
+		return
+	}
 	c.attempt++
 	retryAfter, hasRetryAfter, err := s.post(c)
 	switch {
@@ -363,6 +266,29 @@ func (s *httpSink) attempt(c *call) {
 			wait = retryAfter
 		}
 		s.retryLater(c, err, wait)
+	}
+}
+
+// waitTurn waits until the rate limiter lets the running call c make a
+// request. It returns early with the error of c's context, or errSinkClosed
+// when the sink is closing.
+func (s *httpSink) waitTurn(c *call) error {
+	if s.limit == nil {
+		return nil
+	}
+	d := s.limit.reserve(time.Now())
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	case <-s.stopping:
+		return errSinkClosed
 	}
 }
 

@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
 )
@@ -23,10 +24,11 @@ const (
 	maxDrain     = 64 << 10 // bytes of a response body read to reuse its connection
 )
 
-// post makes one attempt of the running call c. It returns nil on a 2xx
-// response; otherwise an error, classed Permanent when retrying cannot help
-// and unclassified (transient) when it can, and the wait a Retry-After
-// response header asked for, if any.
+// post makes one attempt of the running call c. It returns nil when the
+// response says the message is done; otherwise an error classed as the
+// response → action table of the package documentation says (unclassified
+// meaning transient), and the wait a Retry-After response header asked for,
+// if any.
 func (s *httpSink) post(c *call) (retryAfter time.Duration, hasRetryAfter bool, err error) {
 	ctx, cancel := context.WithTimeout(c.ctx, s.cfg.Timeout)
 	defer cancel()
@@ -48,28 +50,113 @@ func (s *httpSink) post(c *call) (retryAfter time.Duration, hasRetryAfter bool, 
 		return 0, false, s.wrap(err)
 	}
 	defer drainClose(resp.Body)
-	code := resp.StatusCode
-	if code >= 200 && code <= 299 {
+	act, override := s.action(resp)
+	switch act {
+	case actionDone:
 		return 0, false, nil
+	case actionSkip:
+		return 0, false, handler.Classed(handler.Skip, s.wrap(responseError(resp, act, override)))
+	case actionDeadLetter:
+		return 0, false, handler.Classed(handler.Permanent, s.wrap(responseError(resp, act, override)))
 	}
-	err = s.wrap(statusError(resp))
-	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 {
-		retryAfter, hasRetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-		return retryAfter, hasRetryAfter, err
-	}
-	return 0, false, handler.Classed(handler.Permanent, err)
+	retryAfter, hasRetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	return retryAfter, hasRetryAfter, s.wrap(responseError(resp, act, override))
 }
 
-// statusError describes a response that is not a success, quoting at most
-// maxErrorBody bytes of its body.
-func statusError(resp *http.Response) error {
+// ActionHeader is the response header by which a sink decides what follows
+// its response, whatever the status: retry, dead-letter, skip or done
+// (case-insensitive).
+const ActionHeader = "Wowd-Action"
+
+// action is what follows a response.
+type action uint8
+
+const (
+	actionDone       action = iota + 1 // the message is handled
+	actionRetry                        // transient: retry, honouring Retry-After
+	actionDeadLetter                   // permanent: to the dead-letter topic
+	actionSkip                         // acknowledged without handling
+)
+
+// String returns the value of ActionHeader that asks for a.
+func (a action) String() string {
+	switch a {
+	case actionDone:
+		return "done"
+	case actionRetry:
+		return "retry"
+	case actionDeadLetter:
+		return "dead-letter"
+	case actionSkip:
+		return "skip"
+	}
+	return fmt.Sprintf("action(%d)", uint8(a))
+}
+
+// parseAction reads a value of ActionHeader.
+func parseAction(v string) (action, bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "done":
+		return actionDone, true
+	case "retry":
+		return actionRetry, true
+	case "dead-letter":
+		return actionDeadLetter, true
+	case "skip":
+		return actionSkip, true
+	}
+	return 0, false
+}
+
+// statusAction is what follows a response with status code when it has no
+// ActionHeader: 2xx done; 408, 429 and 5xx retry; anything else (3xx not
+// followed, other 4xx) dead-letter.
+func statusAction(code int) action {
+	switch {
+	case code >= 200 && code <= 299:
+		return actionDone
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		return actionRetry
+	}
+	return actionDeadLetter
+}
+
+// action decides what follows resp: its ActionHeader when it holds a known
+// value (override is then true), else its status.
+func (s *httpSink) action(resp *http.Response) (a action, override bool) {
+	if v := resp.Header.Get(ActionHeader); v != "" {
+		if a, ok := parseAction(v); ok {
+			return a, true
+		}
+		s.log.Debug("ignoring an unknown "+ActionHeader+" response header; deciding by the status",
+			zap.String("value", truncate(v, 64)), zap.Int("status", resp.StatusCode))
+	}
+	return statusAction(resp.StatusCode), false
+}
+
+// responseError describes a response that is not a success, quoting at
+// most maxErrorBody bytes of its body and, when the sink asked for act with
+// ActionHeader, saying so.
+func responseError(resp *http.Response, act action, override bool) error {
+	what := fmt.Sprintf("status %d", resp.StatusCode)
+	if override {
+		what += fmt.Sprintf(" with %s: %s", ActionHeader, act)
+	}
 	buf := make([]byte, maxErrorBody)
 	n, _ := io.ReadFull(resp.Body, buf)
 	body := strings.TrimSpace(strings.ToValidUTF8(string(buf[:n]), "\uFFFD"))
 	if body == "" {
-		return fmt.Errorf("status %d", resp.StatusCode)
+		return errors.New(what)
 	}
-	return fmt.Errorf("status %d: %q", resp.StatusCode, body)
+	return fmt.Errorf("%s: %q", what, body)
+}
+
+// truncate cuts s after n bytes, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // drainClose reads what is left of a (small) body and closes it, so its
@@ -87,9 +174,15 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 	if err != nil {
 		return nil, err
 	}
-	h := make(http.Header, len(s.static)+len(m.Headers)+14)
+	h := make(http.Header, len(s.static)+len(s.files)+len(m.Headers)+14)
 	for k, v := range s.static {
 		h[k] = v
+	}
+	if len(s.files) > 0 {
+		now := time.Now()
+		for _, f := range s.files {
+			h.Set(f.name, f.get(now))
+		}
 	}
 	contentType := s.cfg.ContentType
 	for _, rh := range m.Headers {
@@ -206,15 +299,5 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 // doubled per earlier failure, capped at backoff-max, with equal jitter (half
 // of it fixed, half random) so the retries of many messages spread out.
 func (s *httpSink) backoff(n int) time.Duration {
-	d := s.cfg.BackoffInitial
-	for i := 1; i < n && d < s.cfg.BackoffMax; i++ {
-		if d > s.cfg.BackoffMax/2 {
-			d = s.cfg.BackoffMax
-			break
-		}
-		d *= 2
-	}
-	d = min(d, s.cfg.BackoffMax)
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return handler.RetryPolicy{Initial: s.cfg.BackoffInitial, Max: s.cfg.BackoffMax}.Backoff(n)
 }

@@ -1,0 +1,327 @@
+package examples_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// pluginDir is the out-of-tree plugin module, with its own go.mod.
+const pluginDir = "audit-plugin"
+
+var (
+	buildOnce sync.Once
+	auditBin  string // the built wowd-audit
+	buildErr  error
+)
+
+// wowdAudit builds examples/audit-plugin/cmd/wowd-audit once, as its users
+// would: go build inside the plugin's module.
+func wowdAudit(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "wowd-audit-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		auditBin = filepath.Join(dir, "wowd-audit")
+		out, err := goCmd("build", "-o", auditBin, "./cmd/wowd-audit").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build in %s: %w\n%s", pluginDir, err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return auditBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if auditBin != "" {
+		_ = os.RemoveAll(filepath.Dir(auditBin))
+	}
+	os.Exit(code)
+}
+
+// goCmd is a go command run in the plugin's module.
+func goCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command("go", args...)
+	cmd.Dir = pluginDir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	return cmd
+}
+
+// TestAuditPluginPasses runs the plugin module's own checks (go vet, and its
+// tests, the handler conformance suite among them), which `go test ./...` of
+// this module does not reach.
+func TestAuditPluginPasses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs another module's tests")
+	}
+	if out, err := goCmd("vet", "./...").CombinedOutput(); err != nil {
+		t.Fatalf("go vet: %v\n%s", err, out)
+	}
+	args := []string{"test", "-count=1"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if out, err := goCmd(append(args, "./...")...).CombinedOutput(); err != nil {
+		t.Fatalf("go test: %v\n%s", err, out)
+	}
+}
+
+func TestAuditPluginIsListed(t *testing.T) {
+	out, code := run(t, wowdAudit(t), "handlers")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"audit", "Appends one JSON line per message",
+		"path", "required", "fsync", "max-attempts", "default 5",
+		"http", "log", "discard", // the built-ins are still there
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("`wowd-audit handlers` lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestAuditPluginConfigValidate(t *testing.T) {
+	bin := wowdAudit(t)
+	good := writeConfig(t, auditConfig(9092, 0, filepath.Join(t.TempDir(), "audit.jsonl")))
+	if out, code := run(t, bin, "config", "validate", "--config", good); code != 0 || !strings.Contains(out, "ok") {
+		t.Fatalf("good config: exit %d:\n%s", code, out)
+	}
+	bad := writeConfig(t, strings.Replace(auditConfig(9092, 0, "/tmp/x"), "fsync: true", "fsnyc: true", 1))
+	out, code := run(t, bin, "config", "validate", "--config", bad)
+	if code != 2 || !strings.Contains(out, "fsnyc") {
+		t.Fatalf("bad config: exit %d, want 2 naming the key:\n%s", code, out)
+	}
+}
+
+// TestAuditPluginDev runs `wowd-audit dev`, produces records to its embedded
+// broker and checks the audit file gets their lines, then that SIGTERM stops
+// it with exit code 0.
+func TestAuditPluginDev(t *testing.T) {
+	bin := wowdAudit(t)
+	const records = 20
+	brokerPort, metricsPort := freePort(t), freePort(t)
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	cfg := writeConfig(t, auditConfig(brokerPort, metricsPort, path))
+
+	var out syncBuffer
+	cmd := exec.Command(bin, "dev", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("wowd-audit output:\n%s", out.String())
+		}
+	})
+	waitReady(t, metricsPort, exited)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(fmt.Sprintf("127.0.0.1:%d", brokerPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range records {
+		id := fmt.Sprintf("cart-%d", i%4)
+		recs = append(recs, &kgo.Record{Topic: "wow.shop.cart.event", Key: []byte(id), Value: wowEvent("shop", "cart", id, i/4+1)})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	var lines []map[string]any
+	deadline := time.Now().Add(30 * time.Second)
+	for len(lines) < records {
+		select {
+		case err := <-exited:
+			t.Fatalf("wowd-audit exited early: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit file has %d lines, want %d", len(lines), records)
+		}
+		time.Sleep(50 * time.Millisecond)
+		lines = readLines(t, path)
+	}
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if l["topic"] != "wow.shop.cart.event" || l["dispatcher"] != "audit-trail" || l["service"] != "audited" ||
+			l["context"] != "shop" || l["aggregate"] != "cart" || l["kind"] != "event" ||
+			!strings.HasPrefix(fmt.Sprint(l["aggregate_id"]), "cart-") || l["size"] == 0.0 {
+			t.Errorf("line %v", l)
+		}
+		seen[fmt.Sprint(l["partition"], "/", l["offset"])] = true
+	}
+	if len(seen) != records {
+		t.Errorf("%d distinct records in %d lines, want %d", len(seen), len(lines), records)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("after SIGTERM: %v, want exit 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("wowd-audit did not stop within its 10s shutdown timeout")
+	}
+}
+
+// wowEvent is a domain event stream of aggregate id at version, as a Wow
+// service puts it on Kafka.
+func wowEvent(contextName, aggregate, id string, version int) []byte {
+	return fmt.Appendf(nil, `{"id":"%s-%d","contextName":%q,"aggregateName":%q,"header":{},`+
+		`"aggregateId":%q,"tenantId":"(0)","ownerId":"","spaceId":"","commandId":"c-%s-%d","requestId":"c-%s-%d",`+
+		`"version":%d,"body":[{"id":"e-%s-%d","name":"item_added","revision":"0.0.1","bodyType":"example.ItemAdded","body":{}}],`+
+		`"createTime":%d}`,
+		id, version, contextName, aggregate, id, id, version, id, version, version, id, version, time.Now().UnixMilli())
+}
+
+// auditConfig is a configuration with one dispatcher writing the events of
+// shop.cart to an audit file at path. A metrics port of 0 leaves metrics off.
+func auditConfig(brokerPort, metricsPort int, path string) string {
+	metrics := ""
+	if metricsPort != 0 {
+		metrics = fmt.Sprintf("  metrics:\n    listen: 127.0.0.1:%d\n", metricsPort)
+	}
+	return fmt.Sprintf(`wow:
+  service: audited
+  kafka:
+    bootstrap-servers: [127.0.0.1:%d]
+  contexts:
+    shop:
+      aggregates: [cart]
+  dispatchers:
+    audit-trail:
+      topics: [event]
+      handler:
+        type: audit
+        path: %s
+        fsync: true
+%s  shutdown:
+    timeout: 10s
+  dev:
+    partitions: 2
+`, brokerPort, path, metrics)
+}
+
+func readLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		var l map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+func run(t *testing.T, bin string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if _, ok := err.(*exec.ExitError); !ok {
+			t.Fatal(err)
+		}
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "wowd.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func waitReady(t *testing.T, port int, exited <-chan error) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			t.Fatalf("wowd-audit exited: %v", err)
+		default:
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+	}
+	t.Fatal("wowd-audit did not become ready")
+}
+
+// syncBuffer is a bytes.Buffer safe for the writes of a process and a read
+// at the end of the test.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

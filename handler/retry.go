@@ -1,0 +1,280 @@
+package handler
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RetryPolicy says how [WithRetry] retries transient failures. The zero
+// value retries forever, waiting 200ms after the first failure and doubling
+// up to 30s.
+type RetryPolicy struct {
+	// MaxAttempts is the number of attempts per message, the first included,
+	// before a transient failure is reported; 0 retries forever.
+	MaxAttempts int
+	// Initial is the wait after the first failure (default 200ms); it
+	// doubles with each further failure, with jitter.
+	Initial time.Duration
+	// Max is the longest wait between attempts (default 30s, at least Initial).
+	Max time.Duration
+	// Observer, when set, is told of every retry (pass Deps.Observer).
+	Observer Observer
+}
+
+// Default waits of a RetryPolicy.
+const (
+	DefaultRetryInitial = 200 * time.Millisecond
+	DefaultRetryMax     = 30 * time.Second
+)
+
+// Backoff returns the wait after failed attempt n (1-based): Initial doubled
+// per earlier failure, capped at Max, with equal jitter (half of it fixed,
+// half random) so the retries of many messages spread out.
+func (p RetryPolicy) Backoff(n int) time.Duration {
+	initial, limit := p.Initial, p.Max
+	if initial <= 0 {
+		initial = DefaultRetryInitial
+	}
+	if limit <= 0 {
+		limit = DefaultRetryMax
+	}
+	limit = max(limit, initial)
+	d := initial
+	for i := 1; i < n && d < limit; i++ {
+		if d > limit/2 {
+			d = limit
+			break
+		}
+		d *= 2
+	}
+	d = min(d, limit)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// ErrClosed is the outcome of messages a handler gave up on because it was
+// closed. It wraps context.Canceled, as the outcome of a message whose
+// context was canceled does: wowd closes a handler only after its receivers
+// stopped, so such messages are not committed and are delivered again after
+// a restart.
+var ErrClosed = fmt.Errorf("handler closed: %w", context.Canceled)
+
+// WithRetry returns a handler that retries the Transient failures of h with
+// exponential backoff and jitter, as p says. Success, Permanent and Skip
+// outcomes are reported at once. A message that runs out of attempts is
+// reported with its last error, classed Transient and marked with
+// [WithAttempts].
+//
+// Waiting holds no goroutine: a timer makes the next attempt, calling
+// h.Handle from the timer's goroutine. When the message's context is
+// canceled, the message is acknowledged at once with an error wrapping
+// ctx.Err() and h is not called again for it; an attempt in progress is left
+// to h, which should stop it promptly.
+//
+// The returned handler is a [Blocker] when h is, and a [Closer]: Close
+// acknowledges the messages waiting to retry with an error wrapping
+// [ErrClosed], then closes h if it is a Closer. h must acknowledge each
+// attempt once; extra acknowledgements are ignored.
+func WithRetry(h Handler, p RetryPolicy) Handler {
+	r := &retrier{h: h, p: p, waiting: make(map[*retryCall]struct{})}
+	if b, ok := h.(Blocker); ok {
+		r.blocking = b.Blocking()
+	}
+	return r
+}
+
+// retrier is the handler WithRetry returns.
+type retrier struct {
+	h        Handler
+	p        RetryPolicy
+	blocking bool
+
+	mu      sync.Mutex              // guards waiting, closed and the state and timer of every call
+	waiting map[*retryCall]struct{} // calls whose timer runs
+	closed  bool                    // set by Close
+}
+
+var (
+	_ Handler = (*retrier)(nil)
+	_ Blocker = (*retrier)(nil)
+	_ Closer  = (*retrier)(nil)
+)
+
+// retryState tells where a call is.
+type retryState uint8
+
+const (
+	retryRunning retryState = iota // an attempt is in progress
+	retryWaiting                   // in retrier.waiting, its timer running
+	retryDone                      // outcome reported or being reported
+)
+
+// retryCall is one message on its way through WithRetry. Whoever moves it to
+// retryDone (under retrier.mu) acknowledges it, so the ack is called once.
+type retryCall struct {
+	r    *retrier
+	ctx  context.Context
+	m    *Message
+	ack  Ack
+	stop func() bool // unregisters the ctx cancellation hook
+
+	attempts atomic.Int64 // attempts started
+	acked    atomic.Int64 // attempts acknowledged; guards against double acks
+
+	state retryState  // guarded by retrier.mu
+	timer *time.Timer // guarded by retrier.mu; set while retryWaiting
+}
+
+// Blocking reports whether the wrapped handler blocks.
+func (r *retrier) Blocking() bool { return r.blocking }
+
+// Handle makes the first attempt of m.
+func (r *retrier) Handle(ctx context.Context, m *Message, ack Ack) {
+	if err := ctx.Err(); err != nil {
+		ack.Done(err)
+		return
+	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		ack.Done(ErrClosed)
+		return
+	}
+	c := &retryCall{r: r, ctx: ctx, m: m, ack: ack}
+	c.stop = context.AfterFunc(ctx, c.canceled)
+	c.try()
+}
+
+// Close acknowledges the messages waiting to retry, then closes the wrapped
+// handler. Attempts in progress are reported when they end, without retry.
+func (r *retrier) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	dropped := make([]*retryCall, 0, len(r.waiting))
+	for c := range r.waiting {
+		c.timer.Stop()
+		c.state = retryDone
+		dropped = append(dropped, c)
+	}
+	clear(r.waiting)
+	r.mu.Unlock()
+	for _, c := range dropped {
+		c.finish(c.withAttempts(ErrClosed))
+	}
+	if cl, ok := r.h.(Closer); ok {
+		return cl.Close(ctx)
+	}
+	return nil
+}
+
+// try makes the next attempt of the running call c.
+func (c *retryCall) try() {
+	if err := c.ctx.Err(); err != nil {
+		c.r.mu.Lock()
+		c.state = retryDone
+		c.r.mu.Unlock()
+		c.finish(c.withAttempts(err))
+		return
+	}
+	n := c.attempts.Add(1)
+	c.r.h.Handle(c.ctx, c.m, NewAck(c, uint64(n)))
+}
+
+// Complete implements Completer: the outcome of attempt token.
+func (c *retryCall) Complete(token uint64, err error) {
+	n := int64(token)
+	if !c.acked.CompareAndSwap(n-1, n) {
+		return // a second acknowledgement of this attempt
+	}
+	r := c.r
+	class, _ := Classify(err)
+	if err == nil || class != Transient {
+		c.done(WithAttempts(int(n), err))
+		return
+	}
+	if ctxErr := c.ctx.Err(); ctxErr != nil {
+		c.done(WithAttempts(int(n), fmt.Errorf("%w (last attempt: %w)", ctxErr, err)))
+		return
+	}
+	if r.p.MaxAttempts > 0 && int(n) >= r.p.MaxAttempts {
+		c.done(WithAttempts(int(n), Classed(Transient, fmt.Errorf("giving up after %d attempts: %w", n, err))))
+		return
+	}
+	wait := r.p.Backoff(int(n))
+	if r.p.Observer != nil {
+		r.p.Observer.Retrying(c.m, int(n), err, wait)
+	}
+	r.mu.Lock()
+	if r.closed {
+		c.state = retryDone
+		r.mu.Unlock()
+		c.finish(WithAttempts(int(n), fmt.Errorf("%w (last attempt: %w)", ErrClosed, err)))
+		return
+	}
+	c.state = retryWaiting
+	r.waiting[c] = struct{}{}
+	c.timer = time.AfterFunc(wait, c.fire)
+	r.mu.Unlock()
+}
+
+// fire runs when the backoff of c is over.
+func (c *retryCall) fire() {
+	r := c.r
+	r.mu.Lock()
+	if c.state != retryWaiting { // canceled or closed meanwhile
+		r.mu.Unlock()
+		return
+	}
+	delete(r.waiting, c)
+	c.timer = nil
+	c.state = retryRunning
+	r.mu.Unlock()
+	c.try()
+}
+
+// canceled runs when the context of c is canceled. A waiting call is
+// acknowledged at once; a running one when its attempt ends.
+func (c *retryCall) canceled() {
+	r := c.r
+	r.mu.Lock()
+	if c.state != retryWaiting {
+		r.mu.Unlock()
+		return
+	}
+	c.timer.Stop()
+	delete(r.waiting, c)
+	c.state = retryDone
+	r.mu.Unlock()
+	c.finish(c.withAttempts(c.ctx.Err()))
+}
+
+// withAttempts marks err with the attempts c made, if any.
+func (c *retryCall) withAttempts(err error) error {
+	if n := c.attempts.Load(); n > 0 {
+		return WithAttempts(int(n), err)
+	}
+	return err
+}
+
+// done reports the outcome of the running call c.
+func (c *retryCall) done(err error) {
+	c.r.mu.Lock()
+	c.state = retryDone
+	c.r.mu.Unlock()
+	c.finish(err)
+}
+
+// finish reports the outcome of c, which its caller moved to retryDone.
+func (c *retryCall) finish(err error) {
+	c.stop()
+	c.ack.Done(err)
+}

@@ -1,0 +1,289 @@
+package handler_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/handler/handlertest"
+)
+
+// flaky fails its first fails calls with err, then succeeds, acknowledging
+// from another goroutine when async is set.
+type flaky struct {
+	fails int
+	err   error
+	async bool
+	calls atomic.Int32
+}
+
+func (f *flaky) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	n := int(f.calls.Add(1))
+	var err error
+	if n <= f.fails {
+		err = f.err
+	}
+	if f.async {
+		go ack.Done(err)
+		return
+	}
+	ack.Done(err)
+}
+
+// observed records the retries reported to an Observer.
+type observed struct {
+	mu       sync.Mutex // guards attempts and waits
+	attempts []int
+	waits    []time.Duration
+}
+
+func (o *observed) Retrying(_ *handler.Message, attempt int, _ error, wait time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.attempts = append(o.attempts, attempt)
+	o.waits = append(o.waits, wait)
+}
+
+func (o *observed) count() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.attempts)
+}
+
+// outcome returns an Ack and a channel that receives its outcome; a second
+// acknowledgement fails the test.
+func outcome(t *testing.T) (handler.Ack, <-chan error) {
+	ch := make(chan error, 1)
+	var n atomic.Int32
+	return handler.AckFunc(func(err error) {
+		if n.Add(1) > 1 {
+			t.Errorf("acknowledged twice (now with %v)", err)
+			return
+		}
+		ch <- err
+	}), ch
+}
+
+func await(t *testing.T, ch <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("not acknowledged")
+		return nil
+	}
+}
+
+var msg = &handler.Message{Topic: "wow.t.a.event", Offset: 7, AggregateID: "a-1"}
+
+func TestWithRetryOutcomes(t *testing.T) {
+	transient := errors.New("flaky")
+	for _, tc := range []struct {
+		name      string
+		inner     *flaky
+		policy    handler.RetryPolicy
+		class     handler.Class // when the outcome is an error
+		ok        bool
+		calls     int32
+		retries   int
+		wantInErr string
+	}{
+		{name: "success", inner: &flaky{}, ok: true, calls: 1},
+		{name: "recovers", inner: &flaky{fails: 2, err: transient}, ok: true, calls: 3, retries: 2},
+		{name: "recovers async", inner: &flaky{fails: 2, err: transient, async: true}, ok: true, calls: 3, retries: 2},
+		{name: "forever", inner: &flaky{fails: 20, err: transient}, policy: handler.RetryPolicy{MaxAttempts: 0}, ok: true, calls: 21, retries: 20},
+		{name: "permanent", inner: &flaky{fails: 9, err: handler.Classed(handler.Permanent, transient)}, class: handler.Permanent, calls: 1},
+		{name: "skip", inner: &flaky{fails: 9, err: handler.Classed(handler.Skip, transient)}, class: handler.Skip, calls: 1},
+		{name: "exhausted", inner: &flaky{fails: 9, err: transient}, policy: handler.RetryPolicy{MaxAttempts: 3},
+			class: handler.Transient, calls: 3, retries: 2, wantInErr: "giving up after 3 attempts: flaky"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := &observed{}
+			p := tc.policy
+			p.Initial, p.Max, p.Observer = time.Microsecond, time.Millisecond, obs
+			h := handler.WithRetry(tc.inner, p)
+			ack, ch := outcome(t)
+			h.Handle(context.Background(), msg, ack)
+			err := await(t, ch)
+			if tc.ok != (err == nil) {
+				t.Fatalf("outcome %v", err)
+			}
+			if err != nil {
+				if c, _ := handler.Classify(err); c != tc.class {
+					t.Errorf("class %v, want %v", c, tc.class)
+				}
+				if n := handler.Attempts(err); n != int(tc.calls) {
+					t.Errorf("attempts %d, want %d", n, tc.calls)
+				}
+				if !errors.Is(err, transient) || !strings.Contains(err.Error(), tc.wantInErr) {
+					t.Errorf("error %q", err)
+				}
+			}
+			if n := tc.inner.calls.Load(); n != tc.calls {
+				t.Errorf("%d calls, want %d", n, tc.calls)
+			}
+			if n := obs.count(); n != tc.retries {
+				t.Errorf("%d retries observed, want %d", n, tc.retries)
+			}
+			obs.mu.Lock()
+			for i, a := range obs.attempts {
+				if a != i+1 || obs.waits[i] <= 0 || obs.waits[i] > time.Millisecond {
+					t.Errorf("retry %d: attempt %d, wait %v", i, a, obs.waits[i])
+				}
+			}
+			obs.mu.Unlock()
+		})
+	}
+}
+
+func TestWithRetryCancelWhileWaiting(t *testing.T) {
+	inner := &flaky{fails: 99, err: errors.New("down")}
+	obs := &observed{}
+	h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Hour, Observer: obs})
+	ctx, cancel := context.WithCancel(context.Background())
+	ack, ch := outcome(t)
+	h.Handle(ctx, msg, ack)
+	if obs.count() != 1 {
+		t.Fatalf("%d retries observed, want 1", obs.count())
+	}
+	began := time.Now()
+	cancel()
+	err := await(t, ch)
+	if !errors.Is(err, context.Canceled) || handler.Attempts(err) != 1 {
+		t.Fatalf("outcome %v (attempts %d), want context.Canceled after 1 attempt", err, handler.Attempts(err))
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("acknowledged %v after the cancellation", d)
+	}
+	if n := inner.calls.Load(); n != 1 {
+		t.Errorf("%d calls, want 1", n)
+	}
+}
+
+func TestWithRetryCanceledBeforeHandle(t *testing.T) {
+	inner := &flaky{}
+	h := handler.WithRetry(inner, handler.RetryPolicy{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ack, ch := outcome(t)
+	h.Handle(ctx, msg, ack)
+	if err := await(t, ch); !errors.Is(err, context.Canceled) {
+		t.Fatalf("outcome %v", err)
+	}
+	if inner.calls.Load() != 0 {
+		t.Fatal("called with a canceled context")
+	}
+}
+
+// doubleAck acknowledges every attempt twice, failing the first time.
+type doubleAck struct{ calls atomic.Int32 }
+
+func (d *doubleAck) Handle(_ context.Context, _ *handler.Message, ack handler.Ack) {
+	if d.calls.Add(1) == 1 {
+		ack.Done(errors.New("first"))
+		ack.Done(errors.New("first again"))
+		return
+	}
+	ack.Done(nil)
+	ack.Done(errors.New("late"))
+}
+
+func TestWithRetryIgnoresExtraAcks(t *testing.T) {
+	inner := &doubleAck{}
+	h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Millisecond})
+	ack, ch := outcome(t)
+	h.Handle(context.Background(), msg, ack)
+	if err := await(t, ch); err != nil {
+		t.Fatalf("outcome %v", err)
+	}
+	time.Sleep(20 * time.Millisecond) // a retry of the duplicate would show now
+	if n := inner.calls.Load(); n != 2 {
+		t.Errorf("%d calls, want 2", n)
+	}
+}
+
+// closing is a blocking handler that records Close.
+type closing struct {
+	flaky
+	closed atomic.Bool
+}
+
+func (c *closing) Blocking() bool { return true }
+
+func (c *closing) Close(context.Context) error {
+	c.closed.Store(true)
+	return nil
+}
+
+func TestWithRetryClose(t *testing.T) {
+	inner := &closing{flaky: flaky{fails: 99, err: errors.New("down")}}
+	h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Hour})
+	if b, ok := h.(handler.Blocker); !ok || !b.Blocking() {
+		t.Error("the Blocker is lost")
+	}
+	ack, ch := outcome(t)
+	h.Handle(context.Background(), msg, ack)
+	if err := h.(handler.Closer).Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	err := await(t, ch)
+	if !errors.Is(err, handler.ErrClosed) || !errors.Is(err, context.Canceled) {
+		t.Errorf("outcome %v, want ErrClosed", err)
+	}
+	if !inner.closed.Load() {
+		t.Error("the wrapped handler was not closed")
+	}
+	ack, ch = outcome(t)
+	h.Handle(context.Background(), msg, ack)
+	if err := await(t, ch); !errors.Is(err, handler.ErrClosed) {
+		t.Errorf("after close: %v", err)
+	}
+	if b, ok := handler.WithRetry(&flaky{}, handler.RetryPolicy{}).(handler.Blocker); !ok || b.Blocking() {
+		t.Error("a handler that does not block is reported as blocking")
+	}
+}
+
+func TestRetryPolicyBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		p        handler.RetryPolicy
+		attempt  int
+		min, max time.Duration
+	}{
+		{handler.RetryPolicy{}, 1, 100 * time.Millisecond, 200 * time.Millisecond},
+		{handler.RetryPolicy{}, 1 << 20, 15 * time.Second, 30 * time.Second},
+		{handler.RetryPolicy{Initial: 100 * time.Millisecond, Max: time.Second}, 2, 100 * time.Millisecond, 200 * time.Millisecond},
+		{handler.RetryPolicy{Initial: 100 * time.Millisecond, Max: time.Second}, 5, 500 * time.Millisecond, time.Second},
+		{handler.RetryPolicy{Initial: time.Second, Max: time.Millisecond}, 3, 500 * time.Millisecond, time.Second},
+		{handler.RetryPolicy{Initial: time.Second, Max: 1<<63 - 1}, 200, (1<<63 - 1) / 2, 1<<63 - 1},
+	} {
+		for range 100 {
+			if d := tc.p.Backoff(tc.attempt); d < tc.min || d > tc.max {
+				t.Fatalf("%+v.Backoff(%d) = %v, want in [%v, %v]", tc.p, tc.attempt, d, tc.min, tc.max)
+			}
+		}
+	}
+}
+
+// targetPlugin is a minimal Go plugin: it does its I/O through call.
+type targetPlugin struct {
+	call func(ctx context.Context, m *handler.Message) error
+}
+
+func (p targetPlugin) Blocking() bool { return true }
+
+func (p targetPlugin) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	ack.Done(p.call(ctx, m))
+}
+
+func TestWithRetryConformance(t *testing.T) {
+	handlertest.Run(t, func(t *testing.T, target handlertest.Target) handler.Handler {
+		return handler.WithRetry(targetPlugin{call: target.Call},
+			handler.RetryPolicy{MaxAttempts: 3, Initial: time.Millisecond, Max: 5 * time.Millisecond})
+	})
+}

@@ -1,0 +1,158 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+const (
+	// fileCheckEvery is how often a header file is checked for a change.
+	fileCheckEvery = time.Second
+	// maxHeaderFile is the largest header file read.
+	maxHeaderFile = 16 << 10
+)
+
+// resolveHeaders returns the static headers of a sink (headers and
+// headers-from-env, read now) and its headers-from-file, read once now.
+// Errors name the header and its source, never its value.
+func resolveHeaders(cfg HTTPConfig, log *zap.Logger) (http.Header, []*fileHeader, error) {
+	static := make(http.Header, len(cfg.Headers)+len(cfg.HeadersFromEnv))
+	for k, v := range cfg.Headers {
+		static.Set(k, v)
+	}
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(cfg.HeadersFromEnv)) {
+		name := cfg.HeadersFromEnv[k]
+		raw, ok := os.LookupEnv(name)
+		if !ok {
+			errs = append(errs, fmt.Errorf("headers-from-env.%s: environment variable %s is not set", k, name))
+			continue
+		}
+		v, err := headerValue(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("headers-from-env.%s: environment variable %s %w", k, name, err))
+			continue
+		}
+		static.Set(k, v)
+	}
+	var files []*fileHeader
+	for _, k := range slices.Sorted(maps.Keys(cfg.HeadersFromFile)) {
+		f := &fileHeader{name: http.CanonicalHeaderKey(k), path: cfg.HeadersFromFile[k], every: fileCheckEvery, log: log}
+		if err := f.load(time.Now()); err != nil {
+			errs = append(errs, fmt.Errorf("headers-from-file.%s: %w", k, err))
+			continue
+		}
+		files = append(files, f)
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+	return static, files, nil
+}
+
+// headerValue trims raw and checks it can be sent as a header value. Its
+// errors complete a sentence naming the source, and never quote the value.
+func headerValue(raw string) (string, error) {
+	v := strings.TrimSpace(raw)
+	switch {
+	case v == "":
+		return "", errors.New("is empty")
+	case !validHeaderValue(v):
+		return "", errors.New("holds control characters")
+	}
+	return v, nil
+}
+
+// fileHeader is a request header whose value is read from a file, such as a
+// token that is rotated. The file is read when the sink is built; after
+// that, a request checks it at most once per every and reads it again when
+// it changed (another file, modification time or size). A file that cannot
+// be read, or holds no valid value, leaves the previous value in use.
+type fileHeader struct {
+	name  string // canonical header name
+	path  string
+	every time.Duration
+	log   *zap.Logger
+
+	mu   sync.Mutex  // guards cur, info and next
+	cur  string      // the value in use
+	info os.FileInfo // of the file last read (or tried)
+	next time.Time   // when to check the file again
+}
+
+// load reads the file, reporting why it cannot be used.
+func (f *fileHeader) load(now time.Time) error {
+	v, info, err := readHeaderFile(f.path)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cur, f.info, f.next = v, info, now.Add(f.every)
+	return nil
+}
+
+// get returns the header value to send at now, reading the file again if
+// it is time to check and it changed.
+func (f *fileHeader) get(now time.Time) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if now.Before(f.next) {
+		return f.cur
+	}
+	f.next = now.Add(f.every)
+	info, err := os.Stat(f.path)
+	if err != nil || sameVersion(f.info, info) {
+		return f.cur // a missing file is reported once it is back, or never
+	}
+	v, read, err := readHeaderFile(f.path)
+	if err != nil {
+		f.info = info // tried: wait for the next change
+		f.log.Warn("header file changed but cannot be used; keeping the previous value",
+			zap.String("header", f.name), zap.String("path", f.path), zap.Error(err))
+		return f.cur
+	}
+	f.cur, f.info = v, read
+	f.log.Debug("header file read again", zap.String("header", f.name), zap.String("path", f.path))
+	return f.cur
+}
+
+// sameVersion reports whether b describes the same version of a file as a.
+func sameVersion(a, b os.FileInfo) bool {
+	return a != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
+}
+
+// readHeaderFile reads a header value from the file at path, trimmed.
+func readHeaderFile(path string) (string, os.FileInfo, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer file.Close()
+	info, err := file.Stat()
+	if err != nil {
+		return "", nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(file, maxHeaderFile+1))
+	if err != nil {
+		return "", nil, err
+	}
+	if len(b) > maxHeaderFile {
+		return "", nil, fmt.Errorf("%s is larger than %d bytes", path, maxHeaderFile)
+	}
+	v, err := headerValue(string(b))
+	if err != nil {
+		return "", nil, fmt.Errorf("%s %w", path, err)
+	}
+	return v, info, nil
+}

@@ -1,0 +1,75 @@
+package handlers
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+)
+
+// newTransport returns the connection pool of a sink: keep-alive
+// connections, as many idle ones kept as requests may be in flight, HTTP/2
+// when an https server offers it, and the TLS settings of cfg.
+func newTransport(cfg HTTPConfig) (*http.Transport, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ForceAttemptHTTP2 = true // also with a TLSClientConfig of our own
+	tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxConcurrency)
+	tr.MaxIdleConnsPerHost = cfg.MaxConcurrency
+	tc, err := cfg.TLS.config()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		tr.TLSClientConfig = tc
+	}
+	return tr, nil
+}
+
+// config returns the TLS client configuration, or nil when t sets nothing.
+// It reads the files t names.
+func (t HTTPTLSConfig) config() (*tls.Config, error) {
+	if t == (HTTPTLSConfig{}) {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.ca-file: no PEM certificate in %s", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert-file, tls.key-file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// checkRedirect follows only redirects that keep the method and the body
+// (307, 308) and stay on the origin (scheme and host) of the sink's URL:
+// after a 301, 302 or 303 the client would send a GET without the message,
+// and another origin must not get the sink's headers (tokens). Any other
+// 3xx response is the outcome, a permanent failure.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if req.Response == nil || len(via) >= 10 {
+		return http.ErrUseLastResponse
+	}
+	switch req.Response.StatusCode {
+	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+	default:
+		return http.ErrUseLastResponse
+	}
+	if first := via[0].URL; req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
+		return http.ErrUseLastResponse
+	}
+	return nil
+}
