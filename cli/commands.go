@@ -50,6 +50,10 @@ func (a *app) serve(cfg *config.Config, extra func(ctx context.Context, log *zap
 	}
 	defer func() { _ = log.Sync() }()
 	rt, err := runtime.New(cfg, a.reg, log, version())
+	var ce *runtime.ConfigError
+	if errors.As(err, &ce) {
+		return configError(err)
+	}
 	if err != nil {
 		return err
 	}

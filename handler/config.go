@@ -127,10 +127,8 @@ func Decode(spec Spec, raw map[string]any) (any, error) {
 	}
 	var errs []error
 	if err := dec.Decode(raw); err != nil {
-		if joined, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = append(errs, joined.Unwrap()...)
-		} else {
-			errs = append(errs, err)
+		for _, e := range leaves(err) {
+			errs = append(errs, unknownKeys(e)...)
 		}
 	}
 	set := make(map[string]bool, len(md.Keys))
@@ -153,4 +151,50 @@ func Decode(spec Spec, raw map[string]any) (any, error) {
 		return nil, errors.Join(errs...)
 	}
 	return cfg, nil
+}
+
+// UnknownKeyError reports a configuration key the handler does not take.
+type UnknownKeyError struct {
+	Key string // dotted path within the handler's configuration
+}
+
+func (e *UnknownKeyError) Error() string { return e.Key + ": unknown key" }
+
+// unknownKeys turns the decoder's "has invalid keys: a, b" into one
+// UnknownKeyError per key; other errors pass unchanged.
+func unknownKeys(err error) []error {
+	var de *mapstructure.DecodeError
+	if !errors.As(err, &de) {
+		return []error{err}
+	}
+	list, ok := strings.CutPrefix(de.Unwrap().Error(), "has invalid keys: ")
+	if !ok {
+		return []error{err}
+	}
+	var errs []error
+	for _, k := range strings.Split(list, ", ") {
+		if de.Name() != "" {
+			k = de.Name() + "." + k
+		}
+		errs = append(errs, &UnknownKeyError{Key: k})
+	}
+	return errs
+}
+
+// leaves returns the leaves of a tree of joined errors, looking through the
+// wrapping the decoder puts around its list.
+func leaves(err error) []error {
+	if multi, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range multi.Unwrap() {
+			out = append(out, leaves(e)...)
+		}
+		return out
+	}
+	if _, leaf := err.(*mapstructure.DecodeError); !leaf {
+		if inner, ok := errors.Unwrap(err).(interface{ Unwrap() []error }); ok {
+			return leaves(inner.(error))
+		}
+	}
+	return []error{err}
 }

@@ -52,3 +52,18 @@ func TestFields(t *testing.T) {
 		t.Fatalf("fields %+v", fs)
 	}
 }
+
+func TestDecodeNamesUnknownKeys(t *testing.T) {
+	_, err := handler.Decode(testSpec(), map[string]any{"url": "http://x", "uper": 1, "timout": "1s"})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"uper: unknown key", "timout: unknown key"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "invalid keys") {
+		t.Errorf("raw decoder text leaks: %q", err)
+	}
+}

@@ -287,6 +287,11 @@ func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]a
 		keys[k] = true
 	}
 	for _, e := range flatten(err) {
+		var uk *handler.UnknownKeyError
+		if errors.As(e, &uk) {
+			d.errorf(path+"."+uk.Key, "unknown key")
+			continue
+		}
 		if de, ok := e.(*mapstructure.DecodeError); ok {
 			at := path
 			if de.Name() != "" {

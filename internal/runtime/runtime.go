@@ -163,7 +163,9 @@ func (rt *Runtime) build(reg *handler.Registry) error {
 			Observer:   obs,
 		})
 		if err != nil {
-			return fmt.Errorf("dispatcher %s: building %s handler: %w", name, spec.Name, err)
+			// Missing token files, unreadable certificates and the like: the
+			// configuration is wrong, not the run.
+			return &ConfigError{Path: "wow.dispatchers." + name + ".handler", Err: fmt.Errorf("building the %s handler: %w", spec.Name, err)}
 		}
 		rt.handlers[name] = h
 		blocking := false
@@ -185,6 +187,17 @@ func (rt *Runtime) build(reg *handler.Registry) error {
 	}
 	return nil
 }
+
+// ConfigError is a configuration problem found while building the runtime
+// (a handler that cannot be built from its options, a listener address in
+// use is not one): the process should exit with the configuration code.
+type ConfigError struct {
+	Path string
+	Err  error
+}
+
+func (e *ConfigError) Error() string { return e.Path + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Topic returns the topic of an aggregate's messages of one kind, as Wow
 // names it.
