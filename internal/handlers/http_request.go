@@ -205,6 +205,9 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 	if !m.Timestamp.IsZero() {
 		h.Set("ce-time", m.Timestamp.UTC().Format(time.RFC3339Nano))
 	}
+	if w := m.Wow; w != nil {
+		setWowHeaders(h, m, w)
+	}
 	h.Set("kafka-topic", m.Topic)
 	h.Set("kafka-partition", strconv.FormatInt(int64(m.Partition), 10))
 	h.Set("kafka-offset", strconv.FormatInt(m.Offset, 10))
@@ -300,4 +303,40 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 // of it fixed, half random) so the retries of many messages spread out.
 func (s *httpSink) backoff(n int) time.Duration {
 	return handler.RetryPolicy{Initial: s.cfg.BackoffInitial, Max: s.cfg.BackoffMax}.Backoff(n)
+}
+
+// setWowHeaders adds what wowd decoded of a Wow message: the message id as
+// ce-id, the command name as ce-type of a command, the creation time as
+// ce-time, the routing fields and Wow's own header map (see HTTP.md).
+func setWowHeaders(h http.Header, m *handler.Message, w *handler.Wow) {
+	if w.ID != "" {
+		h.Set("ce-id", ceEncode(w.ID))
+	}
+	if m.Kind == handler.KindCommand && w.Name != "" {
+		h.Set("ce-type", ceEncode(w.Name))
+	}
+	if !w.CreateTime.IsZero() {
+		h.Set("ce-time", w.CreateTime.UTC().Format(time.RFC3339Nano))
+	}
+	set := func(k, v string) {
+		if v != "" && validHeaderValue(v) {
+			h.Set(k, v)
+		}
+	}
+	set("wow-context", w.ContextName)
+	set("wow-aggregate", w.AggregateName)
+	set("wow-tenant-id", w.TenantID)
+	set("wow-request-id", w.RequestID)
+	set("wow-command-id", w.CommandID)
+	if w.HasVersion {
+		h.Set("wow-version", strconv.FormatInt(w.Version, 10))
+	}
+	if len(w.Events) > 0 {
+		set("wow-events", strings.Join(w.Events, ","))
+	}
+	for _, e := range w.Header {
+		if validHeaderName(e.Key) && validHeaderValue(e.Value) {
+			h.Set("wow-header-"+e.Key, e.Value)
+		}
+	}
 }

@@ -628,3 +628,47 @@ func TestCallQueue(t *testing.T) {
 		t.Fatal("queue not empty")
 	}
 }
+
+// TestHTTPWowHeaders: a decoded Wow message gives its id as ce-id, a
+// command's name as ce-type, its creation time as ce-time, and its routing
+// fields, event names and header map as wow-* headers.
+func TestHTTPWowHeaders(t *testing.T) {
+	got := make(chan http.Header, 2)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	h := build(t, "http", sinkConfig(srv.URL, nil), handler.Deps{})
+	acks := newAcks(t)
+	created := time.Date(2025, 8, 22, 13, 16, 3, 12_000_000, time.UTC)
+	for i, kind := range []handler.Kind{handler.KindCommand, handler.KindEvent} {
+		m := testMessage(int64(i))
+		m.Kind = kind
+		m.Wow = &handler.Wow{ID: "0U7K2nR8", Name: "add_cart_item", ContextName: "example-service", AggregateName: "cart",
+			AggregateID: m.AggregateID, TenantID: "(0)", RequestID: "r-1", CommandID: "c-1", Version: 3, HasVersion: true,
+			CreateTime: created, Events: []string{"cart_item_added", "cart_checked"},
+			Header: []handler.WowHeader{{Key: "trace_id", Value: "t-9"}, {Key: "local_first", Value: "true"}}}
+		if kind == handler.KindEvent {
+			m.Wow.Name = ""
+		}
+		h.Handle(context.Background(), m, acks.ack(int64(i)))
+		if err := acks.wait(t, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		hd := <-got
+		wantType := "add_cart_item"
+		if kind == handler.KindEvent {
+			wantType = "wow." + m.Context + "." + m.Aggregate + ".event"
+		}
+		for k, v := range map[string]string{
+			"ce-id": "0U7K2nR8", "ce-type": wantType, "ce-time": "2025-08-22T13:16:03.012Z", "ce-subject": m.AggregateID,
+			"wow-context": "example-service", "wow-aggregate": "cart", "wow-tenant-id": "(0)", "wow-request-id": "r-1",
+			"wow-command-id": "c-1", "wow-version": "3", "wow-events": "cart_item_added,cart_checked",
+			"wow-header-trace_id": "t-9", "wow-header-local_first": "true",
+		} {
+			if hd.Get(k) != v {
+				t.Errorf("%v: %s = %q, want %q", kind, k, hd.Get(k), v)
+			}
+		}
+	}
+}
