@@ -1,0 +1,243 @@
+package realkafka
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const (
+	crashRecords    = 200_000
+	crashPartitions = 12
+	crashAggregates = 5_000
+)
+
+// TestAtLeastOnceAcrossKill9: three wowd processes in one classic consumer
+// group; 200k records over 12 partitions and 5k aggregates; a random process
+// is killed with SIGKILL twice during the run and restarted. Every record
+// reaches the sink, first deliveries per aggregate are in offset order, and
+// committed offsets never pass an undelivered record.
+func TestAtLeastOnceAcrossKill9(t *testing.T) {
+	atLeastOnce(t, "classic", crashRecords, 2)
+}
+
+// TestAtLeastOnceKIP848 is TestAtLeastOnceAcrossKill9 with the KIP-848
+// consumer group protocol (wow.kafka.group-protocol: consumer).
+func TestAtLeastOnceKIP848(t *testing.T) {
+	atLeastOnce(t, "consumer", crashRecords, 2)
+}
+
+func atLeastOnce(t *testing.T, protocol string, records, kills int) {
+	began := time.Now()
+	e := newEnv(t, "alo"+protocol[:2])
+	topic := e.topic("shop", "cart")
+	e.createTopic(topic, crashPartitions)
+	s := newSink(t)
+	cfg := e.config("shop", []string{"cart"}, s.URL())
+	cfg.GroupProtocol = protocol
+	c := newCluster(e, cfg)
+	procs := c.startN(3)
+	group := e.group("shop")
+	checkGroupType(t, e, group, protocol)
+
+	seqs := make(map[string]int64)
+	prod := e.producer()
+	t0 := time.Now()
+	e.produce(prod, e.keyed(topic, records, crashAggregates, seqs, 0))
+	t.Logf("produced %d records over %d aggregates in %v", records, len(seqs), time.Since(t0).Round(time.Millisecond))
+	ends := e.endOffsets(topic)
+	if got := sum(ends); got != int64(records) {
+		t.Fatalf("end offsets add up to %d, want %d", got, records)
+	}
+
+	// Kill a random process at evenly spaced points of the run and restart it.
+	for k := 1; k <= kills; k++ {
+		threshold := int64(records) * int64(k) / int64(kills+1)
+		deadline := time.Now().Add(5 * time.Minute)
+		for s.delivered.Load() < threshold {
+			c.checkAlive()
+			if time.Now().After(deadline) {
+				c.fatalf("only %d of %d records delivered after 5 minutes", s.delivered.Load(), records)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		i := e.rng.IntN(len(procs))
+		t.Logf("kill %d: %d records delivered; kill -9 %s", k, s.delivered.Load(), procs[i].name)
+		c.kill(procs[i])
+		procs[i] = c.start()
+		c.waitReady(procs[i], 2*time.Minute)
+	}
+
+	waitDelivered(t, s, c, ends, nil, 6*time.Minute)
+	s.checkOrder(t)
+	e.waitCommittedAtEnd(group, ends, time.Minute)
+	c.stopAll()
+	e.checkCommittedDelivered(s, group, nil)
+	c.checkLogs()
+	t.Logf("RESULT %s protocol: %d records, %d kill -9, %d duplicates, took %v",
+		protocol, records, kills, s.dups.Load(), time.Since(began).Round(time.Second))
+}
+
+// checkGroupType asserts the group runs the protocol wowd was configured with.
+func checkGroupType(t *testing.T, e *env, group, protocol string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	listed, err := e.adm.ListGroups(ctx)
+	if err != nil {
+		t.Fatalf("list groups: %v", err)
+	}
+	lg, ok := listed[group]
+	if !ok {
+		t.Fatalf("group %s not listed (have %v)", group, listed.Groups())
+	}
+	if lg.GroupType != protocol {
+		t.Fatalf("group %s has type %q, want %q", group, lg.GroupType, protocol)
+	}
+	t.Logf("group %s: type %s, state %s", group, lg.GroupType, lg.State)
+}
+
+// TestRollingRestart restarts three wowd processes one at a time with
+// SIGTERM while records keep arriving. Each exits 0, nothing is lost, and
+// with a fast sink there are no duplicates: a duplicate is only allowed where
+// a revoke or shutdown could not drain in time, or partitions were lost,
+// which the processes log.
+func TestRollingRestart(t *testing.T) {
+	began := time.Now()
+	e := newEnv(t, "roll")
+	topic := e.topic("shop", "cart")
+	e.createTopic(topic, crashPartitions)
+	s := newSink(t)
+	// Fast, but slow enough that every SIGTERM finds requests in flight.
+	s.setLatency(time.Millisecond)
+	c := newCluster(e, e.config("shop", []string{"cart"}, s.URL()))
+	procs := c.startN(3)
+	group := e.group("shop")
+
+	// Produce a steady stream until the restarts are over.
+	prod := e.producer()
+	var (
+		produced atomic.Int64
+		prodErr  error
+		wg       sync.WaitGroup
+	)
+	stopProd := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(e.rng.Uint64(), 1))
+		seqs := make(map[string]int64)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopProd:
+				return
+			case <-tick.C:
+			}
+			recs := make([]*kgo.Record, 800)
+			for i := range recs {
+				key := fmt.Sprintf("agg-%d", rng.IntN(crashAggregates))
+				recs[i] = &kgo.Record{Topic: topic, Key: []byte(key), Value: wowEvent("shop", "cart", key, seqs[key], "")}
+				seqs[key]++
+			}
+			ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+			err := prod.ProduceSync(ctx, recs...).FirstErr()
+			cancel()
+			if err != nil {
+				prodErr = err
+				return
+			}
+			produced.Add(int64(len(recs)))
+		}
+	}()
+	stopProducer := func() {
+		select {
+		case <-stopProd:
+		default:
+			close(stopProd)
+		}
+		wg.Wait()
+	}
+	t.Cleanup(stopProducer)
+
+	time.Sleep(3 * time.Second)
+	for i := range procs {
+		t.Logf("restart %d: %d produced, %d delivered; SIGTERM %s", i+1, produced.Load(), s.delivered.Load(), procs[i].name)
+		c.stop(procs[i])
+		if t.Failed() {
+			c.fatalf("%s did not stop cleanly", procs[i].name)
+		}
+		procs[i] = c.start()
+		c.waitReady(procs[i], 2*time.Minute)
+		time.Sleep(3 * time.Second) // let the group settle and records flow
+	}
+	stopProducer()
+	if prodErr != nil {
+		t.Fatalf("produce: %v", prodErr)
+	}
+	ends := e.endOffsets(topic)
+	t.Logf("produced %d records during the rolling restart", sum(ends))
+	if sum(ends) != produced.Load() {
+		t.Fatalf("end offsets add up to %d, produced %d", sum(ends), produced.Load())
+	}
+
+	waitDelivered(t, s, c, ends, nil, 5*time.Minute)
+	s.checkOrder(t)
+	e.waitCommittedAtEnd(group, ends, time.Minute)
+	c.stopAll()
+	e.checkCommittedDelivered(s, group, nil)
+	c.checkLogs()
+
+	// Duplicates are allowed only where the logs say a drain was cut short.
+	var explained []string
+	for _, line := range []string{"revoke deadline passed", "unfinished at the shutdown deadline", "partitions lost"} {
+		if n := c.grepAll(line); n > 0 {
+			explained = append(explained, fmt.Sprintf("%q ×%d", line, n))
+		}
+	}
+	if d := s.dups.Load(); d > 0 && len(explained) == 0 {
+		t.Errorf("%d duplicates after a rolling restart with a fast sink, and no process logged a drain cut short", d)
+	} else if d > 0 {
+		t.Logf("%d duplicates, explained by %s", d, strings.Join(explained, ", "))
+	}
+	t.Logf("RESULT rolling restart: %d records, 3 SIGTERM restarts, %d duplicates, took %v",
+		sum(ends), s.dups.Load(), time.Since(began).Round(time.Second))
+}
+
+// TestConfigFlag checks the command line the other tests rely on:
+// `wowd config validate --config FILE` and `wowd run --config FILE` with no
+// WOWD_CONFIG in the environment, then a clean stop on SIGTERM.
+func TestConfigFlag(t *testing.T) {
+	e := newEnv(t, "cli")
+	e.createTopic(e.topic("shop", "cart"), 1)
+	s := newSink(t)
+	c := newCluster(e, e.config("shop", []string{"cart"}, s.URL()))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	path := c.writeConfig("cli", addr)
+	if code, out := runWowd(t, processEnv(nil), "config", "validate", "--config", path); code != 0 {
+		t.Errorf("wowd config validate --config %s: exit %d, want 0:\n%s", path, code, out)
+	}
+	p := c.startWith("wowd-cli", addr, []string{"run", "--config", path}, processEnv(nil))
+	deadline := time.Now().Add(10 * time.Second)
+	for !p.exited() && time.Now().Before(deadline) {
+		if _, err := scrape(addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p.exited() {
+		out, _ := os.ReadFile(p.logPath)
+		t.Fatalf("wowd run --config %s: exited with %v:\n%s", path, p.state, out)
+	}
+	c.waitReady(p, time.Minute)
+	c.stop(p)
+}
