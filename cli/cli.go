@@ -147,10 +147,12 @@ func (a *app) logger(cfg *config.Config) (*zap.Logger, error) {
 	var zc zap.Config
 	if cfg.Log.Format == "console" {
 		zc = zap.NewDevelopmentConfig()
-		zc.DisableStacktrace = true
 	} else {
 		zc = zap.NewProductionConfig()
 	}
+	// Errors name what failed and why; a stack trace per retried error
+	// only buries that.
+	zc.DisableStacktrace = true
 	zc.Level = zap.NewAtomicLevelAt(level)
 	zc.OutputPaths = []string{"stderr"}
 	zc.ErrorOutputPaths = []string{"stderr"}

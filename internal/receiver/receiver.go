@@ -441,7 +441,7 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 	if !p.spanPaused && p.tr.span() > r.spanCap {
 		p.spanPaused = true
 		r.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
-		r.log.Warn("partition paused: a record holds its commit while later ones finish",
+		r.log.Info("partition paused: a record holds its commit while later ones finish (a slow or hot aggregate)",
 			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("span", p.tr.span()))
 	}
 	p.mu.Unlock()
