@@ -161,7 +161,7 @@ func start() (string, error) {
 }
 
 func doStart() (string, error) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -208,8 +208,9 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// repoRoot walks up from the working directory to the directory holding go.mod.
-func repoRoot() (string, error) {
+// RepoRoot walks up from the working directory to the directory holding
+// go.mod: the root of the repository, where scripts/ and cmd/ are.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

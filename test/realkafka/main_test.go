@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -40,7 +39,7 @@ var (
 func wowdBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		root, err := moduleRoot()
+		root, err := kafkatest.RepoRoot()
 		if err != nil {
 			buildErr = err
 			return
@@ -62,24 +61,6 @@ func wowdBinary(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
-}
-
-// moduleRoot walks up from the working directory to the directory of go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // env is what one test needs: the broker, an admin client, unique names.
