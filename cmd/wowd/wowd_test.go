@@ -107,45 +107,8 @@ func TestDevDeliversInOrderAndStopsOnSIGTERM(t *testing.T) {
 		keys    = 100
 	)
 	s := newSink(t, records)
-	brokerPort, metricsPort := freePort(t), freePort(t)
-	cfg := writeConfig(t, fmt.Sprintf(`
-wow:
-  service: bintest
-  kafka:
-    bootstrap-servers: [127.0.0.1:%d]
-  contexts:
-    shop:
-      aggregates: [cart]
-  dispatchers:
-    to-sink:
-      topics: [event]
-      format: raw
-      handler:
-        type: http
-        url: %s/wow
-  metrics:
-    listen: 127.0.0.1:%d
-  shutdown:
-    timeout: 10s
-  dev:
-    partitions: 4
-`, brokerPort, s.srv.URL, metricsPort))
-
-	var out bytes.Buffer
-	cmd := exec.Command(wowdBin, "dev", "--config", cfg)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("wowd output:\n%s", out.String())
-		}
-	})
-	waitReady(t, metricsPort, exited)
+	d := startDev(t, s)
+	brokerPort, metricsPort, cmd, exited := d.brokerPort, d.metricsPort, d.cmd, d.exited
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(fmt.Sprintf("127.0.0.1:%d", brokerPort)), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
@@ -205,6 +168,95 @@ wow:
 		t.Fatal("wowd did not stop within its 10s shutdown timeout")
 	}
 	t.Logf("stopped in %v", time.Since(start))
+}
+
+// dev is a `wowd dev` process delivering wow.shop.cart.event (raw) to a sink.
+type dev struct {
+	brokerPort, metricsPort int
+	cmd                     *exec.Cmd
+	exited                  chan error
+}
+
+func startDev(t *testing.T, s *sink) *dev {
+	t.Helper()
+	d := &dev{brokerPort: freePort(t), metricsPort: freePort(t), exited: make(chan error, 1)}
+	cfg := writeConfig(t, fmt.Sprintf(`
+wow:
+  service: bintest
+  kafka:
+    bootstrap-servers: [127.0.0.1:%d]
+  contexts:
+    shop:
+      aggregates: [cart]
+  dispatchers:
+    to-sink:
+      topics: [event]
+      format: raw
+      handler:
+        type: http
+        url: %s/wow
+  metrics:
+    listen: 127.0.0.1:%d
+  shutdown:
+    timeout: 10s
+  dev:
+    partitions: 4
+`, d.brokerPort, s.srv.URL, d.metricsPort))
+	var out bytes.Buffer
+	d.cmd = exec.Command(wowdBin, "dev", "--config", cfg)
+	d.cmd.Stdout, d.cmd.Stderr = &out, &out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.exited <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("wowd output:\n%s", out.String())
+		}
+	})
+	waitReady(t, d.metricsPort, d.exited)
+	return d
+}
+
+// TestDevWorksWithKcat: the embedded broker of `wowd dev` serves external
+// clients: kcat (librdkafka) lists its topics and produces records that reach
+// the sink.
+func TestDevWorksWithKcat(t *testing.T) {
+	if _, err := exec.LookPath("kcat"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("kcat is not installed; .ci/run installs it")
+		}
+		t.Skip("kcat is not installed (Debian package kcat)")
+	}
+	const records = 20
+	s := newSink(t, records)
+	d := startDev(t, s)
+	broker := fmt.Sprintf("127.0.0.1:%d", d.brokerPort)
+	list, err := exec.Command("kcat", "-b", broker, "-L").CombinedOutput()
+	if err != nil || !strings.Contains(string(list), `topic "wow.shop.cart.event" with 4 partitions`) {
+		t.Fatalf("kcat -L: %v\n%s", err, list)
+	}
+	var in bytes.Buffer
+	for i := range records {
+		fmt.Fprintf(&in, "cart-%d|{\"seq\":0}\n", i)
+	}
+	produce := exec.Command("kcat", "-b", broker, "-P", "-t", "wow.shop.cart.event", "-K", "|")
+	produce.Stdin = &in
+	if out, err := produce.CombinedOutput(); err != nil {
+		t.Fatalf("kcat -P: %v\n%s", err, out)
+	}
+	select {
+	case <-s.done:
+	case err := <-d.exited:
+		t.Fatalf("wowd exited: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sink got %d of %d records produced by kcat", s.n, records)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-d.exited; err != nil {
+		t.Fatalf("after SIGTERM: %v", err)
+	}
 }
 
 func waitReady(t *testing.T, port int, exited <-chan error) {
