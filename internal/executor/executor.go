@@ -257,8 +257,9 @@ func (g *Group) enqueue(key string, t Task) (*mailbox, bool, error) {
 		return mb, false, nil
 	}
 	// The mailbox was empty: nobody owns it, so its first task goes
-	// straight to the owner's side and the first turn needs no lock.
-	mb.local = append(mb.local, t)
+	// straight to the owner's side, inline: the first turn needs no lock
+	// and reads no other memory.
+	mb.head = t
 	sh.activated++
 	sh.mu.Unlock()
 	return mb, true, nil
@@ -400,11 +401,12 @@ func (sh *shard) retire(mb *mailbox) {
 type mailbox struct {
 	// First cache line: what a turn touches, and what activation writes.
 	pending atomic.Int64
+	head    Task   // owned by the current owner: the task that activated the mailbox, run first
 	local   []Task // owned by the current owner: tasks taken from in, run from local[li:]
 	li      int
 	shard   *shard
-	ex      *Executor
 
+	ex       *Executor
 	key      mkey
 	hash     uint64
 	blocking bool
@@ -471,7 +473,7 @@ func (mb *mailbox) released() (waiting, failed bool) {
 // (an asynchronous completion, or the blocking pool): back on a worker if it
 // has tasks, else let go.
 func (e *Executor) resume(mb *mailbox) {
-	if mb.li < len(mb.local) {
+	if mb.head != nil || mb.li < len(mb.local) {
 		mb.pending.Add(-1) // tasks remain on the owner's side: not empty
 		e.place(mb)
 		return
@@ -777,7 +779,7 @@ func (w *worker) turn(mb *mailbox) {
 	}
 	var done, failed, finished int64 // finished: not yet taken off mb.pending
 	for n := 0; ; {
-		if mb.li == len(mb.local) {
+		if mb.head == nil && mb.li == len(mb.local) {
 			if !mb.settle(finished) {
 				w.local.emptied++
 				break // emptied and let go
@@ -789,9 +791,14 @@ func (w *worker) turn(mb *mailbox) {
 			w.push(mb)                // back of the FIFO: fair to the other mailboxes
 			break
 		}
-		t := mb.local[mb.li]
-		mb.local[mb.li] = nil
-		mb.li++
+		var t Task
+		if t = mb.head; t != nil {
+			mb.head = nil
+		} else {
+			t = mb.local[mb.li]
+			mb.local[mb.li] = nil
+			mb.li++
+		}
 		n++
 		if mb.blocking {
 			mb.pending.Add(-finished) // t is still pending: cannot empty it
