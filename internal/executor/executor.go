@@ -116,7 +116,6 @@ type Executor struct {
 	shardMask  uint64
 	seed       maphash.Seed
 	throughput int
-	epoch      time.Time
 	blocking   blockingPool
 
 	groupMu sync.Mutex // guards groups
@@ -148,7 +147,6 @@ func New(o Options) *Executor {
 		shardMask:  uint64(nshards - 1),
 		seed:       maphash.MakeSeed(),
 		throughput: o.Throughput,
-		epoch:      time.Now(),
 		stopCh:     make(chan struct{}),
 	}
 	e.blocking.init(e, o.BlockingWorkers)
@@ -175,10 +173,6 @@ func Shared() *Executor {
 	sharedOnce.Do(func() { shared = New(Options{}) })
 	return shared
 }
-
-// now returns nanoseconds since the executor started; never 0 for a real
-// reading, so 0 can mean "no turn running".
-func (e *Executor) now() int64 { return int64(time.Since(e.epoch)) + 1 }
 
 // Group is a namespace of keys, typically one per dispatcher and aggregate
 // type: equal keys of different groups are different mailboxes.
@@ -520,14 +514,6 @@ func (e *Executor) place(mb *mailbox) {
 			shortest, shortLen = w, q
 		}
 	}
-	if free != nil && parked != nil {
-		// Wait behind a running turn or wake a parked worker? Worth an exact
-		// reading of the turn's age.
-		if ts := free.turnStart.Load(); ts != 0 && time.Duration(e.now()-ts) >= longTurn {
-			free.stuck.Store(true)
-			free = nil
-		}
-	}
 	switch {
 	case free != nil:
 		free.push(mb)
@@ -566,7 +552,15 @@ type worker struct {
 	stuck atomic.Bool   // set by a watcher when the current turn runs long; cleared at the next turn
 	_     [52]byte
 
-	turnStart atomic.Int64 // Executor.now() at the start of the current turn; 0 between turns
+	// turnSeq counts turn starts and ends: odd while a turn runs. Reading
+	// it twice, some time apart, tells a long turn without the worker
+	// reading the clock (see turnAge).
+	turnSeq   atomic.Uint64
+	turnCount uint64 // owner's copy of turnSeq
+
+	obsMu   sync.Mutex // guards obsTurn and obsAt
+	obsTurn uint64     // the value of turnSeq when first observed
+	obsAt   time.Time  // when obsTurn was first observed
 
 	// Counts of the worker's own turns, owner only, published to the
 	// atomics below every few turns and whenever it parks.
@@ -741,21 +735,38 @@ func (w *worker) loop() {
 // avoids them, and reports whether another worker is in a turn: only then
 // can a mailbox get stuck behind a long turn.
 func (w *worker) watchOthers() (busy bool) {
-	var now int64
+	var now time.Time
 	for _, o := range w.ex.workers {
-		ts := o.turnStart.Load()
-		if o == w || ts == 0 {
+		if o == w || o.turnSeq.Load()&1 == 0 {
 			continue
 		}
 		busy = true
-		if now == 0 {
-			now = w.ex.now()
+		if now.IsZero() {
+			now = time.Now()
 		}
-		if time.Duration(now-ts) >= longTurn && !o.stuck.Load() {
+		if o.turnAge(now) >= longTurn && !o.stuck.Load() {
 			o.stuck.Store(true)
 		}
 	}
 	return busy
+}
+
+// turnAge returns how long w's current turn has been seen running: 0 the
+// first time a turn is observed, then the time since. Idle workers observe
+// every 100 µs to 1 ms while another is in a turn, so a long turn is
+// recognized within about that; Stats observes too.
+func (w *worker) turnAge(now time.Time) time.Duration {
+	t := w.turnSeq.Load()
+	if t&1 == 0 {
+		return 0
+	}
+	w.obsMu.Lock()
+	defer w.obsMu.Unlock()
+	if w.obsTurn != t {
+		w.obsTurn, w.obsAt = t, now
+		return 0
+	}
+	return now.Sub(w.obsAt)
 }
 
 // steal takes the oldest queued mailbox of another worker.
@@ -773,7 +784,8 @@ func (w *worker) steal() *mailbox {
 // turn runs up to throughput tasks of mb, which w owns.
 func (w *worker) turn(mb *mailbox) {
 	e := w.ex
-	w.turnStart.Store(e.now())
+	w.turnCount++
+	w.turnSeq.Store(w.turnCount) // odd: in a turn
 	if w.stuck.Load() {
 		w.stuck.Store(false)
 	}
@@ -827,7 +839,8 @@ func (w *worker) turn(mb *mailbox) {
 		}
 		finished++
 	}
-	w.turnStart.Store(0)
+	w.turnCount++
+	w.turnSeq.Store(w.turnCount) // even: between turns
 	w.local.completed += uint64(done + failed)
 	w.local.failed += uint64(failed)
 	if w.local.turns++; w.local.turns%64 == 0 {
@@ -844,22 +857,20 @@ type Stats struct {
 	Completed       uint64
 	Failed          uint64
 	BlockingRunning int64         // tasks running on the blocking pool
-	LongestTurn     time.Duration // age of the oldest turn now running
+	LongestTurn     time.Duration // age of the oldest turn now running, since first observed (by an earlier Stats or an idle worker)
 }
 
 // Stats returns the current figures. It takes each shard lock briefly; call
 // it at scrape frequency, not per message.
 func (e *Executor) Stats() Stats {
 	s := Stats{Workers: len(e.workers)}
-	now := e.now()
+	now := time.Now()
 	for _, w := range e.workers {
 		s.Mailboxes -= int64(w.emptied.Load())
 		s.QueuedMailboxes += int64(w.queued())
 		s.Completed += w.completed.Load() - w.failed.Load()
 		s.Failed += w.failed.Load()
-		if ts := w.turnStart.Load(); ts != 0 {
-			s.LongestTurn = max(s.LongestTurn, time.Duration(now-ts))
-		}
+		s.LongestTurn = max(s.LongestTurn, w.turnAge(now))
 	}
 	for i := range e.shards {
 		sh := &e.shards[i]
