@@ -479,3 +479,43 @@ func TestStatsLongestTurn(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestAsyncCompletionRightAfterRelease: a task that completes on another
+// goroutine the moment its runner lets go, after other tasks of its turn
+// finished synchronously. The completion owns the mailbox from then on; the
+// runner must have settled its turn before letting go (a runner settling
+// late once left a mailbox claiming tasks it did not hold).
+func TestAsyncCompletionRightAfterRelease(t *testing.T) {
+	// Give the completion time to run before the runner goes on.
+	testHookReleased = func() { time.Sleep(200 * time.Microsecond) }
+	defer func() { testHookReleased = nil }()
+	e := New(Options{Workers: 2})
+	defer closeOK(t, e)
+	g := e.Group(false)
+	const keys, rounds = 200, 10
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "k" + strconv.Itoa(i)
+	}
+	for range rounds {
+		var wg sync.WaitGroup
+		wg.Add(3 * keys)
+		sync1 := fn(func(Resume) Status { wg.Done(); return Done })
+		async := fn(func(r Resume) Status {
+			go func() { wg.Done(); r.Complete(false) }()
+			return Pending
+		})
+		// Per key: the activating task, then two taken from the mailbox
+		// in one go, the second of which completes later.
+		ks := make([]string, 0, 3*keys)
+		ts := make([]Task, 0, 3*keys)
+		for _, k := range names {
+			ks, ts = append(ks, k, k, k), append(ts, sync1, sync1, async)
+		}
+		if _, err := g.SubmitBatch(ks, ts); err != nil {
+			t.Fatal(err)
+		}
+		waitOrFail(t, &wg, 10*time.Second)
+	}
+	waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "mailboxes to drain")
+}
