@@ -27,7 +27,6 @@ const (
 	Handled      Outcome = iota // the handler acknowledged it
 	Retried                     // an attempt failed and will be retried (counted per retry)
 	DeadLettered                // written to the dead-letter topic after a final failure
-	Failed                      // failed for good with no dead-letter topic; logged and committed
 	Skipped                     // no handler wanted it, or the handler said skip
 	Unroutable                  // no key or unknown topic: could not be given to a handler
 	Dropped                     // abandoned on revoke or shutdown; redelivered later
@@ -35,7 +34,7 @@ const (
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "failed", "skipped", "unroutable", "dropped", "local"}
+var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "skipped", "unroutable", "dropped", "local"}
 
 // String returns the label value.
 func (o Outcome) String() string { return outcomeNames[o] }
@@ -60,7 +59,7 @@ func New(version string) *Metrics {
 		Registry: reg,
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "messages_total",
-			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, failed, skipped, unroutable, dropped, local).",
+			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, skipped, unroutable, dropped, local).",
 		}, []string{"dispatcher", "context", "outcome"}),
 		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "handler_duration_seconds",
