@@ -140,7 +140,7 @@ after it stops.`,
 					stop()
 					return nil, err
 				}
-				return func() { stop(); _ = d.Wait() }, nil
+				return func() { stop(); d.Wait() }, nil
 			})
 		},
 	}

@@ -141,7 +141,7 @@ var dispatcherFields = []field[Dispatcher]{
 		desc: "Command names (e.g. add_cart_item): only these commands reach the handler (format wow).",
 		ptr:  func(d *Dispatcher) any { return &d.Commands }},
 	{name: "group-id", defDoc: "<service>.<dispatcher>.<context alias>", omitEmpty: true,
-		desc: "Consumer group ID override.",
+		desc: "Consumer group ID override; with several contexts each receiver's group is <group-id>.<context alias>.",
 		ptr:  func(d *Dispatcher) any { return &d.GroupID }},
 	{name: "dead-letter.enabled", def: "true",
 		desc: "Write records whose handler failed for good to the dead-letter topic, then commit past them. When false they are retried forever, holding their aggregate and the partition's commit.",

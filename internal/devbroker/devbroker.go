@@ -60,8 +60,7 @@ func (b *Broker) Close() { b.c.Close() }
 // about rate records per second over a few aggregate IDs. It owns one
 // goroutine; Wait returns when it has stopped.
 type Demo struct {
-	wg  sync.WaitGroup
-	err error
+	wg sync.WaitGroup
 }
 
 // StartDemo begins demo traffic to the given event topics of contextName.
@@ -102,10 +101,7 @@ func StartDemo(ctx context.Context, brokers []string, contextName string, topics
 }
 
 // Wait waits for the demo goroutine to stop.
-func (d *Demo) Wait() error {
-	d.wg.Wait()
-	return d.err
-}
+func (d *Demo) Wait() { d.wg.Wait() }
 
 // aggregateOf returns the aggregate part of <prefix><alias>.<aggregate>.<kind>.
 func aggregateOf(topic string) string {

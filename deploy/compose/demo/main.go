@@ -67,7 +67,8 @@ func produce(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return d.Wait()
+	d.Wait()
+	return nil
 }
 
 func sink(ctx context.Context, args []string) error {
