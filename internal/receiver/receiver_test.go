@@ -201,6 +201,30 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// committedAtEnd reports whether group has committed every partition up to
+// its end.
+func (h *harness) committedAtEnd(group string) bool {
+	committed, end := h.offsets(group)
+	for p, e := range end {
+		if committed[p] != e {
+			return false
+		}
+	}
+	return true
+}
+
+// requireCommittedAtEnd fails the test unless group committed every
+// partition up to its end.
+func (h *harness) requireCommittedAtEnd(group string) {
+	h.t.Helper()
+	committed, end := h.offsets(group)
+	for p, e := range end {
+		if committed[p] != e {
+			h.t.Fatalf("partition %d committed %d, end %d", p, committed[p], e)
+		}
+	}
+}
+
 // committed returns the group's committed offsets and the topic's end offsets.
 func (h *harness) offsets(group string) (committed, end map[int32]int64) {
 	h.t.Helper()
@@ -240,12 +264,7 @@ func TestEveryRecordInOrderAndCommitted(t *testing.T) {
 	if dups := rec.check(t, keys, records/keys); dups != 0 {
 		t.Fatalf("%d duplicates without any rebalance", dups)
 	}
-	committed, end := h.offsets("g-all")
-	for p, e := range end {
-		if committed[p] != e {
-			t.Fatalf("partition %d committed %d, end %d", p, committed[p], e)
-		}
-	}
+	h.requireCommittedAtEnd("g-all")
 }
 
 func TestWindowBoundsUnfinishedRecords(t *testing.T) {
@@ -335,12 +354,7 @@ func TestRebalanceLosesNothing(t *testing.T) {
 	if dups > 2*256 {
 		t.Fatalf("%d duplicates, more than the two windows that revokes could drop", dups)
 	}
-	committed, end := h.offsets("g-rebalance")
-	for p, e := range end {
-		if committed[p] != e {
-			t.Fatalf("partition %d committed %d, end %d", p, committed[p], e)
-		}
-	}
+	h.requireCommittedAtEnd("g-rebalance")
 }
 
 func TestCrashRedeliversAfterLastCommit(t *testing.T) {
@@ -384,12 +398,7 @@ func TestCrashRedeliversAfterLastCommit(t *testing.T) {
 		t.Fatalf("redelivered %d records, want exactly the %d after the last commit", got, expected)
 	}
 	// What was redelivered is exactly the offsets after the commit.
-	committed, end := h.offsets("g-crash")
-	for p, e := range end {
-		if committed[p] != e {
-			t.Fatalf("partition %d committed %d, end %d", p, committed[p], e)
-		}
-	}
+	h.requireCommittedAtEnd("g-crash")
 	if expected == 0 || expected == records {
 		t.Fatalf("redelivered %d of %d: the crash did not land mid-stream", expected, records)
 	}
