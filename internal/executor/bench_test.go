@@ -92,6 +92,17 @@ type keyLane struct {
 	c  counter
 }
 
+// serve runs the lane's tasks in order until its channel closes.
+func (l *keyLane) serve(wg *sync.WaitGroup) {
+	defer wg.Done()
+	for t := range l.ch {
+		if t.run != nil {
+			t.run()
+		}
+		l.c.n.Add(1)
+	}
+}
+
 func (d *goroutinePerKey) submit(key string, t *benchTask) {
 	v, ok := d.lanes.Load(key)
 	if !ok {
@@ -100,15 +111,7 @@ func (d *goroutinePerKey) submit(key string, t *benchTask) {
 			l := &keyLane{ch: make(chan *benchTask, 64)}
 			d.all = append(d.all, l)
 			d.wg.Add(1)
-			go func() {
-				defer d.wg.Done()
-				for t := range l.ch {
-					if t.run != nil {
-						t.run()
-					}
-					l.c.n.Add(1)
-				}
-			}()
+			go l.serve(&d.wg)
 			d.lanes.Store(key, l)
 			v = l
 		}
@@ -149,15 +152,7 @@ func newHashGroups() *hashGroups {
 		l := &keyLane{ch: make(chan *benchTask, 256)}
 		d.groups[i] = l
 		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			for t := range l.ch {
-				if t.run != nil {
-					t.run()
-				}
-				l.c.n.Add(1)
-			}
-		}()
+		go l.serve(&d.wg)
 	}
 	return d
 }
