@@ -81,9 +81,9 @@ func (p *blockingPool) run(j blockingJob) {
 		failed = f
 	}
 	if failed {
-		j.mb.shard.asyncFailed.Add(1)
+		j.mb.shard().asyncFailed.Add(1)
 	} else {
-		j.mb.shard.asyncCompleted.Add(1)
+		j.mb.shard().asyncCompleted.Add(1)
 	}
 	p.ex.resume(j.mb)
 }

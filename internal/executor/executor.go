@@ -7,9 +7,11 @@
 // A mailbox holds the tasks of one (group, key). It counts its pending tasks
 // (submitted, not finished): the Submit that raises the count from zero
 // activates it and places it on a worker; the owner whose finished tasks
-// bring it back to zero lets go of it, without a lock, and lists it for
-// removal from the shard's table, which the next submitter in the shard does
-// (unless the key came back first). Emptied mailboxes are pooled. Between
+// bring it back to zero lets go of it, touching nothing else. An idle
+// mailbox holds no task and counts for nothing; it stays in its shard's
+// table, so a key that comes back soon finds it as it was, until the shard
+// needs room for a new key or the janitor finds it idle for a second round
+// (about one to two seconds); reclaimed mailboxes are pooled. Between
 // activation and emptying a mailbox is owned by exactly one party: a worker's
 // queue, the worker running its turn, a task that completes asynchronously,
 // or the blocking pool. Submitters never schedule an active mailbox; they
@@ -39,15 +41,15 @@
 // # Locks
 //
 // shard.mu guards a shard's table, free list, counters and every mailbox's
-// incoming slice. worker.mu guards a worker's inbox and idle flag.
+// incoming slice and generation. worker.mu guards a worker's inbox and idle flag.
 // blockingPool.mu guards the blocking pool's queue and counts. No code holds
 // two of these locks at once, so there is no lock order to respect.
 //
 // # Goroutines
 //
-// The Executor owns its workers (one goroutine each, started by New) and the
-// blocking pool's goroutines (started on demand up to the pool size). Close
-// stops all of them.
+// The Executor owns its workers (one goroutine each, started by New), the
+// janitor (one goroutine, started by New) and the blocking pool's goroutines
+// (started on demand up to the pool size). Close stops all of them.
 package executor
 
 import (
@@ -125,10 +127,11 @@ type Executor struct {
 	groupMu sync.Mutex // guards groups
 	groups  uint32
 
-	closeOnce sync.Once
-	stopping  atomic.Bool   // workers exit after their current turn
-	stopCh    chan struct{} // closed with stopping set: wakes parked workers
-	live      atomic.Int32  // workers not yet returned
+	closeOnce   sync.Once
+	stopping    atomic.Bool   // workers exit after their current turn
+	stopCh      chan struct{} // closed with stopping set: wakes parked workers, stops the janitor
+	janitorDone chan struct{} // closed when the janitor returns
+	live        atomic.Int32  // workers not yet returned
 }
 
 // New starts an executor with its workers.
@@ -147,11 +150,12 @@ func New(o Options) *Executor {
 		nshards *= 2
 	}
 	e := &Executor{
-		shards:     make([]shard, nshards),
-		shardMask:  uint64(nshards - 1),
-		seed:       maphash.MakeSeed(),
-		throughput: o.Throughput,
-		stopCh:     make(chan struct{}),
+		shards:      make([]shard, nshards),
+		shardMask:   uint64(nshards - 1),
+		seed:        maphash.MakeSeed(),
+		throughput:  o.Throughput,
+		stopCh:      make(chan struct{}),
+		janitorDone: make(chan struct{}),
 	}
 	e.blocking.init(e, o.BlockingWorkers)
 	e.workers = make([]*worker, o.Workers)
@@ -163,6 +167,7 @@ func New(o Options) *Executor {
 	for _, w := range e.workers {
 		go w.loop()
 	}
+	go e.janitor()
 	return e
 }
 
@@ -234,20 +239,19 @@ func (g *Group) SubmitBatch(keys []string, tasks []Task) (int, error) {
 // the mailbox, which the caller must then place.
 func (g *Group) enqueue(key string, t Task) (*mailbox, bool, error) {
 	e := g.ex
-	h := maphash.String(e.seed, key) ^ (uint64(g.id) * 0x9E3779B97F4A7C15)
+	h := e.hashKey(g.id, key)
 	sh := &e.shards[h&e.shardMask]
-	k := mkey{group: g.id, id: key}
 	sh.mu.Lock()
 	if sh.closed {
 		sh.mu.Unlock()
 		return nil, false, ErrClosed
 	}
 	sh.admitted++
-	mb := sh.m.get(h, k)
+	mb := sh.m.get(h, g.id, key)
 	if mb == nil {
 		mb = sh.take()
-		mb.ex, mb.shard, mb.key, mb.hash, mb.blocking = e, sh, k, h, g.blocking
-		sh.m.put(mb)
+		mb.ex, mb.group, mb.id, mb.hash, mb.blocking = e, g.id, key, h, g.blocking
+		sh.insert(mb)
 	}
 	if mb.pending.Add(1) > 1 {
 		mb.in = append(mb.in, t) // its owner will take it
@@ -258,9 +262,17 @@ func (g *Group) enqueue(key string, t Task) (*mailbox, bool, error) {
 	// straight to the owner's side, inline: the first turn needs no lock
 	// and reads no other memory.
 	mb.head = t
+	if mb.gen != sh.gen {
+		mb.gen = sh.gen
+	}
 	sh.activated++
 	sh.mu.Unlock()
 	return mb, true, nil
+}
+
+// hashKey hashes a key of a group; its low bits choose the shard.
+func (e *Executor) hashKey(group uint32, key string) uint64 {
+	return maphash.String(e.seed, key) ^ (uint64(group) * 0x9E3779B97F4A7C15)
 }
 
 // placeAll places mailboxes activated together: a share for each worker
@@ -301,90 +313,125 @@ func (e *Executor) placeAll(mbs []*mailbox) {
 	}
 }
 
-// mkey identifies a mailbox.
-type mkey struct {
-	group uint32
-	id    string
-}
-
-// shard is one part of the mailbox table. Padded so shards do not share
-// cache lines.
+// shard is one part of the mailbox table. Shards are three cache lines:
+// what every submission touches, what only some do, and what completions
+// away from a worker count.
 type shard struct {
-	mu     sync.Mutex // guards m, free, closed, activated, admitted and every mailbox's in slice
-	m      table
-	free   []*mailbox
-	closed bool
+	mu        sync.Mutex // guards m, free, closed, gen, activated, admitted, scratch and every mailbox's in and gen
+	m         table
+	activated uint64 // mailboxes that went from empty to holding tasks
+	admitted  uint64 // tasks submitted
+	gen       uint32 // sweeps by the janitor so far
+	closed    bool
 
-	activated      uint64                  // mailboxes that went from empty to holding tasks
-	admitted       uint64                  // tasks submitted
-	emptied        atomic.Uint64           // mailboxes emptied away from a worker turn
-	asyncCompleted atomic.Uint64           // Pending tasks completed successfully
-	asyncFailed    atomic.Uint64           // Pending tasks completed with failure
-	emptiedList    atomic.Pointer[mailbox] // emptied mailboxes to remove from m (a stack)
-	_              [64]byte
+	free           []*mailbox
+	scratch        []*mailbox // reused by sweep
+	_              [16]byte
+	emptied        atomic.Uint64 // mailboxes emptied away from a worker turn
+	asyncCompleted atomic.Uint64 // Pending tasks completed successfully
+	asyncFailed    atomic.Uint64 // Pending tasks completed with failure
+	_              [40]byte
 }
 
 const maxFree = 256 // pooled mailboxes per shard
 
-// take returns a pooled or new mailbox, first retiring the mailboxes emptied
-// since the last call. Called with sh.mu held.
+// take returns a pooled or new mailbox. Called with sh.mu held.
 func (sh *shard) take() *mailbox {
-	if sh.emptiedList.Load() != nil {
-		for mb := sh.emptiedList.Swap(nil); mb != nil; {
-			next := mb.nextEmptied
-			mb.nextEmptied = nil
-			sh.retire(mb)
-			mb = next
-		}
-	}
 	if n := len(sh.free); n > 0 {
 		mb := sh.free[n-1]
 		sh.free[n-1] = nil
 		sh.free = sh.free[:n-1]
-		mb.listed.Store(false)
 		return mb
 	}
 	return &mailbox{}
 }
 
-// listEmptied hands an emptied mailbox to the submitters for removal: the
-// owner that emptied it takes no lock. mb must not be touched after, other
-// than by the shard. A mailbox is listed at most once at a time.
-func (sh *shard) listEmptied(mb *mailbox) {
-	if !mb.listed.CompareAndSwap(false, true) {
-		return // already listed: the submitter side will look at it
+// insert adds a new mailbox to the table. When the table is half full it
+// first reclaims the idle mailboxes, and grows only if what remains (the
+// active ones, and any reactivated meanwhile) fills a quarter of it: the
+// table stays at most twice as large as it needs to be for the mailboxes
+// active at its peak, and idle mailboxes of keys that come back are reused
+// as they are. Called with sh.mu held.
+func (sh *shard) insert(mb *mailbox) {
+	if sh.m.full() {
+		sh.sweep(false)
+		if 4*(sh.m.n+1) > len(sh.m.slots) {
+			sh.m.resize(2 * len(sh.m.slots))
+		}
 	}
-	for {
-		head := sh.emptiedList.Load()
-		mb.nextEmptied = head
-		if sh.emptiedList.CompareAndSwap(head, mb) {
+	sh.m.put(mb)
+}
+
+// sweep removes idle mailboxes from the table and pools them. With recent
+// set it spares the ones activated since the previous janitor sweep. Called
+// with sh.mu held: no mailbox can become active meanwhile, since only a
+// submitter holding it raises pending from zero, and an idle mailbox is
+// touched by nobody else.
+func (sh *shard) sweep(spareRecent bool) {
+	keep := sh.scratch[:0]
+	sh.m.each(func(mb *mailbox) {
+		if mb.pending.Load() != 0 || (spareRecent && mb.gen == sh.gen) {
+			keep = append(keep, mb)
 			return
+		}
+		if cap(mb.local) > 1024 {
+			mb.local = nil
+		}
+		if cap(mb.in) > 1024 {
+			mb.in = nil
+		}
+		mb.id = ""
+		if len(sh.free) < maxFree {
+			sh.free = append(sh.free, mb)
+		}
+	})
+	if len(keep) == sh.m.n {
+		sh.scratch = keep[:0]
+		return
+	}
+	size := len(sh.m.slots)
+	if spareRecent {
+		// Give back what a past burst needed: the smallest table at most a
+		// quarter full.
+		for size > 16 && 8*len(keep) < size {
+			size /= 2
+		}
+	}
+	sh.m.rebuild(size, keep)
+	clear(keep)
+	sh.scratch = keep[:0]
+}
+
+// janitorEvery is how often the janitor reclaims mailboxes idle since its
+// previous round. A variable so tests can make it race with everything else.
+var janitorEvery = time.Second
+
+// janitor reclaims idle mailboxes and oversized tables of quiet shards, so
+// memory taken by a burst of keys is given back even if no new key comes to
+// make room. It stops with the executor.
+func (e *Executor) janitor() {
+	defer close(e.janitorDone)
+	t := time.NewTicker(janitorEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stopCh:
+			return
+		case <-t.C:
+			e.reclaimIdle()
 		}
 	}
 }
 
-// retire removes a listed mailbox from the table if it is still empty; a
-// mailbox taken back by its key since then stays. Called with sh.mu held, so
-// no mailbox can go from empty to active meanwhile.
-func (sh *shard) retire(mb *mailbox) {
-	if mb.pending.Load() != 0 {
-		mb.listed.Store(false)
-		// It may have emptied again before we cleared listed, without
-		// listing itself: if so, it is ours to remove.
-		if mb.pending.Load() != 0 || !mb.listed.CompareAndSwap(false, true) {
-			return
-		}
-	}
-	sh.m.del(mb)
-	if cap(mb.local) > 1024 {
-		mb.local = nil
-	}
-	if cap(mb.in) > 1024 {
-		mb.in = nil
-	}
-	mb.key = mkey{}
-	if len(sh.free) < maxFree {
-		sh.free = append(sh.free, mb) // listed stays set until take: nobody can list it
+// reclaimIdle is a janitor round: every shard drops the mailboxes that stayed
+// idle since the previous round.
+func (e *Executor) reclaimIdle() {
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		sh.sweep(true)
+		sh.gen++
+		sh.mu.Unlock()
 	}
 }
 
@@ -392,46 +439,51 @@ func (sh *shard) retire(mb *mailbox) {
 //
 // pending counts the tasks submitted and not finished. The submitter that
 // raises it from 0 owns the mailbox and places it on a worker; the owner that
-// brings it back to 0 lets go without a lock, listing it for removal, which
-// the next submitter in the shard does (unless its key came back first).
+// brings it back to 0 lets go without a lock and does not touch it again: it
+// stays in the table, idle, until reactivated or swept.
 // Between those, exactly one party owns it: a worker's FIFO, a worker's turn,
 // a pending task's completion, or the blocking pool.
 type mailbox struct {
-	// First cache line: what a turn touches, and what activation writes.
+	// Line 0: everything a submission finding the mailbox reads and
+	// activation writes, and a turn of one task touches, so a mailbox
+	// crosses between a submitter's core and a worker's as one cache line.
+	// (Mailboxes are 128 bytes: the allocator puts them on 128-byte
+	// boundaries; layout_test.go checks the offsets.)
 	pending atomic.Int64
 	head    Task   // owned by the current owner: the task that activated the mailbox, run first
-	local   []Task // owned by the current owner: tasks taken from in, run from local[li:]
-	li      int
-	shard   *shard
-
-	ex       *Executor
-	key      mkey
-	hash     uint64
-	blocking bool
-
-	in []Task // appended by submitters; guarded by shard.mu
-
+	id      string // the key; fixed while in the table
+	hash    uint64 // of group and id; fixed while in the table
+	li      uint32 // owned by the current owner: local[li:] are still to run
 	// phase settles the race between a task returning Pending and its
 	// completion: 0 while running, 1 once the runner released the mailbox,
-	// 2 if the completion came first.
-	phase       atomic.Uint32
-	earlyFailed bool // outcome of an early completion; written before phase 0→2
+	// 2 (or 3, failed) if the completion came first.
+	phase atomic.Uint32
+	gen   uint32 // shard.gen at its last activation; guarded by shard.mu
+	group uint32 // fixed while in the table
 
-	listed      atomic.Bool // on the shard's emptied list, or pooled
-	nextEmptied *mailbox    // next on the emptied list
+	// Line 1: batches of tasks, and what a turn reads but nobody writes.
+	local    []Task // owned by the current owner: tasks taken from in
+	in       []Task // appended by submitters; guarded by shard.mu
+	ex       *Executor
+	blocking bool
+	_        [7]byte
 }
+
+// shard returns the shard whose table holds mb.
+func (mb *mailbox) shard() *shard { return &mb.ex.shards[mb.hash&mb.ex.shardMask] }
 
 // settle accounts for finished tasks of the current owner with local
 // exhausted. It reports false if that emptied the mailbox (the owner must let
 // go and not touch it again), else it moves the incoming tasks to the owner's
 // side.
 func (mb *mailbox) settle(finished int64) bool {
-	sh := mb.shard          // read before letting go: a submitter may reuse mb at once
-	mb.local = mb.local[:0] // every slot was cleared as its task was taken
-	mb.li = 0
+	sh := mb.shard() // found before letting go: a submitter may reuse mb at once
+	if mb.li != 0 {
+		mb.local = mb.local[:0] // every slot was cleared as its task was taken
+		mb.li = 0
+	}
 	if finished > 0 && mb.pending.Add(-finished) == 0 {
-		sh.listEmptied(mb)
-		return false
+		return false // idle: it stays in the table until swept or reactivated
 	}
 	sh.mu.Lock()
 	mb.local, mb.in = mb.in, mb.local
@@ -441,15 +493,18 @@ func (mb *mailbox) settle(finished int64) bool {
 
 // complete handles Resume.Complete.
 func (e *Executor) complete(mb *mailbox, failed bool) {
-	mb.earlyFailed = failed
-	if mb.phase.CompareAndSwap(0, 2) {
+	early := uint32(2)
+	if failed {
+		early = 3
+	}
+	if mb.phase.CompareAndSwap(0, early) {
 		return // the runner has not let go yet; it continues the mailbox
 	}
 	mb.phase.Store(0)
 	if failed {
-		mb.shard.asyncFailed.Add(1)
+		mb.shard().asyncFailed.Add(1)
 	} else {
-		mb.shard.asyncCompleted.Add(1)
+		mb.shard().asyncCompleted.Add(1)
 	}
 	e.resume(mb)
 }
@@ -462,7 +517,7 @@ func (mb *mailbox) released() (waiting, failed bool) {
 	if mb.phase.CompareAndSwap(0, 1) {
 		return true, false
 	}
-	failed = mb.earlyFailed
+	failed = mb.phase.Load() == 3
 	mb.phase.Store(0)
 	return false, failed
 }
@@ -471,12 +526,12 @@ func (mb *mailbox) released() (waiting, failed bool) {
 // (an asynchronous completion, or the blocking pool): back on a worker if it
 // has tasks, else let go.
 func (e *Executor) resume(mb *mailbox) {
-	if mb.head != nil || mb.li < len(mb.local) {
+	if mb.head != nil || int(mb.li) < len(mb.local) {
 		mb.pending.Add(-1) // tasks remain on the owner's side: not empty
 		e.place(mb)
 		return
 	}
-	sh := mb.shard
+	sh := mb.shard()
 	if mb.settle(1) {
 		e.place(mb)
 	} else {
@@ -545,42 +600,38 @@ const (
 // inbox: placement pushes into the inbox, the worker moves the inbox into
 // the run queue when that runs dry, and idle workers steal from both.
 type worker struct {
-	ex   *Executor
-	id   int
-	wake chan struct{}
-	_    [40]byte
-
-	// Read by placement for every activation: on a cache line of their own,
-	// written only when they change.
-	st    atomic.Uint64 // inbox length | stParked | stWatching; written with mu held
-	stuck atomic.Bool   // set by a watcher when the current turn runs long; cleared at the next turn
-	_     [52]byte
-
+	// Line 0: the owner's, written every turn.
+	//
 	// turnSeq counts turn starts and ends: odd while a turn runs. Reading
 	// it twice, some time apart, tells a long turn without the worker
 	// reading the clock (see turnAge).
 	turnSeq   atomic.Uint64
 	turnCount uint64 // owner's copy of turnSeq
-
-	obsMu   sync.Mutex // guards obsTurn and obsAt
-	obsTurn uint64     // the value of turnSeq when first observed
-	obsAt   time.Time  // when obsTurn was first observed
-
 	// Counts of the worker's own turns, owner only, published to the
 	// atomics below every few turns and whenever it parks.
 	local struct{ completed, failed, emptied, turns uint64 }
+	ex    *Executor
+	id    int
 
+	// Line 1: where placement and the worker meet, once per activation:
+	// read by placement, locked to push and to take.
+	mu    sync.Mutex    // guards inbox and idle
+	st    atomic.Uint64 // inbox length | stParked | stWatching; written with mu held
+	stuck atomic.Bool   // set by a watcher when the current turn runs long; cleared at the next turn
+	idle  bool          // parked, waiting for wake
+	inbox fifo
+
+	// Line 2: read now and then.
+	wake      chan struct{}
+	obsMu     sync.Mutex    // guards obsTurn and obsAt
+	obsTurn   uint64        // the value of turnSeq when first observed
+	obsAt     time.Time     // when obsTurn was first observed
 	completed atomic.Uint64 // tasks finished by this worker's turns
 	failed    atomic.Uint64 // of which failed
 	emptied   atomic.Uint64 // mailboxes this worker's turns emptied
-	_         [24]byte
-
-	mu    sync.Mutex // guards inbox and idle
-	inbox fifo
-	idle  bool // parked, waiting for wake
+	_         [56]byte
 
 	rq runq
-	_  [64]byte
 }
 
 // flush publishes the worker's counts. Owner only.
@@ -795,7 +846,7 @@ func (w *worker) turn(mb *mailbox) {
 	}
 	var done, failed, finished int64 // finished: not yet taken off mb.pending
 	for n := 0; ; {
-		if mb.head == nil && mb.li == len(mb.local) {
+		if mb.head == nil && int(mb.li) == len(mb.local) {
 			if !mb.settle(finished) {
 				w.local.emptied++
 				break // emptied and let go
@@ -938,7 +989,7 @@ func (e *Executor) TopBacklogs(n int) []Backlog {
 			if d == 0 || (len(top) == n && d <= top[n-1].Tasks) {
 				return
 			}
-			b := Backlog{Group: mb.key.group, Key: mb.key.id, Tasks: d}
+			b := Backlog{Group: mb.group, Key: mb.id, Tasks: d}
 			j := len(top)
 			if j < n {
 				top = append(top, b)
@@ -988,6 +1039,7 @@ func (e *Executor) close(ctx context.Context) error {
 	e.stopping.Store(true)
 	close(e.stopCh)
 	e.blocking.stop()
+	<-e.janitorDone // it never runs user code: it stops at once
 
 	// Workers finish their current turn and return; blocking goroutines
 	// finish their current task. Neither can be interrupted inside user

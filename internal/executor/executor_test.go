@@ -102,11 +102,30 @@ func (t *orderTask) Run(r Resume) Status {
 func TestOrderPerKey(t *testing.T) {
 	const (
 		messages   = 100_000
-		keys       = 1_000
 		submitters = 4
 	)
-	for _, workers := range []int{1, 2, 8} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+	cases := []struct {
+		name          string
+		workers, keys int
+		janitorEvery  time.Duration // 0: the default
+	}{
+		{"workers=1", 1, 1_000, 0},
+		{"workers=2", 2, 1_000, 0},
+		{"workers=8", 8, 1_000, 0},
+		// Idle mailboxes reclaimed all the time, racing with their keys
+		// coming back and with owners letting go.
+		{"workers=2/janitor=50us", 2, 1_000, 50 * time.Microsecond},
+		// Twenty times the keys: tables fill, so new keys make room by
+		// reclaiming idle mailboxes.
+		{"workers=2/keys=20000", 2, 20_000, 0},
+	}
+	for _, tc := range cases {
+		workers, keys := tc.workers, tc.keys
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.janitorEvery != 0 {
+				defer func(d time.Duration) { janitorEvery = d }(janitorEvery)
+				janitorEvery = tc.janitorEvery
+			}
 			e := New(Options{Workers: workers})
 			g := e.Group(false)
 			c := newOrderChecker(keys)

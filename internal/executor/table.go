@@ -1,12 +1,11 @@
 package executor
 
-// table is an open-addressing hash table of mailboxes with linear probing
-// and backward-shift deletion. Unlike a Go map it leaves no tombstones, so a
-// table that sees an insert and a delete for almost every message (the
-// common case with many keys) keeps short probe sequences. Each slot keeps
-// the mailbox's hash next to the pointer, so probing compares hashes without
-// touching other mailboxes' memory. Not safe for concurrent use; the shard
-// lock guards it.
+// table is an open-addressing hash table of mailboxes with linear probing.
+// It has no delete: idle mailboxes are dropped in bulk by rebuilding the
+// table (shard.sweep), which keeps probe sequences short without tombstones.
+// Each slot keeps the mailbox's hash next to the pointer, so probing compares
+// hashes without touching other mailboxes' memory. Not safe for concurrent
+// use; the shard lock guards it.
 type table struct {
 	slots []slot
 	n     int
@@ -17,7 +16,7 @@ type slot struct {
 	mb   *mailbox
 }
 
-func (t *table) get(h uint64, k mkey) *mailbox {
+func (t *table) get(h uint64, group uint32, id string) *mailbox {
 	if t.n == 0 {
 		return nil
 	}
@@ -27,17 +26,17 @@ func (t *table) get(h uint64, k mkey) *mailbox {
 		if sl.mb == nil {
 			return nil
 		}
-		if sl.hash == h && sl.mb.key == k {
+		if sl.hash == h && sl.mb.group == group && sl.mb.id == id {
 			return sl.mb
 		}
 	}
 }
 
-// put inserts mb, which must not be present.
+// full reports whether one more mailbox would fill the table past half.
+func (t *table) full() bool { return 2*(t.n+1) > len(t.slots) }
+
+// put inserts mb, which must not be present; the table must not be full.
 func (t *table) put(mb *mailbox) {
-	if 2*(t.n+1) > len(t.slots) {
-		t.grow()
-	}
 	mask := uint64(len(t.slots) - 1)
 	i := mb.hash & mask
 	for t.slots[i].mb != nil {
@@ -47,42 +46,28 @@ func (t *table) put(mb *mailbox) {
 	t.n++
 }
 
-// del removes mb, which must be present.
-func (t *table) del(mb *mailbox) {
-	mask := uint64(len(t.slots) - 1)
-	i := mb.hash & mask
-	for t.slots[i].mb != mb {
-		i = (i + 1) & mask
-	}
-	// Shift later entries of the probe run back into the hole.
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		e := t.slots[j]
-		if e.mb == nil {
-			break
-		}
-		home := e.hash & mask
-		// e may move to i if i lies cyclically in [home, j).
-		if (j-home)&mask >= (j-i)&mask {
-			t.slots[i] = e
-			i = j
-		}
-	}
-	t.slots[i] = slot{}
-	t.n--
-}
-
-func (t *table) grow() {
+// resize rehashes the table into size slots (a power of two, 16 or more).
+func (t *table) resize(size int) {
 	old := t.slots
-	size := 2 * len(old)
-	if size == 0 {
-		size = 16
-	}
-	t.slots = make([]slot, size)
+	t.slots = make([]slot, max(size, 16))
 	t.n = 0
 	for _, sl := range old {
 		if sl.mb != nil {
 			t.put(sl.mb)
 		}
+	}
+}
+
+// rebuild empties the table into size slots and inserts mbs.
+func (t *table) rebuild(size int, mbs []*mailbox) {
+	if size = max(size, 16); size == len(t.slots) {
+		clear(t.slots)
+	} else {
+		t.slots = make([]slot, size)
+	}
+	t.n = 0
+	for _, mb := range mbs {
+		t.put(mb)
 	}
 }
 
