@@ -70,7 +70,7 @@ func (p *blockingPool) loop() {
 // mailbox's pending tasks until it finished.
 func (p *blockingPool) run(j blockingJob) {
 	p.running.Add(1)
-	st := j.t.Run(Resume{j.mb})
+	st := j.t.Run(Resume{j.mb, p.ex})
 	p.running.Add(-1)
 	failed := st == Failed
 	if st == Pending {
@@ -81,9 +81,9 @@ func (p *blockingPool) run(j blockingJob) {
 		failed = f
 	}
 	if failed {
-		j.mb.shard().asyncFailed.Add(1)
+		p.ex.shardOf(j.mb).asyncFailed.Add(1)
 	} else {
-		j.mb.shard().asyncCompleted.Add(1)
+		p.ex.shardOf(j.mb).asyncCompleted.Add(1)
 	}
 	p.ex.resume(j.mb)
 }

@@ -88,12 +88,13 @@ type Task interface {
 // Resume completes a task that returned Pending.
 type Resume struct {
 	mb *mailbox
+	ex *Executor
 }
 
 // Complete reports that the pending task finished. It must be called exactly
 // once per Pending task. The key's next task may start before Complete
 // returns.
-func (r Resume) Complete(failed bool) { r.mb.ex.complete(r.mb, failed) }
+func (r Resume) Complete(failed bool) { r.ex.complete(r.mb, failed) }
 
 // Options configure an Executor.
 type Options struct {
@@ -239,7 +240,7 @@ func (g *Group) SubmitBatch(keys []string, tasks []Task) (int, error) {
 // the mailbox, which the caller must then place.
 func (g *Group) enqueue(key string, t Task) (*mailbox, bool, error) {
 	e := g.ex
-	h := e.hashKey(g.id, key)
+	h := e.hashKey(g.id, g.blocking, key)
 	sh := &e.shards[h&e.shardMask]
 	sh.mu.Lock()
 	if sh.closed {
@@ -247,10 +248,10 @@ func (g *Group) enqueue(key string, t Task) (*mailbox, bool, error) {
 		return nil, false, ErrClosed
 	}
 	sh.admitted++
-	mb := sh.m.get(h, g.id, key)
+	mb := sh.m.get(h)
 	if mb == nil {
 		mb = sh.take()
-		mb.ex, mb.group, mb.id, mb.hash, mb.blocking = e, g.id, key, h, g.blocking
+		mb.group, mb.id, mb.hash = g.id, key, h
 		sh.insert(mb)
 	}
 	if mb.pending.Add(1) > 1 {
@@ -270,9 +271,27 @@ func (g *Group) enqueue(key string, t Task) (*mailbox, bool, error) {
 	return mb, true, nil
 }
 
-// hashKey hashes a key of a group; its low bits choose the shard.
-func (e *Executor) hashKey(group uint32, key string) uint64 {
-	return maphash.String(e.seed, key) ^ (uint64(group) * 0x9E3779B97F4A7C15)
+// hashString hashes keys; a variable so a test can make keys collide.
+var hashString = maphash.String
+
+// hashKey hashes a key of a group. The hash identifies the key's mailbox:
+// its low bits choose the shard, and its top bit is set for blocking groups.
+//
+// Two keys of one group with equal hashes would share a mailbox. That keeps
+// every guarantee (each key's tasks run once, one at a time, in order) and
+// costs only parallelism between those two keys while both are active; with
+// a 64-bit seeded hash it takes about 2^32 keys in one shard at once to make
+// it likely. In exchange a submission identifies a mailbox from the table
+// slot alone, without reading the mailbox's key: the mailbox's first cache
+// line is taken once, for writing. The top bit keeps tasks of blocking
+// groups from ever sharing a mailbox with tasks that run on a worker.
+func (e *Executor) hashKey(group uint32, blocking bool, key string) uint64 {
+	h := hashString(e.seed, key) ^ (uint64(group) * 0x9E3779B97F4A7C15)
+	h &^= 1 << 63
+	if blocking {
+		h |= 1 << 63
+	}
+	return h
 }
 
 // placeAll places mailboxes activated together: a share for each worker
@@ -444,15 +463,14 @@ func (e *Executor) reclaimIdle() {
 // Between those, exactly one party owns it: a worker's FIFO, a worker's turn,
 // a pending task's completion, or the blocking pool.
 type mailbox struct {
-	// Line 0: everything a submission finding the mailbox reads and
-	// activation writes, and a turn of one task touches, so a mailbox
-	// crosses between a submitter's core and a worker's as one cache line.
-	// (Mailboxes are 128 bytes: the allocator puts them on 128-byte
-	// boundaries; layout_test.go checks the offsets.)
+	// Line 0: everything a submission finding the mailbox touches, and a
+	// turn of one task, so a mailbox crosses between a submitter's core and
+	// a worker's as one cache line. (Mailboxes are 128 bytes: the allocator
+	// puts them on 128-byte boundaries; layout_test.go checks the offsets.)
 	pending atomic.Int64
 	head    Task   // owned by the current owner: the task that activated the mailbox, run first
-	id      string // the key; fixed while in the table
-	hash    uint64 // of group and id; fixed while in the table
+	hash    uint64 // identifies the mailbox (see hashKey); fixed while in the table
+	_       [8]byte
 	li      uint32 // owned by the current owner: local[li:] are still to run
 	// phase settles the race between a task returning Pending and its
 	// completion: 0 while running, 1 once the runner released the mailbox,
@@ -460,24 +478,26 @@ type mailbox struct {
 	phase atomic.Uint32
 	gen   uint32 // shard.gen at its last activation; guarded by shard.mu
 	group uint32 // fixed while in the table
+	_     [8]byte
 
-	// Line 1: batches of tasks, and what a turn reads but nobody writes.
-	local    []Task // owned by the current owner: tasks taken from in
-	in       []Task // appended by submitters; guarded by shard.mu
-	ex       *Executor
-	blocking bool
-	_        [7]byte
+	// Line 1: batches of tasks, and the key for reports.
+	local []Task // owned by the current owner: tasks taken from in
+	in    []Task // appended by submitters; guarded by shard.mu
+	id    string // the key of the first submission; fixed while in the table
 }
 
-// shard returns the shard whose table holds mb.
-func (mb *mailbox) shard() *shard { return &mb.ex.shards[mb.hash&mb.ex.shardMask] }
+// blocking reports whether mb's tasks run on the blocking pool.
+func (mb *mailbox) blocking() bool { return mb.hash>>63 == 1 }
+
+// shardOf returns the shard whose table holds mb.
+func (e *Executor) shardOf(mb *mailbox) *shard { return &e.shards[mb.hash&e.shardMask] }
 
 // settle accounts for finished tasks of the current owner with local
 // exhausted. It reports false if that emptied the mailbox (the owner must let
 // go and not touch it again), else it moves the incoming tasks to the owner's
 // side.
-func (mb *mailbox) settle(finished int64) bool {
-	sh := mb.shard() // found before letting go: a submitter may reuse mb at once
+func (e *Executor) settle(mb *mailbox, finished int64) bool {
+	sh := e.shardOf(mb) // found before letting go: a submitter may reuse mb at once
 	if mb.li != 0 {
 		mb.local = mb.local[:0] // every slot was cleared as its task was taken
 		mb.li = 0
@@ -502,9 +522,9 @@ func (e *Executor) complete(mb *mailbox, failed bool) {
 	}
 	mb.phase.Store(0)
 	if failed {
-		mb.shard().asyncFailed.Add(1)
+		e.shardOf(mb).asyncFailed.Add(1)
 	} else {
-		mb.shard().asyncCompleted.Add(1)
+		e.shardOf(mb).asyncCompleted.Add(1)
 	}
 	e.resume(mb)
 }
@@ -531,8 +551,8 @@ func (e *Executor) resume(mb *mailbox) {
 		e.place(mb)
 		return
 	}
-	sh := mb.shard()
-	if mb.settle(1) {
+	sh := e.shardOf(mb)
+	if e.settle(mb, 1) {
 		e.place(mb)
 	} else {
 		sh.emptied.Add(1)
@@ -847,7 +867,7 @@ func (w *worker) turn(mb *mailbox) {
 	var done, failed, finished int64 // finished: not yet taken off mb.pending
 	for n := 0; ; {
 		if mb.head == nil && int(mb.li) == len(mb.local) {
-			if !mb.settle(finished) {
+			if !e.settle(mb, finished) {
 				w.local.emptied++
 				break // emptied and let go
 			}
@@ -867,12 +887,12 @@ func (w *worker) turn(mb *mailbox) {
 			mb.li++
 		}
 		n++
-		if mb.blocking {
+		if mb.blocking() {
 			mb.pending.Add(-finished) // t is still pending: cannot empty it
 			e.blocking.submit(t, mb)
 			break
 		}
-		switch t.Run(Resume{mb}) {
+		switch t.Run(Resume{mb, e}) {
 		case Done:
 			done++
 			finished++

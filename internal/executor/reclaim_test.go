@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"testing"
@@ -23,11 +25,11 @@ func tableFigures(e *Executor) (held, slots, pooled int) {
 
 // lookup returns the mailbox of key in g, active or idle, or nil.
 func lookup(g *Group, key string) *mailbox {
-	h := g.ex.hashKey(g.id, key)
+	h := g.ex.hashKey(g.id, g.blocking, key)
 	sh := &g.ex.shards[h&g.ex.shardMask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.m.get(h, g.id, key)
+	return sh.m.get(h)
 }
 
 func runAll(t *testing.T, g *Group, keys []string) {
@@ -140,5 +142,53 @@ func TestJanitorReclaimsIdleMailboxes(t *testing.T) {
 	e.reclaimIdle()
 	if held, _, _ := tableFigures(e); held != 0 {
 		t.Fatalf("third round: %d mailboxes held, want 0", held)
+	}
+}
+
+// Keys whose hashes collide share a mailbox: they lose parallelism with each
+// other, never order. Forced here with a hash that sees only the last byte.
+func TestCollidingKeysKeepTheirOrder(t *testing.T) {
+	defer func(h func(maphash.Seed, string) uint64) { hashString = h }(hashString)
+	hashString = func(_ maphash.Seed, s string) uint64 { return uint64(s[len(s)-1]) }
+	e := New(Options{Workers: 2})
+	defer closeOK(t, e)
+	g := e.Group(false)
+	const keys, messages = 40, 20_000 // 40 keys, 10 hashes
+	c := newOrderChecker(keys)
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = strconv.Itoa(i) + "-" + strconv.Itoa(i%10)
+	}
+	var wg sync.WaitGroup
+	wg.Add(messages)
+	seqs := make([]int64, keys)
+	rng := rand.New(rand.NewPCG(7, 7))
+	for range messages {
+		k := rng.IntN(keys)
+		if err := g.Submit(names[k], &orderTask{c: c, key: k, seq: seqs[k], mode: rng.IntN(4), wg: &wg}); err != nil {
+			t.Fatal(err)
+		}
+		seqs[k]++
+	}
+	waitOrFail(t, &wg, 30*time.Second)
+	select {
+	case err := <-c.errs:
+		t.Fatal(err)
+	default:
+	}
+	for k := range keys {
+		if got := c.next[k].Load(); got != seqs[k] {
+			t.Fatalf("key %d ran %d tasks, want %d", k, got, seqs[k])
+		}
+	}
+	if held, _, _ := tableFigures(e); held != 10 {
+		t.Fatalf("tables hold %d mailboxes, want one per distinct hash (10)", held)
+	}
+	// Only hashes of blocking groups' keys have the top bit, so a blocking
+	// group's key can never share a mailbox run by a worker.
+	for _, k := range names {
+		if e.hashKey(g.id, false, k)>>63 != 0 || e.hashKey(g.id, true, k)>>63 != 1 {
+			t.Fatalf("key %q: the top bit of the hash does not tell blocking groups", k)
+		}
 	}
 }

@@ -3,8 +3,8 @@ package executor
 // table is an open-addressing hash table of mailboxes with linear probing.
 // It has no delete: idle mailboxes are dropped in bulk by rebuilding the
 // table (shard.sweep), which keeps probe sequences short without tombstones.
-// Each slot keeps the mailbox's hash next to the pointer, so probing compares
-// hashes without touching other mailboxes' memory. Not safe for concurrent
+// Each slot keeps the mailbox's hash next to the pointer, and the hash
+// identifies the mailbox (see hashKey): a lookup touches no mailbox. Not safe for concurrent
 // use; the shard lock guards it.
 type table struct {
 	slots []slot
@@ -16,7 +16,7 @@ type slot struct {
 	mb   *mailbox
 }
 
-func (t *table) get(h uint64, group uint32, id string) *mailbox {
+func (t *table) get(h uint64) *mailbox {
 	if t.n == 0 {
 		return nil
 	}
@@ -26,7 +26,7 @@ func (t *table) get(h uint64, group uint32, id string) *mailbox {
 		if sl.mb == nil {
 			return nil
 		}
-		if sl.hash == h && sl.mb.group == group && sl.mb.id == id {
+		if sl.hash == h {
 			return sl.mb
 		}
 	}
