@@ -25,25 +25,29 @@
 //
 // # Placement and stealing
 //
-// A worker's queue is a run queue (filled by the worker, taken from by
-// anyone with a CAS, like the Go scheduler's per-P queue) followed by a
-// locked inbox that placement pushes to; the worker moves its inbox into its
-// run queue in batches. A mailbox that becomes runnable goes to a running
-// worker with an empty inbox that is not stuck in a long turn, else to a
-// parked worker (woken), else to the shortest inbox among workers not stuck.
-// An idle worker steals the oldest queued (not running) mailbox of another
-// worker before it parks; while another worker is in a turn it parks with a
-// timeout, marking workers whose turn has run long as stuck, so a mailbox
-// queued behind a turn that later runs long is still picked up and new ones
-// avoid that worker. A mailbox is only ever in one place, so stealing cannot
-// reorder a key.
+// A worker's queue is, oldest first, a run queue (filled by the worker,
+// taken from by anyone with a CAS, like the Go scheduler's per-P queue), a
+// spill for what did not fit, and an inbox: a stack that placement pushes a
+// mailbox onto with one CAS and that the worker takes whole with another,
+// reversing it into its run queue. The inbox word also says when the worker
+// is parked, so a push and a worker going to sleep cannot miss each other.
+// A mailbox that becomes runnable goes to a running worker with an empty
+// inbox that is not stuck in a long turn, else to a parked worker (woken),
+// else to a worker not stuck, counting from one its hash chooses. An idle
+// worker steals the oldest queued (not running) mailbox of another worker,
+// taking along the rest of that worker's inbox, before it parks; while
+// another worker is in a turn it parks with a timeout, marking workers whose
+// turn has run long as stuck, so a mailbox queued behind a turn that later
+// runs long is still picked up and new ones avoid that worker. A mailbox is
+// only ever in one place, so stealing cannot reorder a key.
 //
 // # Locks
 //
 // shard.mu guards a shard's table, free list, counters and every mailbox's
-// incoming slice and generation. worker.mu guards a worker's inbox and idle flag.
-// blockingPool.mu guards the blocking pool's queue and counts. No code holds
-// two of these locks at once, so there is no lock order to respect.
+// incoming slice and generation. worker.spillMu guards a worker's spill.
+// worker.obsMu guards a worker's turn observation. blockingPool.mu guards
+// the blocking pool's queue and counts. No code holds two of these locks at
+// once, so there is no lock order to respect.
 //
 // # Goroutines
 //
@@ -294,44 +298,6 @@ func (e *Executor) hashKey(group uint32, blocking bool, key string) uint64 {
 	return h
 }
 
-// placeAll places mailboxes activated together: a share for each worker
-// placement would pick, pushed under one lock per worker.
-func (e *Executor) placeAll(mbs []*mailbox) {
-	switch {
-	case len(mbs) == 0:
-		return
-	case len(mbs) == 1:
-		e.place(mbs[0])
-		return
-	}
-	if e.stopping.Load() {
-		return
-	}
-	// Spread over the workers that are not stuck in a long turn, parked ones
-	// included (they are woken once).
-	var targets [64]*worker
-	ts := targets[:0]
-	for _, w := range e.workers {
-		if !w.stuck.Load() && len(ts) < cap(targets) {
-			ts = append(ts, w)
-		}
-	}
-	if len(ts) == 0 {
-		for _, mb := range mbs {
-			e.place(mb)
-		}
-		return
-	}
-	per := (len(mbs) + len(ts) - 1) / len(ts)
-	for i, w := range ts {
-		lo := i * per
-		if lo >= len(mbs) {
-			break
-		}
-		w.pushAll(mbs[lo:min(lo+per, len(mbs))])
-	}
-}
-
 // shard is one part of the mailbox table. Shards are three cache lines:
 // what every submission touches, what only some do, and what completions
 // away from a worker count.
@@ -349,7 +315,8 @@ type shard struct {
 	emptied        atomic.Uint64 // mailboxes emptied away from a worker turn
 	asyncCompleted atomic.Uint64 // Pending tasks completed successfully
 	asyncFailed    atomic.Uint64 // Pending tasks completed with failure
-	_              [40]byte
+	resumed        atomic.Uint64 // mailboxes placed again after a task finished away from a worker turn
+	_              [32]byte
 }
 
 const maxFree = 256 // pooled mailboxes per shard
@@ -468,10 +435,10 @@ type mailbox struct {
 	// a worker's as one cache line. (Mailboxes are 128 bytes: the allocator
 	// puts them on 128-byte boundaries; layout_test.go checks the offsets.)
 	pending atomic.Int64
-	head    Task   // owned by the current owner: the task that activated the mailbox, run first
-	hash    uint64 // identifies the mailbox (see hashKey); fixed while in the table
-	_       [8]byte
-	li      uint32 // owned by the current owner: local[li:] are still to run
+	head    Task     // owned by the current owner: the task that activated the mailbox, run first
+	hash    uint64   // identifies the mailbox (see hashKey); fixed while in the table
+	next    *mailbox // next older mailbox in a worker's inbox; written by the pusher
+	li      uint32   // owned by the current owner: local[li:] are still to run
 	// phase settles the race between a task returning Pending and its
 	// completion: 0 while running, 1 once the runner released the mailbox,
 	// 2 (or 3, failed) if the completion came first.
@@ -546,314 +513,19 @@ func (mb *mailbox) released() (waiting, failed bool) {
 // (an asynchronous completion, or the blocking pool): back on a worker if it
 // has tasks, else let go.
 func (e *Executor) resume(mb *mailbox) {
+	sh := e.shardOf(mb)
 	if mb.head != nil || int(mb.li) < len(mb.local) {
 		mb.pending.Add(-1) // tasks remain on the owner's side: not empty
+		sh.resumed.Add(1)
 		e.place(mb)
 		return
 	}
-	sh := e.shardOf(mb)
 	if e.settle(mb, 1) {
+		sh.resumed.Add(1)
 		e.place(mb)
 	} else {
 		sh.emptied.Add(1)
 	}
-}
-
-// place puts a runnable mailbox on a worker.
-func (e *Executor) place(mb *mailbox) {
-	if e.stopping.Load() {
-		return // Close gave up on remaining work; the mailbox is abandoned
-	}
-	ws := e.workers
-	n := len(ws)
-	start := int((mb.hash >> 32) % uint64(n))
-	var (
-		parked, free, shortest, shortestAny *worker
-		shortLen, anyLen                    = uint32(1 << 31), uint32(1 << 31)
-	)
-	for i := range n {
-		w := ws[(start+i)%n]
-		st := w.st.Load()
-		if st&stParked != 0 {
-			if parked == nil {
-				parked = w
-			}
-			continue
-		}
-		q := uint32(st) // the inbox: a good enough measure of load
-		if q < anyLen {
-			shortestAny, anyLen = w, q
-		}
-		if w.stuck.Load() {
-			continue
-		}
-		if q == 0 && free == nil {
-			free = w
-		} else if q < shortLen {
-			shortest, shortLen = w, q
-		}
-	}
-	switch {
-	case free != nil:
-		free.push(mb)
-		if parked != nil && parked.st.Load()&stWatching == 0 {
-			// Nobody would notice if free's turn ran long from now on:
-			// have the parked worker watch (park with a timeout).
-			parked.nudge()
-		}
-	case parked != nil:
-		parked.push(mb)
-	case shortest != nil:
-		shortest.push(mb)
-	default: // every running worker is stuck in a long turn
-		shortestAny.push(mb)
-	}
-}
-
-// Bits of worker.st above the inbox length.
-const (
-	stParked   = 1 << 32 // parked, waiting for a wake
-	stWatching = 1 << 33 // parked with a timeout, watching for long turns
-)
-
-// worker runs mailbox turns. Its queue is its run queue followed by its
-// inbox: placement pushes into the inbox, the worker moves the inbox into
-// the run queue when that runs dry, and idle workers steal from both.
-type worker struct {
-	// Line 0: the owner's, written every turn.
-	//
-	// turnSeq counts turn starts and ends: odd while a turn runs. Reading
-	// it twice, some time apart, tells a long turn without the worker
-	// reading the clock (see turnAge).
-	turnSeq   atomic.Uint64
-	turnCount uint64 // owner's copy of turnSeq
-	// Counts of the worker's own turns, owner only, published to the
-	// atomics below every few turns and whenever it parks.
-	local struct{ completed, failed, emptied, turns uint64 }
-	ex    *Executor
-	id    int
-
-	// Line 1: where placement and the worker meet, once per activation:
-	// read by placement, locked to push and to take.
-	mu    sync.Mutex    // guards inbox and idle
-	st    atomic.Uint64 // inbox length | stParked | stWatching; written with mu held
-	stuck atomic.Bool   // set by a watcher when the current turn runs long; cleared at the next turn
-	idle  bool          // parked, waiting for wake
-	inbox fifo
-
-	// Line 2: read now and then.
-	wake      chan struct{}
-	obsMu     sync.Mutex    // guards obsTurn and obsAt
-	obsTurn   uint64        // the value of turnSeq when first observed
-	obsAt     time.Time     // when obsTurn was first observed
-	completed atomic.Uint64 // tasks finished by this worker's turns
-	failed    atomic.Uint64 // of which failed
-	emptied   atomic.Uint64 // mailboxes this worker's turns emptied
-	_         [56]byte
-
-	rq runq
-}
-
-// flush publishes the worker's counts. Owner only.
-func (w *worker) flush() {
-	if w.local.completed != w.completed.Load() {
-		w.completed.Store(w.local.completed)
-	}
-	if w.local.failed != w.failed.Load() {
-		w.failed.Store(w.local.failed)
-	}
-	if w.local.emptied != w.emptied.Load() {
-		w.emptied.Store(w.local.emptied)
-	}
-}
-
-// queued returns the number of mailboxes waiting for the worker.
-func (w *worker) queued() uint32 { return uint32(w.st.Load()) + w.rq.len() }
-
-// publish mirrors the inbox and the parking state for placement. Called
-// with mu held.
-func (w *worker) publish(flags uint64) {
-	w.st.Store(uint64(w.inbox.len()) | flags)
-}
-
-func (w *worker) push(mb *mailbox) {
-	w.mu.Lock()
-	w.inbox.push(mb)
-	wasIdle := w.idle
-	w.idle = false
-	w.publish(0)
-	w.mu.Unlock()
-	if wasIdle {
-		w.nudge()
-	}
-}
-
-// pushAll queues several mailboxes under one lock.
-func (w *worker) pushAll(mbs []*mailbox) {
-	w.mu.Lock()
-	for _, mb := range mbs {
-		w.inbox.push(mb)
-	}
-	wasIdle := w.idle
-	w.idle = false
-	w.publish(0)
-	w.mu.Unlock()
-	if wasIdle {
-		w.nudge()
-	}
-}
-
-// nudge wakes a parked worker, with or without work for it.
-func (w *worker) nudge() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// next takes the worker's next mailbox: from its run queue, refilled from
-// its inbox when dry. Owner only.
-func (w *worker) next() *mailbox {
-	if mb := w.rq.get(); mb != nil {
-		return mb
-	}
-	w.mu.Lock()
-	for w.inbox.len() > 0 && w.rq.put(w.inbox.buf[w.inbox.head]) {
-		w.inbox.pop()
-	}
-	w.publish(0)
-	w.mu.Unlock()
-	return w.rq.get()
-}
-
-// take removes the oldest mailbox waiting for w, for a thief.
-func (w *worker) take() *mailbox {
-	if mb := w.rq.get(); mb != nil {
-		return mb
-	}
-	if uint32(w.st.Load()) == 0 {
-		return nil
-	}
-	w.mu.Lock()
-	mb := w.inbox.pop()
-	w.publish(0)
-	w.mu.Unlock()
-	return mb
-}
-
-func (w *worker) loop() {
-	defer w.ex.live.Add(-1)
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	const maxWatch = time.Millisecond
-	backoff := longTurn
-	for {
-		mb := w.next()
-		if mb == nil {
-			mb = w.steal()
-		}
-		if mb != nil {
-			backoff = longTurn
-			w.turn(mb)
-			if w.ex.stopping.Load() {
-				return
-			}
-			continue
-		}
-		if w.ex.stopping.Load() {
-			return
-		}
-		// Park. Mark idle under the lock so a concurrent push either lands
-		// before (we see it) or wakes us.
-		w.flush()
-		w.mu.Lock()
-		if w.inbox.len() > 0 || w.rq.len() > 0 {
-			w.mu.Unlock()
-			continue
-		}
-		// While another worker is in a turn, park with a timeout: a mailbox
-		// queued behind that turn must not wait for it if it runs long.
-		var timeout <-chan time.Time
-		flags := uint64(stParked)
-		if w.watchOthers() {
-			if timer == nil {
-				timer = time.NewTimer(backoff)
-			} else {
-				timer.Reset(backoff)
-			}
-			timeout = timer.C
-			backoff = min(2*backoff, maxWatch)
-			flags |= stWatching
-		} else {
-			backoff = longTurn
-		}
-		w.idle = true
-		w.publish(flags)
-		w.mu.Unlock()
-		select {
-		case <-w.wake:
-		case <-timeout:
-		case <-w.ex.stopCh:
-		}
-		w.mu.Lock()
-		w.idle = false
-		w.publish(0)
-		w.mu.Unlock()
-	}
-}
-
-// watchOthers marks workers whose turn has run long as stuck, so placement
-// avoids them, and reports whether another worker is in a turn: only then
-// can a mailbox get stuck behind a long turn.
-func (w *worker) watchOthers() (busy bool) {
-	var now time.Time
-	for _, o := range w.ex.workers {
-		if o == w || o.turnSeq.Load()&1 == 0 {
-			continue
-		}
-		busy = true
-		if now.IsZero() {
-			now = time.Now()
-		}
-		if o.turnAge(now) >= longTurn && !o.stuck.Load() {
-			o.stuck.Store(true)
-		}
-	}
-	return busy
-}
-
-// turnAge returns how long w's current turn has been seen running: 0 the
-// first time a turn is observed, then the time since. Idle workers observe
-// every 100 µs to 1 ms while another is in a turn, so a long turn is
-// recognized within about that; Stats observes too.
-func (w *worker) turnAge(now time.Time) time.Duration {
-	t := w.turnSeq.Load()
-	if t&1 == 0 {
-		return 0
-	}
-	w.obsMu.Lock()
-	defer w.obsMu.Unlock()
-	if w.obsTurn != t {
-		w.obsTurn, w.obsAt = t, now
-		return 0
-	}
-	return now.Sub(w.obsAt)
-}
-
-// steal takes the oldest queued mailbox of another worker.
-func (w *worker) steal() *mailbox {
-	ws := w.ex.workers
-	n := len(ws)
-	for i := 1; i < n; i++ {
-		if mb := ws[(w.id+i)%n].take(); mb != nil {
-			return mb
-		}
-	}
-	return nil
 }
 
 // turn runs up to throughput tasks of mb, which w owns.
@@ -875,7 +547,8 @@ func (w *worker) turn(mb *mailbox) {
 		}
 		if n == e.throughput {
 			mb.pending.Add(-finished) // tasks remain: cannot empty it
-			w.push(mb)                // back of the FIFO: fair to the other mailboxes
+			w.requeued.Add(1)
+			w.push(mb) // back of the queue: fair to the other mailboxes
 			break
 		}
 		var t Task
@@ -951,7 +624,9 @@ func (e *Executor) Stats() Stats {
 	now := time.Now()
 	for _, w := range e.workers {
 		s.Mailboxes -= int64(w.emptied.Load())
-		s.QueuedMailboxes += int64(w.queued())
+		// Every placement leads to one turn: what was placed and has not
+		// started its turn is queued.
+		s.QueuedMailboxes += int64(w.requeued.Load()) - int64(w.turnSeq.Load()+1)/2
 		s.Completed += w.completed.Load() - w.failed.Load()
 		s.Failed += w.failed.Load()
 		s.LongestTurn = max(s.LongestTurn, w.turnAge(now))
@@ -960,11 +635,13 @@ func (e *Executor) Stats() Stats {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		s.Mailboxes += int64(sh.activated - sh.emptied.Load())
+		s.QueuedMailboxes += int64(sh.activated + sh.resumed.Load())
 		s.Admitted += sh.admitted
 		sh.mu.Unlock()
 		s.Completed += sh.asyncCompleted.Load()
 		s.Failed += sh.asyncFailed.Load()
 	}
+	s.QueuedMailboxes = max(s.QueuedMailboxes, 0) // counts published at different times
 	s.BlockingRunning = e.blocking.running.Load()
 	return s
 }

@@ -538,3 +538,31 @@ func TestAsyncCompletionRightAfterRelease(t *testing.T) {
 	}
 	waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "mailboxes to drain")
 }
+
+// QueuedMailboxes counts mailboxes placed on a worker that have not started
+// their turn: not the one running, nor idle ones.
+func TestStatsQueuedMailboxes(t *testing.T) {
+	e := New(Options{Workers: 1, Throughput: 4})
+	defer closeOK(t, e)
+	g := e.Group(false)
+	release := gate(t, g)
+	var wg sync.WaitGroup
+	task := fn(func(Resume) Status { wg.Done(); return Done })
+	wg.Add(10 + 40)
+	for i := range 10 {
+		if err := g.Submit("k"+strconv.Itoa(i), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 40 { // several full turns: requeued each time
+		if err := g.Submit("hot", task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := e.Stats(); st.QueuedMailboxes != 11 || st.Mailboxes != 12 {
+		t.Fatalf("behind the gate: %d queued, %d mailboxes; want 11 queued of 12", st.QueuedMailboxes, st.Mailboxes)
+	}
+	release()
+	waitOrFail(t, &wg, 10*time.Second)
+	waitFor(t, func() bool { st := e.Stats(); return st.QueuedMailboxes == 0 && st.Mailboxes == 0 }, "the queue to drain")
+}

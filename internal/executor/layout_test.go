@@ -20,9 +20,9 @@ func TestLayout(t *testing.T) {
 		{"shard size", unsafe.Sizeof(sh), 192},
 		{"shard.free offset", unsafe.Offsetof(sh.free), 64},
 		{"shard.emptied offset", unsafe.Offsetof(sh.emptied), 128},
-		{"worker.mu offset", unsafe.Offsetof(w.mu), 64},
-		{"worker.wake offset", unsafe.Offsetof(w.wake), 128},
-		{"worker.rq offset", unsafe.Offsetof(w.rq), 256},
+		{"worker.inbox offset", unsafe.Offsetof(w.inbox), 64},
+		{"worker.id offset", unsafe.Offsetof(w.id), 128},
+		{"worker.rq offset", unsafe.Offsetof(w.rq), 320},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
