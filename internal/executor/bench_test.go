@@ -242,7 +242,8 @@ func benchKeys(n int) []string {
 
 // BenchmarkDispatch: 10,000 keys, a no-op synchronous handler, two
 // submitters. churn: consecutive messages go to different keys; deep: runs
-// of 64 messages per key.
+// of 64 messages per key; unique (not among the fixed patterns): a
+// new key for every message, so no idle mailbox is ever found again.
 func BenchmarkDispatch(b *testing.B) {
 	const (
 		submitters = 2
@@ -250,7 +251,10 @@ func BenchmarkDispatch(b *testing.B) {
 	)
 	keys := benchKeys(10_000)
 	for _, impl := range impls {
-		for _, pattern := range []string{"churn", "deep"} {
+		for _, pattern := range []string{"churn", "deep", "unique"} {
+			if pattern == "unique" && impl.name == "goroutine-per-key" {
+				continue // it keeps a goroutine per key: a million of them
+			}
 			b.Run("impl="+impl.name+"/pattern="+pattern, func(b *testing.B) {
 				d := impl.new()
 				defer d.stop()
@@ -264,6 +268,13 @@ func BenchmarkDispatch(b *testing.B) {
 					time.Sleep(100 * time.Microsecond)
 				}
 				warm := d.completed()
+				var fresh []string // unique: a key never seen before for every message
+				if pattern == "unique" {
+					fresh = make([]string, b.N+submitters)
+					for i := range fresh {
+						fresh[i] = "new-" + strconv.Itoa(i)
+					}
+				}
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
@@ -289,17 +300,20 @@ func BenchmarkDispatch(b *testing.B) {
 									time.Sleep(20 * time.Microsecond) // park, as a receiver waiting for room does
 								}
 							}
-							var k int
-							if pattern == "churn" {
-								k = (i*submitters + s) % len(keys)
-							} else {
-								k = ((i/64)*submitters + s) % len(keys)
+							var key string
+							switch pattern {
+							case "churn":
+								key = keys[(i*submitters+s)%len(keys)]
+							case "deep":
+								key = keys[((i/64)*submitters+s)%len(keys)]
+							default:
+								key = fresh[i*submitters+s]
 							}
 							if !batching {
-								d.submit(keys[k], noop)
+								d.submit(key, noop)
 								continue
 							}
-							bkeys, btasks = append(bkeys, keys[k]), append(btasks, noop)
+							bkeys, btasks = append(bkeys, key), append(btasks, noop)
 							if len(bkeys) == 64 || i == n-1 {
 								bd.submitBatch(bkeys, btasks)
 								bkeys, btasks = bkeys[:0], btasks[:0]

@@ -319,7 +319,13 @@ type shard struct {
 	_              [32]byte
 }
 
-const maxFree = 256 // pooled mailboxes per shard
+// minFree is how many reclaimed mailboxes a shard keeps for new keys at
+// least; it keeps up to as many as its table can hold (half its slots), so a
+// stream of new keys reuses the mailboxes its sweeps reclaim.
+const minFree = 32
+
+// freeCap is how many mailboxes a shard with a table of size slots pools.
+func freeCap(size int) int { return max(minFree, size/2) }
 
 // take returns a pooled or new mailbox. Called with sh.mu held.
 func (sh *shard) take() *mailbox {
@@ -355,6 +361,7 @@ func (sh *shard) insert(mb *mailbox) {
 // touched by nobody else.
 func (sh *shard) sweep(spareRecent bool) {
 	keep := sh.scratch[:0]
+	pool := freeCap(len(sh.m.slots))
 	sh.m.each(func(mb *mailbox) {
 		if mb.pending.Load() != 0 || (spareRecent && mb.gen == sh.gen) {
 			keep = append(keep, mb)
@@ -367,7 +374,7 @@ func (sh *shard) sweep(spareRecent bool) {
 			mb.in = nil
 		}
 		mb.id = ""
-		if len(sh.free) < maxFree {
+		if len(sh.free) < pool {
 			sh.free = append(sh.free, mb)
 		}
 	})
@@ -377,15 +384,22 @@ func (sh *shard) sweep(spareRecent bool) {
 	}
 	size := len(sh.m.slots)
 	if spareRecent {
-		// Give back what a past burst needed: the smallest table at most a
-		// quarter full.
+		// Give back what a past burst needed: halve the table while it
+		// would be less than an eighth full, and pool what it can hold.
 		for size > 16 && 8*len(keep) < size {
 			size /= 2
+		}
+		if n := freeCap(size); len(sh.free) > n {
+			clear(sh.free[n:])
+			sh.free = sh.free[:n:n]
 		}
 	}
 	sh.m.rebuild(size, keep)
 	clear(keep)
 	sh.scratch = keep[:0]
+	if spareRecent && cap(sh.scratch) > size {
+		sh.scratch = nil
+	}
 }
 
 // janitorEvery is how often the janitor reclaims mailboxes idle since its

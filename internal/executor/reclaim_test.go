@@ -136,8 +136,8 @@ func TestJanitorReclaimsIdleMailboxes(t *testing.T) {
 	if held != 1 || lookup(g, keys[0]) == nil {
 		t.Fatalf("second round: %d mailboxes held, want only the key that came back", held)
 	}
-	if slots != 64*16 || pooled > 64*maxFree {
-		t.Fatalf("second round: %d slots (burst %d), %d pooled; want the tables back to 16 slots each and at most %d pooled per shard", slots, burstSlots, pooled, maxFree)
+	if slots != 64*16 || pooled > 64*minFree {
+		t.Fatalf("second round: %d slots (burst %d), %d pooled; want the tables back to 16 slots each and at most %d pooled per shard", slots, burstSlots, pooled, minFree)
 	}
 	e.reclaimIdle()
 	if held, _, _ := tableFigures(e); held != 0 {
