@@ -53,6 +53,8 @@ func main() {
 		{"churn: keyed-batch / unordered", d("keyed-batch", "churn"), d("unordered", "churn"), "ns/op", "(receiver's path)", 0, true},
 		{"churn: keyed-batch / goroutine-per-key", d("keyed-batch", "churn"), d("goroutine-per-key", "churn"), "ns/op", "(receiver's path)", 0, true},
 		{"deep: keyed-batch / hash-groups", d("keyed-batch", "deep"), d("hash-groups", "deep"), "ns/op", "(receiver's path)", 0, true},
+		{"unique: keyed / unordered", d("keyed", "unique"), d("unordered", "unique"), "ns/op", "(new key each message)", 0, true},
+		{"unique: keyed / hash-groups", d("keyed", "unique"), d("hash-groups", "unique"), "ns/op", "(new key each message)", 0, true},
 		{"head-of-line p999-fast: keyed / hash-groups", h("keyed"), h("hash-groups"), "p999-fast-us", "<= 1", 1, true},
 	}
 	fmt.Printf("%-46s %10s %10s %10s  %s\n", "ratio (median of rounds)", "median", "min", "max", "target")
@@ -67,6 +69,7 @@ func main() {
 	}{
 		{"churn: keyed allocs/msg", d("keyed", "churn"), "allocs/msg", "<= 0.05", 0.05, true},
 		{"deep: keyed allocs/msg", d("keyed", "deep"), "allocs/msg", "<= 0.05", 0.05, true},
+		{"unique: keyed allocs/msg", d("keyed", "unique"), "allocs/msg", "(new key each message)", 0, true},
 		{"head-of-line: keyed p99-fast-us", h("keyed"), "p99-fast-us", "<= 1000", 1000, true},
 		{"slow handlers: littles-ratio", "BenchmarkSlowHandlers", "littles-ratio", ">= 0.8", 0.8, false},
 	}
