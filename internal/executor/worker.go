@@ -140,30 +140,20 @@ func (e *Executor) placeAll(mbs []*mailbox) {
 }
 
 // push puts mb on w's inbox, waking w if it is parked. The caller owns mb
-// and lets go of it with the CAS.
-func (w *worker) push(mb *mailbox) {
-	for {
-		top := w.inbox.Load()
-		if top == parked {
-			mb.next = nil
-		} else {
-			mb.next = top
-		}
-		if w.inbox.CompareAndSwap(top, mb) {
-			if top == parked {
-				w.nudge()
-			}
-			return
-		}
-	}
-}
+// and lets go of it with the push.
+func (w *worker) push(mb *mailbox) { w.pushChain(mb, mb) }
 
 // pushAll puts mbs, oldest first, on w's inbox with one CAS.
 func (w *worker) pushAll(mbs []*mailbox) {
 	for i := 1; i < len(mbs); i++ {
 		mbs[i].next = mbs[i-1]
 	}
-	bottom, top := mbs[0], mbs[len(mbs)-1]
+	w.pushChain(mbs[0], mbs[len(mbs)-1])
+}
+
+// pushChain puts the mailboxes linked from top down to bottom by next on
+// w's inbox, waking w if it is parked.
+func (w *worker) pushChain(bottom, top *mailbox) {
 	for {
 		old := w.inbox.Load()
 		if old == parked {
