@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -565,4 +566,30 @@ func TestStatsQueuedMailboxes(t *testing.T) {
 	release()
 	waitOrFail(t, &wg, 10*time.Second)
 	waitFor(t, func() bool { st := e.Stats(); return st.QueuedMailboxes == 0 && st.Mailboxes == 0 }, "the queue to drain")
+}
+
+// Workers park and wake all the time when messages trickle in: every push
+// onto a parking worker must either land before it parks or wake it.
+func TestNoLostWakeups(t *testing.T) {
+	e := New(Options{Workers: 4})
+	defer closeOK(t, e)
+	g := e.Group(false)
+	const messages = 20_000
+	var wg sync.WaitGroup
+	wg.Add(messages)
+	task := fn(func(Resume) Status { wg.Done(); return Done })
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range messages {
+		if err := g.Submit("trickle-"+strconv.Itoa(i%97), task); err != nil {
+			t.Fatal(err)
+		}
+		if i%64 == 0 {
+			time.Sleep(time.Duration(rng.IntN(50)) * time.Microsecond) // let every worker park
+		} else if i%4 == 0 {
+			runtime.Gosched()
+		}
+	}
+	// Each message is waited for with a deadline: a lost wakeup leaves one
+	// stranded in a parked worker's inbox.
+	waitOrFail(t, &wg, 10*time.Second)
 }
