@@ -441,7 +441,7 @@ func (e *Executor) reclaimIdle() {
 // raises it from 0 owns the mailbox and places it on a worker; the owner that
 // brings it back to 0 lets go without a lock and does not touch it again: it
 // stays in the table, idle, until reactivated or swept.
-// Between those, exactly one party owns it: a worker's FIFO, a worker's turn,
+// Between those, exactly one party owns it: a worker's queue, a worker's turn,
 // a pending task's completion, or the blocking pool.
 type mailbox struct {
 	// Line 0: everything a submission finding the mailbox touches, and a
@@ -623,7 +623,7 @@ func (w *worker) turn(mb *mailbox) {
 type Stats struct {
 	Workers         int
 	Mailboxes       int64 // mailboxes holding tasks
-	QueuedMailboxes int64 // mailboxes waiting in a worker FIFO
+	QueuedMailboxes int64 // mailboxes waiting in a worker's queue for their turn
 	Admitted        uint64
 	Completed       uint64
 	Failed          uint64

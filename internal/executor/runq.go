@@ -5,9 +5,9 @@ import "sync/atomic"
 // runq is a worker's queue of mailboxes ready to run, in the manner of the Go
 // scheduler's per-P run queue: only the owning worker puts (at the tail);
 // the owner and idle workers take from the head with a CAS. Mailboxes
-// submitted for the worker first land in its inbox (a locked FIFO) and move
-// here in batches, so the worker takes one lock per batch instead of one per
-// mailbox, and what waits here can still be stolen.
+// placed on the worker first land in its inbox (a stack pushed with a CAS)
+// and move here in batches when the worker takes the whole inbox, so what
+// waits here in order can still be stolen one at a time.
 type runq struct {
 	head atomic.Uint32 // next slot to take; CAS by owner and thieves
 	tail atomic.Uint32 // next slot to fill; written by the owner only
