@@ -43,7 +43,8 @@ func TestDiscardAcksNil(t *testing.T) {
 
 func TestLogLogsAndAcks(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	deps := handler.Deps{Logger: zap.New(core)}
+	// As the runtime builds it: named for the dispatcher and the handler.
+	deps := handler.Deps{Logger: zap.New(core).With(zap.String("dispatcher", "cart-projection"), zap.String("handler", "log"))}
 	h := build(t, "log", map[string]any{"body": true, "max-body": 5}, deps)
 	acks := newAcks(t)
 	m := testMessage(7)
@@ -65,6 +66,12 @@ func TestLogLogsAndAcks(t *testing.T) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("field %s = %#v, want %#v", k, got[k], v)
+		}
+	}
+	seen := map[string]int{}
+	for _, f := range entries[0].Context {
+		if seen[f.Key]++; seen[f.Key] == 2 {
+			t.Errorf("field %s written twice", f.Key)
 		}
 	}
 }

@@ -57,8 +57,8 @@ var _ handler.Handler = (*logHandler)(nil)
 
 func (h *logHandler) Handle(_ context.Context, m *handler.Message, ack handler.Ack) {
 	if ce := h.log.Check(zap.InfoLevel, "message"); ce != nil {
+		// The logger wowd hands a handler already names its dispatcher.
 		fields := []zap.Field{
-			zap.String("dispatcher", m.Dispatcher),
 			zap.String("topic", m.Topic),
 			zap.Int32("partition", m.Partition),
 			zap.Int64("offset", m.Offset),
