@@ -77,6 +77,7 @@ func (k *keyed) submit(key string, t *benchTask) {
 	}
 }
 func (k *keyed) completed() uint64 { return k.e.Finished() }
+func (k *keyed) wakeups() uint64   { return k.e.Stats().Wakeups }
 func (k *keyed) stop()             { closeWithin(k.e, 10*time.Second) }
 
 // goroutinePerKey runs each key on a goroutine of its own.
@@ -278,6 +279,10 @@ func BenchmarkDispatch(b *testing.B) {
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
+				var wakesBefore uint64
+				if k, ok := d.(interface{ wakeups() uint64 }); ok {
+					wakesBefore = k.wakeups()
+				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				var wg sync.WaitGroup
@@ -328,6 +333,9 @@ func BenchmarkDispatch(b *testing.B) {
 				b.StopTimer()
 				runtime.ReadMemStats(&after)
 				b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(b.N), "allocs/msg")
+				if k, ok := d.(interface{ wakeups() uint64 }); ok {
+					b.ReportMetric(float64(k.wakeups()-wakesBefore)/float64(b.N), "wakes/msg")
+				}
 			})
 		}
 	}

@@ -628,6 +628,7 @@ type Stats struct {
 	Completed       uint64
 	Failed          uint64
 	BlockingRunning int64         // tasks running on the blocking pool
+	Wakeups         uint64        // times a parked worker was woken (a costly path: a few µs each)
 	LongestTurn     time.Duration // age of the oldest turn now running, since first observed (by an earlier Stats or an idle worker)
 }
 
@@ -644,6 +645,7 @@ func (e *Executor) Stats() Stats {
 		s.Completed += w.completed.Load() - w.failed.Load()
 		s.Failed += w.failed.Load()
 		s.LongestTurn = max(s.LongestTurn, w.turnAge(now))
+		s.Wakeups += w.wakeups.Load()
 	}
 	for i := range e.shards {
 		sh := &e.shards[i]

@@ -46,9 +46,10 @@ type worker struct {
 	failed    atomic.Uint64 // of which failed
 	emptied   atomic.Uint64 // mailboxes this worker's turns emptied
 	requeued  atomic.Uint64 // mailboxes put back at the end of a full turn
+	wakeups   atomic.Uint64 // times the worker was woken from parking
 	spillMu   sync.Mutex    // guards spill
 	spill     fifo
-	_         [56]byte
+	_         [48]byte
 
 	rq runq
 }
@@ -350,6 +351,7 @@ func (w *worker) loop() {
 		if w.inbox.CompareAndSwap(nil, parked) {
 			select {
 			case <-w.wake:
+				w.wakeups.Add(1)
 			case <-timeout:
 			case <-w.ex.stopCh:
 			}

@@ -70,6 +70,8 @@ func main() {
 		{"churn: keyed allocs/msg", d("keyed", "churn"), "allocs/msg", "<= 0.05", 0.05, true},
 		{"deep: keyed allocs/msg", d("keyed", "deep"), "allocs/msg", "<= 0.05", 0.05, true},
 		{"unique: keyed allocs/msg", d("keyed", "unique"), "allocs/msg", "(new key each message)", 0, true},
+		{"churn: keyed wakes/msg", d("keyed", "churn"), "wakes/msg", "(budget <= 0.01)", 0, true},
+		{"deep: keyed wakes/msg", d("keyed", "deep"), "wakes/msg", "(budget <= 0.01)", 0, true},
 		{"head-of-line: keyed p99-fast-us", h("keyed"), "p99-fast-us", "<= 1000", 1000, true},
 		{"slow handlers: littles-ratio", "BenchmarkSlowHandlers", "littles-ratio", ">= 0.8", 0.8, false},
 	}
