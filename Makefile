@@ -7,7 +7,7 @@ CONFIG ?= configs/wowd.yaml
 BENCH_COUNT ?= 5
 HELM_VERSION ?= v3.22.0
 
-.PHONY: help build run dev test test-unit bench docs docker tools clean
+.PHONY: help build run dev test test-unit bench bench-e2e docs docker tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -36,6 +36,13 @@ bench: ## executor benchmarks with their baselines in one run; ratios as in docs
 	  bin/executor.test -test.run '^$$' -test.bench 'SlowHandlers' -test.benchtime 100000x; \
 	done | tee bench.txt
 	go run ./internal/executor/benchratio < bench.txt
+
+bench-e2e: ## the receiver end to end against a plain franz-go consumer, in one process with the fake broker
+	go test -c -o bin/receiver.test ./internal/receiver
+	for i in $$(seq $(BENCH_COUNT)); do \
+	  bin/receiver.test -test.run '^$$' -test.bench 'Consume' -test.benchtime 3x; \
+	done | tee bench-e2e.txt
+	go run ./internal/executor/benchratio < bench-e2e.txt
 
 docs: ## regenerate docs/configuration.md and docs/metrics.md from the code
 	go run ./internal/docgen -out docs

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const testTopic = "wow.shop.cart.event"
 
-func newCluster(t *testing.T, partitions int, topics ...string) *kfake.Cluster {
+func newCluster(t testing.TB, partitions int, topics ...string) *kfake.Cluster {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), topics...),
 		kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(partitions))
@@ -131,7 +131,7 @@ func (h *recorder) check(t *testing.T, keys, perKey int) (dups int) {
 }
 
 type harness struct {
-	t  *testing.T
+	t  testing.TB
 	c  *kfake.Cluster
 	ex *executor.Executor
 }
@@ -181,7 +181,7 @@ func newHarness(t *testing.T, partitions int) *harness {
 	return h
 }
 
-func stop(t *testing.T, r *Receiver) {
+func stop(t testing.TB, r *Receiver) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

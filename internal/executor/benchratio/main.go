@@ -1,5 +1,6 @@
-// Command benchratio reads `go test -bench` output of internal/executor and
-// prints the ratios the executor is judged by, each the median over rounds
+// Command benchratio reads `go test -bench` output of internal/executor (and
+// of internal/receiver's BenchmarkConsume, when present) and prints the
+// ratios the executor is judged by, each the median over rounds
 // of a ratio taken within one round (the i-th run of each benchmark), with
 // the spread. Absolute times vary with the machine; ratios inside one run
 // much less.
@@ -41,11 +42,7 @@ func main() {
 		return "BenchmarkDispatch/impl=" + impl + "/pattern=" + pattern
 	}
 	h := func(impl string) string { return "BenchmarkHeadOfLine/impl=" + impl }
-	rows := []struct {
-		what, a, b, unit, target string
-		limit                    float64
-		atMost                   bool
-	}{
+	rows := []ratioRow{
 		{"churn: keyed / unordered", d("keyed", "churn"), d("unordered", "churn"), "ns/op", "<= 2.5", 2.5, true},
 		{"churn: keyed / goroutine-per-key", d("keyed", "churn"), d("goroutine-per-key", "churn"), "ns/op", "<= 0.6", 0.6, true},
 		{"deep: keyed / hash-groups", d("keyed", "deep"), d("hash-groups", "deep"), "ns/op", "<= 1.25", 1.25, true},
@@ -57,9 +54,21 @@ func main() {
 		{"unique: keyed / hash-groups", d("keyed", "unique"), d("hash-groups", "unique"), "ns/op", "(new key each message)", 0, true},
 		{"head-of-line p999-fast: keyed / hash-groups", h("keyed"), h("hash-groups"), "p999-fast-us", "<= 1", 1, true},
 	}
+	// End to end, when internal/receiver's BenchmarkConsume ran: records per
+	// second through the receiver relative to a plain franz-go consumer.
+	c := func(impl string) string { return "BenchmarkConsume/impl=" + impl }
+	if len(runs[c("raw-franz-go")]) > 0 {
+		rows = append(rows,
+			ratioRow{"e2e: receiver w=256 speed / raw franz-go", c("raw-franz-go"), c("receiver/window=256"), "ns/rec", "(notes: >= 0.75)", 0, false},
+			ratioRow{"e2e: receiver w=8192 speed / raw franz-go", c("raw-franz-go"), c("receiver/window=8192"), "ns/rec", "(notes: >= 0.75)", 0, false},
+		)
+	}
 	fmt.Printf("%-46s %10s %10s %10s  %s\n", "ratio (median of rounds)", "median", "min", "max", "target")
 	for _, r := range rows {
 		ratios := pair(runs[r.a], runs[r.b], r.unit)
+		if len(runs[r.a])+len(runs[r.b]) == 0 {
+			continue // not run
+		}
 		report(r.what, ratios, r.target, r.limit, r.atMost)
 	}
 	single := []struct {
@@ -82,8 +91,19 @@ func main() {
 				vs = append(vs, v)
 			}
 		}
+		if len(runs[s.name]) == 0 {
+			continue // not run
+		}
 		report(s.what, vs, s.target, s.limit, s.atMost)
 	}
+}
+
+// ratioRow is a ratio of a unit between two benchmarks: a / b, judged
+// against limit (none if 0), at most or at least.
+type ratioRow struct {
+	what, a, b, unit, target string
+	limit                    float64
+	atMost                   bool
 }
 
 func pair(a, b []map[string]float64, unit string) []float64 {
