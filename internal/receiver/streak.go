@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,11 @@ type streak struct {
 	delay   time.Duration // current backoff; doubles per failed probe
 	until   time.Time     // no fetching before this while failing
 	entered int           // times the receiver started backing off
+
+	// quiet is set while the ring is full of successes and the receiver is
+	// not backing off: then another success changes nothing, and the
+	// receiver records it without the lock or the clock (see recordSuccess).
+	quiet atomic.Bool
 }
 
 const (
@@ -38,6 +44,7 @@ const (
 func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() { s.quiet.Store(!s.failing && s.fails == 0 && s.n == streakWindow) }()
 	if s.n == streakWindow && s.ring[s.next] {
 		s.fails--
 	}
@@ -69,6 +76,10 @@ func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
 	}
 	return false, false
 }
+
+// recordSuccess records a success if that changes nothing (see quiet) and
+// reports whether it did; else the caller records it with record.
+func (s *streak) recordSuccess() bool { return s.quiet.Load() }
 
 func (s *streak) reset() {
 	s.ring = [streakWindow]bool{}

@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -55,5 +56,33 @@ func TestStreakShareRule(t *testing.T) {
 	}
 	if !started {
 		t.Fatal("80% failures over the window did not start a backoff")
+	}
+}
+
+// A success skipped while quiet must leave the streak exactly as recording it
+// would: the same backoffs start and end at the same outcomes.
+func TestStreakQuietSuccessChangesNothing(t *testing.T) {
+	var full, fast streak
+	now := time.Unix(0, 0)
+	rng := rand.New(rand.NewPCG(3, 4))
+	skipped := 0
+	for i := range 20_000 {
+		// Bursts of failures between long runs of successes.
+		failed := (i/500)%4 == 3 && rng.IntN(10) < 9 || rng.IntN(200) == 0
+		now = now.Add(50 * time.Millisecond)
+		s1, e1 := full.record(failed, now)
+		var s2, e2 bool
+		if !failed && fast.recordSuccess() {
+			skipped++
+		} else {
+			s2, e2 = fast.record(failed, now)
+		}
+		if s1 != s2 || e1 != e2 || full.isFailing() != fast.isFailing() || full.current() != fast.current() {
+			t.Fatalf("outcome %d (failed %v): full started/ended %v/%v failing %v, fast %v/%v failing %v",
+				i, failed, s1, e1, full.isFailing(), s2, e2, fast.isFailing())
+		}
+	}
+	if skipped < 10_000 || full.entered == 0 {
+		t.Fatalf("skipped %d successes, %d backoffs: the test did not exercise both paths", skipped, full.entered)
 	}
 }
