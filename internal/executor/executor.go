@@ -281,11 +281,11 @@ var hashString = maphash.String
 // hashKey hashes a key of a group. The hash identifies the key's mailbox:
 // its low bits choose the shard, and its top bit is set for blocking groups.
 //
-// Two keys of one group with equal hashes would share a mailbox. That keeps
-// every guarantee (each key's tasks run once, one at a time, in order) and
-// costs only parallelism between those two keys while both are active; with
-// a 64-bit seeded hash it takes about 2^32 keys in one shard at once to make
-// it likely. In exchange a submission identifies a mailbox from the table
+// Two keys with equal hashes (of one group or of two) would share a
+// mailbox. That keeps every guarantee (each key's tasks run once, one at a
+// time, in order) and costs only parallelism between those two keys while
+// both are active; with a 64-bit seeded hash it takes about 2^32 keys held
+// at once (active, or idle and kept) to make it likely. In exchange a submission identifies a mailbox from the table
 // slot alone, without reading the mailbox's key: the mailbox's first cache
 // line is taken once, for writing. The top bit keeps tasks of blocking
 // groups from ever sharing a mailbox with tasks that run on a worker.
