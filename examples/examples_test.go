@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,47 +16,29 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wowd/wowd/internal/proctest"
 )
 
 // pluginDir is the out-of-tree plugin module, with its own go.mod.
 const pluginDir = "audit-plugin"
 
-var (
-	buildOnce sync.Once
-	auditBin  string // the built wowd-audit
-	buildErr  error
-)
+// audit is examples/audit-plugin/cmd/wowd-audit, built as its users would:
+// go build inside the plugin's module.
+var audit = &proctest.Binary{Pkg: "./cmd/wowd-audit", Dir: pluginDir, Env: []string{"GOWORK=off"}}
 
-// wowdAudit builds examples/audit-plugin/cmd/wowd-audit once, as its users
-// would: go build inside the plugin's module.
+// wowdAudit returns the built wowd-audit.
 func wowdAudit(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "wowd-audit-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		auditBin = filepath.Join(dir, "wowd-audit")
-		out, err := goCmd("build", "-o", auditBin, "./cmd/wowd-audit").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build in %s: %w\n%s", pluginDir, err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return auditBin
+	return audit.Path(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if auditBin != "" {
-		_ = os.RemoveAll(filepath.Dir(auditBin))
-	}
+	audit.Remove()
 	os.Exit(code)
 }
 
@@ -90,7 +70,7 @@ func TestAuditPluginPasses(t *testing.T) {
 }
 
 func TestAuditPluginIsListed(t *testing.T) {
-	out, code := run(t, wowdAudit(t), "handlers")
+	out, code := runBin(t, wowdAudit(t), "handlers")
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
@@ -107,12 +87,12 @@ func TestAuditPluginIsListed(t *testing.T) {
 
 func TestAuditPluginConfigValidate(t *testing.T) {
 	bin := wowdAudit(t)
-	good := writeConfig(t, auditConfig(9092, 0, filepath.Join(t.TempDir(), "audit.jsonl")))
-	if out, code := run(t, bin, "config", "validate", "--config", good); code != 0 || !strings.Contains(out, "ok") {
+	good := proctest.WriteConfig(t, auditConfig(9092, 0, filepath.Join(t.TempDir(), "audit.jsonl")))
+	if out, code := runBin(t, bin, "config", "validate", "--config", good); code != 0 || !strings.Contains(out, "ok") {
 		t.Fatalf("good config: exit %d:\n%s", code, out)
 	}
-	bad := writeConfig(t, strings.Replace(auditConfig(9092, 0, "/tmp/x"), "fsync: true", "fsnyc: true", 1))
-	out, code := run(t, bin, "config", "validate", "--config", bad)
+	bad := proctest.WriteConfig(t, strings.Replace(auditConfig(9092, 0, "/tmp/x"), "fsync: true", "fsnyc: true", 1))
+	out, code := runBin(t, bin, "config", "validate", "--config", bad)
 	if code != 2 || !strings.Contains(out, "fsnyc") {
 		t.Fatalf("bad config: exit %d, want 2 naming the key:\n%s", code, out)
 	}
@@ -124,9 +104,9 @@ func TestAuditPluginConfigValidate(t *testing.T) {
 func TestAuditPluginDev(t *testing.T) {
 	bin := wowdAudit(t)
 	const records = 20
-	brokerPort, metricsPort := freePort(t), freePort(t)
+	brokerPort, metricsPort := proctest.FreePort(t), proctest.FreePort(t)
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	cfg := writeConfig(t, auditConfig(brokerPort, metricsPort, path))
+	cfg := proctest.WriteConfig(t, auditConfig(brokerPort, metricsPort, path))
 
 	var out syncBuffer
 	cmd := exec.Command(bin, "dev", "--config", cfg)
@@ -142,7 +122,7 @@ func TestAuditPluginDev(t *testing.T) {
 			t.Logf("wowd-audit output:\n%s", out.String())
 		}
 	})
-	waitReady(t, metricsPort, exited)
+	proctest.WaitReady(t, "wowd-audit", metricsPort, exited)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(fmt.Sprintf("127.0.0.1:%d", brokerPort)))
 	if err != nil {
@@ -257,54 +237,9 @@ func readLines(t *testing.T, path string) []map[string]any {
 	return lines
 }
 
-func run(t *testing.T, bin string, args ...string) (string, int) {
+func runBin(t *testing.T, bin string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if _, ok := err.(*exec.ExitError); !ok {
-			t.Fatal(err)
-		}
-	}
-	return string(out), cmd.ProcessState.ExitCode()
-}
-
-func writeConfig(t *testing.T, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "wowd.yaml")
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func waitReady(t *testing.T, port int, exited <-chan error) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		select {
-		case err := <-exited:
-			t.Fatalf("wowd-audit exited: %v", err)
-		default:
-		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-	}
-	t.Fatal("wowd-audit did not become ready")
+	return proctest.Run(t, exec.Command(bin, args...))
 }
 
 // syncBuffer is a bytes.Buffer safe for the writes of a process and a read

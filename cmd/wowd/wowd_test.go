@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,36 +19,17 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wowd/wowd/internal/proctest"
 )
 
-var wowdBin string
+// wowd is the binary under test, built on first use.
+var wowd = &proctest.Binary{Pkg: "./cmd/wowd"}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "wowd-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	wowdBin = filepath.Join(dir, "wowd")
-	build := exec.Command("go", "build", "-o", wowdBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building wowd:", err)
-		os.Exit(1)
-	}
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	wowd.Remove()
 	os.Exit(code)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // sink records what an HTTP handler receives.
@@ -86,15 +66,6 @@ func newSink(t *testing.T, want int) *sink {
 	}))
 	t.Cleanup(s.srv.Close)
 	return s
-}
-
-func writeConfig(t *testing.T, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "wowd.yaml")
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // TestDevDeliversInOrderAndStopsOnSIGTERM runs `wowd dev` as a process,
@@ -179,8 +150,8 @@ type dev struct {
 
 func startDev(t *testing.T, s *sink) *dev {
 	t.Helper()
-	d := &dev{brokerPort: freePort(t), metricsPort: freePort(t), exited: make(chan error, 1)}
-	cfg := writeConfig(t, fmt.Sprintf(`
+	d := &dev{brokerPort: proctest.FreePort(t), metricsPort: proctest.FreePort(t), exited: make(chan error, 1)}
+	cfg := proctest.WriteConfig(t, fmt.Sprintf(`
 wow:
   service: bintest
   kafka:
@@ -203,7 +174,7 @@ wow:
     partitions: 4
 `, d.brokerPort, s.srv.URL, d.metricsPort))
 	var out bytes.Buffer
-	d.cmd = exec.Command(wowdBin, "dev", "--config", cfg)
+	d.cmd = exec.Command(wowd.Path(t), "dev", "--config", cfg)
 	d.cmd.Stdout, d.cmd.Stderr = &out, &out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -215,7 +186,7 @@ wow:
 			t.Logf("wowd output:\n%s", out.String())
 		}
 	})
-	waitReady(t, d.metricsPort, d.exited)
+	proctest.WaitReady(t, "wowd", d.metricsPort, d.exited)
 	return d
 }
 
@@ -257,27 +228,6 @@ func TestDevWorksWithKcat(t *testing.T) {
 	if err := <-d.exited; err != nil {
 		t.Fatalf("after SIGTERM: %v", err)
 	}
-}
-
-func waitReady(t *testing.T, port int, exited <-chan error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			t.Fatalf("wowd exited: %v", err)
-		default:
-		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("wowd did not become ready")
 }
 
 func get(t *testing.T, url string) string {
@@ -340,13 +290,13 @@ func TestConfigValidateExitCodes(t *testing.T) {
 		}
 	})
 	t.Run("env override", func(t *testing.T) {
-		cmd := exec.Command(wowdBin, "config", "print", "--config", good[0])
+		cmd := exec.Command(wowd.Path(t), "config", "print", "--config", good[0])
 		cmd.Env = append(os.Environ(), "WOW_DISPATCH_WORKERS=7")
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "workers: 7") {
 			t.Fatalf("%v:\n%s", err, out)
 		}
-		cmd = exec.Command(wowdBin, "config", "validate", "--config", good[0])
+		cmd = exec.Command(wowd.Path(t), "config", "validate", "--config", good[0])
 		cmd.Env = append(os.Environ(), "WOW_DISPATCH_WORKERS=seven")
 		out, _ = cmd.CombinedOutput()
 		if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "WOW_DISPATCH_WORKERS") {
@@ -357,12 +307,5 @@ func TestConfigValidateExitCodes(t *testing.T) {
 
 func runWowd(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(wowdBin, args...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if _, ok := err.(*exec.ExitError); !ok {
-			t.Fatal(err)
-		}
-	}
-	return string(out), cmd.ProcessState.ExitCode()
+	return proctest.Run(t, exec.Command(wowd.Path(t), args...))
 }

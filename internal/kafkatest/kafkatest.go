@@ -21,7 +21,6 @@ package kafkatest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -32,6 +31,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/wowd/wowd/internal/proctest"
 )
 
 const (
@@ -161,7 +162,7 @@ func start() (string, error) {
 }
 
 func doStart() (string, error) {
-	root, err := RepoRoot()
+	root, err := proctest.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -206,23 +207,4 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// RepoRoot walks up from the working directory to the directory holding
-// go.mod: the root of the repository, where scripts/ and cmd/ are.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("cannot find the repository root (no go.mod above the working directory)")
-		}
-		dir = parent
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
 	_ "github.com/wowd/wowd/internal/handlers" // the built-in handler types, for config.Load
+	"github.com/wowd/wowd/internal/proctest"
 	"github.com/wowd/wowd/internal/runtime"
 )
 
@@ -259,7 +260,7 @@ func TestComposeDemoSink(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./deploy/compose/demo: %v\n%s", err, out)
 	}
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	start(t, "demo-sink", []string{bin, "sink", "-listen", fmt.Sprintf("127.0.0.1:%d", port), "-latency", "0", "-fail", "0", "-reject", "0"}, nil)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	waitFor(t, "the demo sink", 10*time.Second, func() error { return httpOK(base + "/healthz") })

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -11,37 +10,27 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/wowd/wowd/internal/proctest"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	wowd.Remove()
 	os.Exit(code)
 }
 
 // root is the repository root (the directory of go.mod).
 var root = func() string {
-	dir, err := os.Getwd()
+	dir, err := proctest.RepoRoot()
 	if err != nil {
 		panic(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			panic("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return dir
 }()
 
 // path returns the absolute path of a file given relative to the repository.
@@ -66,38 +55,15 @@ func needTool(t *testing.T, name, how string) string {
 	return ""
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
-)
+// wowd is cmd/wowd built with the flags of `make build` (the version
+// aside), so the Dockerfile test's replay of it finds every package compiled
+// already.
+var wowd = &proctest.Binary{Pkg: "./cmd/wowd", Flags: []string{"-trimpath"}, Env: []string{"CGO_ENABLED=0"}}
 
 // wowdBinary builds cmd/wowd once per test process and returns its path.
 func wowdBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		var err error
-		if binDir, err = os.MkdirTemp("", "wowd-deploy-"); err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(binDir, "wowd")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		// The flags of `make build` (the version aside), so the Dockerfile
-		// test's replay of it finds every package compiled already.
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", binPath, "./cmd/wowd")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/wowd: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return wowd.Path(t)
 }
 
 // validateConfig runs `wowd config validate` on a configuration file.
@@ -159,17 +125,6 @@ func (c wowConfig) metricsPort(t *testing.T) string {
 		t.Errorf("wow.metrics.listen %q: a container must listen on every interface (0.0.0.0)", c.Wow.Metrics.Listen)
 	}
 	return port
-}
-
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // process is a child process whose output goes to a file, ended by the test.

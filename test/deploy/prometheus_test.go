@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wowd/wowd/internal/proctest"
 )
 
 // TestMetricsAgainstPrometheus runs a real Prometheus server scraping
@@ -30,7 +32,7 @@ func TestMetricsAgainstPrometheus(t *testing.T) {
 	dir := t.TempDir()
 	began := time.Now()
 
-	brokerPort, metricsA, metricsB, promPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	brokerPort, metricsA, metricsB, promPort := proctest.FreePort(t), proctest.FreePort(t), proctest.FreePort(t), proctest.FreePort(t)
 	if brokerPort == metricsA || metricsA == metricsB || metricsB == promPort || brokerPort == promPort {
 		t.Skip("free port collision; run again")
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wowd/wowd/internal/proctest"
 )
 
 const (
@@ -221,7 +223,7 @@ func TestConfigFlag(t *testing.T) {
 	e.createTopic(e.topic("shop", "cart"), 1)
 	s := newSink(t)
 	c := newCluster(e, e.config("shop", []string{"cart"}, s.URL()))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
 	path := c.writeConfig("cli", addr)
 	if code, out := runWowd(t, processEnv(nil), "config", "validate", "--config", path); code != 0 {
 		t.Errorf("wowd config validate --config %s: exit %d, want 0:\n%s", path, code, out)

@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,49 +15,22 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wowd/wowd/internal/kafkatest"
+	"github.com/wowd/wowd/internal/proctest"
 )
 
 func TestMain(m *testing.M) {
 	code := kafkatest.Main(m)
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	wowd.Remove()
 	os.Exit(code)
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
-)
+// wowd is cmd/wowd, built on first use.
+var wowd = &proctest.Binary{Pkg: "./cmd/wowd"}
 
 // wowdBinary builds cmd/wowd once per test process and returns its path.
 func wowdBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		root, err := kafkatest.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if binDir, err = os.MkdirTemp("", "wowd-realkafka-"); err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(binDir, "wowd")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", binPath, "./cmd/wowd")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/wowd: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return wowd.Path(t)
 }
 
 // env is what one test needs: the broker, an admin client, unique names.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"testing"
 	"text/template"
 	"time"
+
+	"github.com/wowd/wowd/internal/proctest"
 )
 
 // wowdConfig is the configuration of the wowd processes of a test.
@@ -158,17 +159,6 @@ func newCluster(e *env, cfg wowdConfig) *cluster {
 	return c
 }
 
-// freePort returns a 127.0.0.1 port nobody listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // writeConfig writes the cluster's configuration with the metrics address.
 func (c *cluster) writeConfig(name, metrics string) string {
 	c.t.Helper()
@@ -205,7 +195,7 @@ func (c *cluster) start() *proc {
 	c.seq++
 	name := fmt.Sprintf("wowd-%d", c.seq)
 	c.mu.Unlock()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(c.t))
+	addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(c.t))
 	cfgPath := c.writeConfig(name, addr)
 	return c.startWith(name, addr, []string{"run", "--config", cfgPath}, processEnv(c.env))
 }
@@ -592,12 +582,6 @@ func runWowd(t *testing.T, environ []string, args ...string) (int, string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, wowdBinary(t), args...)
 	cmd.Env = environ
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), string(out)
-		}
-		t.Fatalf("wowd %v: %v", args, err)
-	}
-	return 0, string(out)
+	out, code := proctest.Run(t, cmd)
+	return code, out
 }
