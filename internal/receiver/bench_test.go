@@ -3,7 +3,6 @@ package receiver
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,7 +31,8 @@ func BenchmarkConsume(b *testing.B) {
 		valueSize  = 100
 	)
 	c := newCluster(b, partitions, testTopic)
-	produceRecords(b, c, records, keys, valueSize)
+	value := make([]byte, valueSize)
+	produceValues(b, c, testTopic, records, keys, func(int) []byte { return value })
 	ex := executor.New(executor.Options{})
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -56,27 +56,6 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*records), "ns/rec")
 		})
-	}
-}
-
-// produceRecords writes n records with values of size bytes over keys keys.
-func produceRecords(b *testing.B, c *kfake.Cluster, n, keys, size int) {
-	b.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(5*time.Millisecond))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	value := make([]byte, size)
-	const chunk = 10_000
-	for i := 0; i < n; i += chunk {
-		recs := make([]*kgo.Record, 0, chunk)
-		for j := i; j < min(n, i+chunk); j++ {
-			recs = append(recs, &kgo.Record{Topic: testTopic, Key: []byte("user-" + strconv.Itoa(j%keys)), Value: value})
-		}
-		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-			b.Fatal(err)
-		}
 	}
 }
 

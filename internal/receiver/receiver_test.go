@@ -39,22 +39,31 @@ func newCluster(t testing.TB, partitions int, topics ...string) *kfake.Cluster {
 
 // produce writes n records over keys aggregates; each record's value is its
 // sequence number within its key (8 bytes, big endian).
-func produce(t *testing.T, c *kfake.Cluster, topic string, n, keys int) {
+func produce(t testing.TB, c *kfake.Cluster, topic string, n, keys int) {
+	t.Helper()
+	seq := make([]uint64, keys)
+	produceValues(t, c, topic, n, keys, func(k int) []byte {
+		v := binary.BigEndian.AppendUint64(nil, seq[k])
+		seq[k]++
+		return v
+	})
+}
+
+// produceValues writes n records over keys aggregates ("agg-<k>"), record i
+// to key i%keys with the value value(k) returns.
+func produceValues(t testing.TB, c *kfake.Cluster, topic string, n, keys int, value func(k int) []byte) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	seq := make([]uint64, keys)
 	const chunk = 5000
 	for i := 0; i < n; i += chunk {
 		var recs []*kgo.Record
 		for j := i; j < min(n, i+chunk); j++ {
 			k := j % keys
-			v := binary.BigEndian.AppendUint64(nil, seq[k])
-			seq[k]++
-			recs = append(recs, &kgo.Record{Topic: topic, Key: []byte("agg-" + strconv.Itoa(k)), Value: v})
+			recs = append(recs, &kgo.Record{Topic: topic, Key: []byte("agg-" + strconv.Itoa(k)), Value: value(k)})
 		}
 		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 			t.Fatal(err)
