@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -165,17 +164,7 @@ func TestAuditPluginDev(t *testing.T) {
 		t.Errorf("%d distinct records in %d lines, want %d", len(seen), len(lines), records)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("after SIGTERM: %v, want exit 0", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("wowd-audit did not stop within its 10s shutdown timeout")
-	}
+	proctest.Terminate(t, "wowd-audit", cmd.Process, exited, 15*time.Second) // its shutdown timeout is 10s
 }
 
 // wowEvent is a domain event stream of aggregate id at version, as a Wow

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -127,17 +126,7 @@ func TestDevDeliversInOrderAndStopsOnSIGTERM(t *testing.T) {
 	}
 
 	start := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("after SIGTERM: %v, want exit 0", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("wowd did not stop within its 10s shutdown timeout")
-	}
+	proctest.Terminate(t, "wowd", cmd.Process, exited, 15*time.Second) // its shutdown timeout is 10s
 	t.Logf("stopped in %v", time.Since(start))
 }
 
@@ -224,10 +213,7 @@ func TestDevWorksWithKcat(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("sink got %d of %d records produced by kcat", s.n, records)
 	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-d.exited; err != nil {
-		t.Fatalf("after SIGTERM: %v", err)
-	}
+	proctest.Terminate(t, "wowd", d.cmd.Process, d.exited, 15*time.Second)
 }
 
 func get(t *testing.T, url string) string {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -142,4 +143,21 @@ func WaitReady(t testing.TB, name string, port int, exited <-chan error) {
 		}
 	}
 	t.Fatalf("%s did not become ready", name)
+}
+
+// Terminate sends SIGTERM to p and requires it to exit with status 0 (a nil
+// value on exited) within d.
+func Terminate(t testing.TB, name string, p *os.Process, exited <-chan error, d time.Duration) {
+	t.Helper()
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("%s after SIGTERM: %v, want exit 0", name, err)
+		}
+	case <-time.After(d):
+		t.Fatalf("%s did not stop within %v of SIGTERM", name, d)
+	}
 }
