@@ -116,9 +116,17 @@ func TestDevDeliversInOrderAndStopsOnSIGTERM(t *testing.T) {
 	}
 	s.mu.Unlock()
 
-	metrics := get(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	// The sink sees the last request before wowd reads its response and
+	// counts the message as handled, so wait for the counter to catch up.
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	handled := `wowd_messages_total{context="shop",dispatcher="to-sink",outcome="handled"} 5000`
+	metrics := get(t, metricsURL)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(metrics, handled) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		metrics = get(t, metricsURL)
+	}
 	for _, name := range []string{"wowd_receiver_in_flight", "wowd_receiver_max_in_flight", "wowd_receiver_paused",
-		`wowd_messages_total{context="shop",dispatcher="to-sink",outcome="handled"} 5000`, "wowd_handler_duration_seconds",
+		handled, "wowd_handler_duration_seconds",
 		"wowd_executor_workers", "wowd_executor_mailboxes", "wowd_commit_lag_records", "wowd_kafka_"} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics lacks %s", name)
