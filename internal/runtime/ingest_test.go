@@ -153,16 +153,17 @@ func TestIngestHandledOnceLocallyFirst(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// Every ingested copy came back through Kafka by now: wait for the
-	// receivers to have read everything (commit lag and in-flight zero).
+	// Wait for every ingested copy to come back through Kafka and be
+	// acknowledged as local, and for the receivers to have finished all they
+	// read. (Lag alone cannot say so: a partition not fetched yet has none.)
 	deadline = time.Now().Add(20 * time.Second)
 	for {
 		sa, sb := a.receivers[0].Snapshot(), b.receivers[0].Snapshot()
-		if sa.InFlight == 0 && sb.InFlight == 0 && sa.Lag == 0 && sb.Lag == 0 && sa.CommitLag == 0 && sb.CommitLag == 0 {
+		if localCount(t, a)+localCount(t, b) >= n && sa.InFlight == 0 && sb.InFlight == 0 && sa.CommitLag == 0 && sb.CommitLag == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("receivers did not catch up: %+v %+v", sa, sb)
+			t.Fatalf("receivers did not catch up: %v copies acknowledged as local of %d; %+v %+v", localCount(t, a)+localCount(t, b), n, sa, sb)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
