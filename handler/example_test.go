@@ -122,8 +122,8 @@ func Example_asyncAck() {
 	fmt.Println("outcome:", <-done)
 
 	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a revoke while the send is under way: given up, delivered again later
 	h.Handle(ctx, &handler.Message{Offset: 8}, handler.AckFunc(func(err error) { done <- err }))
-	cancel() // a revoke: the message is given up and delivered again later
 	fmt.Println("outcome:", <-done)
 	// Output:
 	// Handle returned

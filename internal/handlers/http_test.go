@@ -391,7 +391,9 @@ func TestHTTPTimeoutIsRetried(t *testing.T) {
 		}
 	})
 	obs := &retries{}
-	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"timeout": "100ms"}), handler.Deps{Observer: obs})
+	// Long enough for the second attempt's new connection under -race on a
+	// loaded machine; the first attempt waits it out whatever it is.
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"timeout": "1s"}), handler.Deps{Observer: obs})
 	acks := newAcks(t)
 	h.Handle(context.Background(), testMessage(1), acks.ack(1))
 	if err := acks.wait(t, 1); err != nil {
@@ -400,7 +402,7 @@ func TestHTTPTimeoutIsRetried(t *testing.T) {
 	if got := n.Load(); got != 2 {
 		t.Errorf("%d requests, want 2", got)
 	}
-	if got := obs.list(); len(got) != 1 || !strings.Contains(got[0].err.Error(), "timeout after 100ms") {
+	if got := obs.list(); len(got) != 1 || !strings.Contains(got[0].err.Error(), "timeout after 1s") {
 		t.Errorf("retries %+v", got)
 	}
 }

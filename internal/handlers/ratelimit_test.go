@@ -75,7 +75,8 @@ func TestHTTPRateLimit(t *testing.T) {
 	for off := range int64(n) {
 		h.Handle(context.Background(), testMessage(off), acks.ack(off))
 	}
-	if d := time.Since(began); d > 100*time.Millisecond {
+	// Waiting for the limiter would take (n-burst)/rate = 500ms.
+	if d := time.Since(began); d > 250*time.Millisecond {
 		t.Errorf("Handle took %v: it must not wait for the limiter", d)
 	}
 	for off := range int64(n) {
@@ -93,10 +94,12 @@ func TestHTTPRateLimit(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	// In any window from one request to a later one, at most burst + rate×window
-	// requests (with 20ms of slack for scheduling).
+	// requests, with 50ms of slack (two more requests) for scheduling: the
+	// first burst may reach the server late, behind new connections, and
+	// bunch with the next ones. A burst of 8 or more in no time still fails.
 	for i := range at {
 		for j := i + burst; j < len(at); j++ {
-			window := at[j].Sub(at[i]) + 20*time.Millisecond
+			window := at[j].Sub(at[i]) + 50*time.Millisecond
 			if allowed := burst + int(rate*window.Seconds()); j-i+1 > allowed {
 				t.Fatalf("%d requests within %v, allowed %d", j-i+1, window, allowed)
 			}
