@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -156,3 +157,64 @@ func TestSinkOutageBacksOffWithoutDeadLetters(t *testing.T) {
 	}
 	t.Logf("%d attempts and %d dead letters during the outage", duringOutage, len(dl))
 }
+
+// An attempt made while the sink was down can report its failure after the
+// sink came back and a success ended the backoff (an HTTP request timing out
+// late, say). That failure is the outage's: the message is held and retried,
+// not dead-lettered.
+func TestStragglerOfAnOutageIsRetried(t *testing.T) {
+	const records, keys = 40, 8
+	h := newHarness(t, 4)
+	produce(t, h.c, testTopic, records, keys)
+	type at struct {
+		p int32
+		o int64
+	}
+	var (
+		down      atomic.Bool
+		mu        sync.Mutex // guards handled and straggler
+		handled   = map[at]bool{}
+		straggler *at
+		held      = make(chan handler.Ack, 1)
+	)
+	down.Store(true)
+	transient := handler.Classed(handler.Transient, errors.New("503"))
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		if down.Load() {
+			mu.Lock()
+			first := straggler == nil
+			if first {
+				straggler = &at{m.Partition, m.Offset}
+			}
+			mu.Unlock()
+			if first {
+				held <- ack // answered only after the outage
+				return
+			}
+			go ack.Done(transient)
+			return
+		}
+		mu.Lock()
+		handled[at{m.Partition, m.Offset}] = true
+		mu.Unlock()
+		go ack.Done(nil)
+	})
+	r := h.receiver("g-straggler", hd, 64, func(o *Options) { o.RetryBackoff = 100 * time.Millisecond })
+	ack := <-held
+	waitUntil(t, 10*time.Second, "the receiver to back off", func() bool { return r.Snapshot().BackingOff })
+	down.Store(false)
+	waitUntil(t, 30*time.Second, "a success to end the backoff", func() bool { return !r.Snapshot().BackingOff })
+	ack.Done(transient) // the attempt from the outage fails now
+	waitUntil(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-straggler") })
+	stop(t, r)
+	mu.Lock()
+	defer mu.Unlock()
+	if !handled[*straggler] {
+		t.Fatalf("the straggler at partition %d offset %d was not retried after the outage (dead-lettered)", straggler.p, straggler.o)
+	}
+}
+
+// handlerFunc is a handler.Handler that acknowledges as it likes.
+type handlerFunc func(ctx context.Context, m *handler.Message, ack handler.Ack)
+
+func (f handlerFunc) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) { f(ctx, m, ack) }

@@ -27,7 +27,8 @@ type job struct {
 	seq     int64
 	msg     handler.Message
 	res     executor.Resume
-	start   time.Duration // when the current attempt started, on the monotonic clock (see sinceEpoch)
+	start   time.Duration // when the record's turn started, on the monotonic clock (see sinceEpoch)
+	tried   time.Duration // when the current handler attempt started, on the same clock
 	acked   atomic.Bool   // the handler's Ack was called for the current attempt
 	failure failure       // why the record goes to the dead-letter path
 	tries   int           // attempts of the current step (handler or dead-letter write)
@@ -100,6 +101,7 @@ func (j *job) Run(res executor.Resume) executor.Status {
 	}
 	j.res = res
 	j.start = sinceEpoch()
+	j.tried = j.start
 	if j.admit() {
 		j.call()
 	}
@@ -194,6 +196,12 @@ func (j *job) reject(class string, err error) {
 	r.deadLetter(j)
 }
 
+// retry makes another attempt at a held message.
+func (j *job) retry() {
+	j.tried = sinceEpoch()
+	j.call()
+}
+
 func (j *job) call() {
 	j.acked.Store(false)
 	j.r.o.Handler.Handle(j.p.ctx, &j.msg, handler.NewAck(j, 0))
@@ -223,17 +231,18 @@ func (j *job) Complete(_ uint64, err error) {
 		// Revoked or shutting down: the failure may only be the cancellation.
 		// Not finished; the next owner gets it again.
 		j.abandon()
-	case !r.o.DeadLetter.Enabled || (class == handler.Transient && r.fails.isFailing()):
-		// Dead letters disabled, or a transient failure while the sink is
-		// down: dead-lettering would empty the stream into the dead-letter
-		// topic. Hold the message (not the worker) and try again.
+	case !r.o.DeadLetter.Enabled || (class == handler.Transient && r.fails.overlapped(epoch.Add(j.tried))):
+		// Dead letters disabled, or a transient failure of an attempt made
+		// while the sink was down: dead-lettering would empty the stream
+		// into the dead-letter topic. Hold the message (not the worker) and
+		// try again.
 		j.tries++
 		wait := backoff(j.tries, r.o.RetryBackoff)
 		r.m.Count(metrics.Retried, 1)
 		r.log.Warn("handler failed; holding the message and retrying",
 			zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
 			zap.String("class", class.String()), zap.Int("attempt", j.tries), zap.Duration("wait", wait), zap.Error(err))
-		j.after(wait, j.call)
+		j.after(wait, j.retry)
 	default:
 		r.m.HandlerDuration(sinceEpoch() - j.start)
 		j.failure = failure{class: class.String(), reason: err.Error(), attempts: handler.Attempts(err)}

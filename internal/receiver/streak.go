@@ -22,6 +22,7 @@ type streak struct {
 	failing bool
 	delay   time.Duration // current backoff; doubles per failed probe
 	until   time.Time     // no fetching before this while failing
+	ended   time.Time     // when the latest backoff ended; zero before any
 	entered int           // times the receiver started backing off
 
 	// quiet is set while the ring is full of successes and the receiver is
@@ -60,7 +61,7 @@ func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
 	switch {
 	case s.failing && !failed:
 		// A success: the sink is back.
-		s.failing, s.delay = false, 0
+		s.failing, s.delay, s.ended = false, 0, now
 		s.reset()
 		return false, true
 	case s.failing && failed && !now.Before(s.until):
@@ -98,6 +99,17 @@ func (s *streak) isFailing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.failing
+}
+
+// overlapped reports whether an attempt that started at start overlapped a
+// backoff: one is under way, or one ended after the attempt started. Such an
+// attempt's transient failure is the outage's, not the message's: it is
+// held and retried like those reported during the backoff, even when the
+// sink came back (and ended the backoff) before this failure was reported.
+func (s *streak) overlapped(start time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failing || s.ended.After(start)
 }
 
 // current returns the backoff delay, 0 when not failing.

@@ -86,3 +86,27 @@ func TestStreakQuietSuccessChangesNothing(t *testing.T) {
 		t.Fatalf("skipped %d successes, %d backoffs: the test did not exercise both paths", skipped, full.entered)
 	}
 }
+
+// An attempt overlapped a backoff if one is under way or ended after the
+// attempt started; attempts started after the end did not.
+func TestStreakOverlapped(t *testing.T) {
+	var s streak
+	t0 := time.Unix(100, 0)
+	if s.overlapped(t0) {
+		t.Fatal("overlapped with no backoff ever")
+	}
+	for range streakRun {
+		s.record(true, t0)
+	}
+	if !s.overlapped(t0.Add(-time.Hour)) || !s.overlapped(t0.Add(time.Second)) {
+		t.Fatal("an attempt during a backoff did not overlap it")
+	}
+	end := t0.Add(3 * time.Second)
+	s.record(false, end)
+	if !s.overlapped(end.Add(-time.Millisecond)) {
+		t.Fatal("an attempt started before the backoff ended did not overlap it")
+	}
+	if s.overlapped(end) || s.overlapped(end.Add(time.Millisecond)) {
+		t.Fatal("an attempt started after the backoff ended overlapped it")
+	}
+}
