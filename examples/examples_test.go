@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -107,7 +106,7 @@ func TestAuditPluginDev(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	cfg := proctest.WriteConfig(t, auditConfig(brokerPort, metricsPort, path))
 
-	var out syncBuffer
+	var out proctest.Output
 	cmd := exec.Command(bin, "dev", "--config", cfg)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -229,23 +228,4 @@ func readLines(t *testing.T, path string) []map[string]any {
 func runBin(t *testing.T, bin string, args ...string) (string, int) {
 	t.Helper()
 	return proctest.Run(t, exec.Command(bin, args...))
-}
-
-// syncBuffer is a bytes.Buffer safe for the writes of a process and a read
-// at the end of the test.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

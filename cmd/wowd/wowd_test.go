@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 
 // sink records what an HTTP handler receives.
 type sink struct {
-	mu   sync.Mutex
+	mu   sync.Mutex       // guards got, n and ce
 	got  map[string][]int // aggregate ID -> seq values in arrival order
 	n    int
 	ce   http.Header // headers of the first request
@@ -65,6 +65,13 @@ func newSink(t *testing.T, want int) *sink {
 	}))
 	t.Cleanup(s.srv.Close)
 	return s
+}
+
+// count is the number of requests the sink has taken.
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
 }
 
 // TestDevDeliversInOrderAndStopsOnSIGTERM runs `wowd dev` as a process,
@@ -101,7 +108,7 @@ func TestDevDeliversInOrderAndStopsOnSIGTERM(t *testing.T) {
 	case err := <-exited:
 		t.Fatalf("wowd exited early: %v", err)
 	case <-time.After(60 * time.Second):
-		t.Fatalf("sink got %d of %d records", s.n, records)
+		t.Fatalf("sink got %d of %d records", s.count(), records)
 	}
 	s.mu.Lock()
 	for k, seqs := range s.got {
@@ -170,7 +177,7 @@ wow:
   dev:
     partitions: 4
 `, d.brokerPort, s.srv.URL, d.metricsPort))
-	var out bytes.Buffer
+	var out proctest.Output
 	d.cmd = exec.Command(wowd.Path(t), "dev", "--config", cfg)
 	d.cmd.Stdout, d.cmd.Stderr = &out, &out
 	if err := d.cmd.Start(); err != nil {
@@ -219,7 +226,7 @@ func TestDevWorksWithKcat(t *testing.T) {
 	case err := <-d.exited:
 		t.Fatalf("wowd exited: %v", err)
 	case <-time.After(30 * time.Second):
-		t.Fatalf("sink got %d of %d records produced by kcat", s.n, records)
+		t.Fatalf("sink got %d of %d records produced by kcat", s.count(), records)
 	}
 	proctest.Terminate(t, "wowd", d.cmd.Process, d.exited, 15*time.Second)
 }

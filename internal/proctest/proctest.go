@@ -4,6 +4,7 @@
 package proctest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -89,15 +90,56 @@ func (b *Binary) Remove() {
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+// handedOut holds the ports FreePort returned in this process, so that two
+// calls never return the same one (the system may offer a port again as
+// soon as FreePort's own listener closes).
+var handedOut struct {
+	sync.Mutex // guards ports
+	ports map[int]bool
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now and
+// that no earlier call in this process returned.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
+	}
+	t.Fatal("no port not handed out before in 100 tries")
+	return 0
+}
+
+// Output collects a process's stdout and stderr; safe to read while the
+// process still writes (after a kill, say).
+type Output struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
 
 // WriteConfig writes body to wowd.yaml in a directory of the test and returns
