@@ -171,7 +171,7 @@ func TestRollingRestart(t *testing.T) {
 	}
 	t.Cleanup(stopProducer)
 
-	time.Sleep(3 * time.Second)
+	settle(c, s, procs)
 	for i := range procs {
 		t.Logf("restart %d: %d produced, %d delivered; SIGTERM %s", i+1, produced.Load(), s.delivered.Load(), procs[i].name)
 		c.stop(procs[i])
@@ -180,7 +180,7 @@ func TestRollingRestart(t *testing.T) {
 		}
 		procs[i] = c.start()
 		c.waitReady(procs[i], 2*time.Minute)
-		time.Sleep(3 * time.Second) // let the group settle and records flow
+		settle(c, s, procs)
 	}
 	stopProducer()
 	if prodErr != nil {
@@ -201,7 +201,7 @@ func TestRollingRestart(t *testing.T) {
 
 	// Duplicates are allowed only where the logs say a drain was cut short.
 	var explained []string
-	for _, line := range []string{"revoke deadline passed", "unfinished at the shutdown deadline", "partitions lost"} {
+	for _, line := range []string{"revoke deadline passed", "unfinished at the shutdown deadline", "partitions lost", "commit on revoke"} {
 		if n := c.grepAll(line); n > 0 {
 			explained = append(explained, fmt.Sprintf("%q ×%d", line, n))
 		}
@@ -242,4 +242,37 @@ func TestConfigFlag(t *testing.T) {
 	}
 	c.waitReady(p, time.Minute)
 	c.stop(p)
+}
+
+// settle waits until the group has settled on procs, every one of them
+// owning some of the topic's crashPartitions partitions, and records flow
+// again: more than a producer tick's worth delivered meanwhile.
+func settle(c *cluster, s *sink, procs []*proc) {
+	c.t.Helper()
+	from := s.delivered.Load()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		owned, each := 0.0, true
+		for _, p := range procs {
+			m, err := scrape(p.metrics)
+			if err != nil {
+				each = false
+				break
+			}
+			n := 0.0
+			for _, v := range m["wowd_receiver_assigned_partitions"] {
+				n += v
+			}
+			owned += n
+			each = each && n > 0
+		}
+		if each && owned == crashPartitions && s.delivered.Load() > from+800 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.fatalf("the group did not settle in 2 minutes: %v of %d partitions owned, %d delivered meanwhile",
+				owned, crashPartitions, s.delivered.Load()-from)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -3,10 +3,12 @@ package realkafka
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -222,16 +224,31 @@ func (e *env) aggregateOf(topic string) (context, aggregate string) {
 // "seq" (ignored by Wow and wowd) for the sink's order checks; pad, if not
 // empty, goes into the event's body.
 func wowEvent(context, aggregate, aggregateID string, seq int64, pad string) []byte {
+	// Built with appends, not fmt: the large tests make a million of these
+	// under -race.
 	id, _ := json.Marshal(aggregateID)
-	v := make([]byte, 0, 360+len(id)+len(pad))
-	v = fmt.Appendf(v, `{"id":"%x","contextName":"%s","aggregateName":"%s","aggregateId":%s,"seq":%d,`,
-		sha256.Sum256(fmt.Appendf(nil, "%s/%d", id, seq)), context, aggregate, id, seq)
-	v = fmt.Appendf(v, `"header":{"upstream_name":"add_cart_item"},"tenantId":"(0)","commandId":"c-%d","requestId":"r-%d","version":%d,`, seq, seq, seq+1)
-	v = fmt.Appendf(v, `"body":[{"id":"e-%d","name":"cart_item_added","revision":"0.0.1","bodyType":"test.CartItemAdded","body":{"seq":%d`, seq, seq)
+	sum := sha256.Sum256(strconv.AppendInt(append(id[:len(id):len(id)], '/'), seq, 10))
+	v := make([]byte, 0, 400+len(id)+len(context)+len(aggregate)+len(pad))
+	v = append(v, `{"id":"`...)
+	v = hex.AppendEncode(v, sum[:])
+	v = append(append(append(v, `","contextName":"`...), context...), `","aggregateName":"`...)
+	v = append(append(append(append(v, aggregate...), `","aggregateId":`...), id...), `,"seq":`...)
+	v = strconv.AppendInt(v, seq, 10)
+	v = append(v, `,"header":{"upstream_name":"add_cart_item"},"tenantId":"(0)","commandId":"c-`...)
+	v = strconv.AppendInt(v, seq, 10)
+	v = append(v, `","requestId":"r-`...)
+	v = strconv.AppendInt(v, seq, 10)
+	v = append(v, `","version":`...)
+	v = strconv.AppendInt(v, seq+1, 10)
+	v = append(v, `,"body":[{"id":"e-`...)
+	v = strconv.AppendInt(v, seq, 10)
+	v = append(v, `","name":"cart_item_added","revision":"0.0.1","bodyType":"test.CartItemAdded","body":{"seq":`...)
+	v = strconv.AppendInt(v, seq, 10)
 	if pad != "" {
-		v = fmt.Appendf(v, `,"pad":"%s"`, pad)
+		v = append(append(append(v, `,"pad":"`...), pad...), '"')
 	}
-	return fmt.Appendf(v, `}}],"createTime":%d}`, time.Now().UnixMilli())
+	v = append(v, `}}],"createTime":`...)
+	return append(strconv.AppendInt(v, time.Now().UnixMilli(), 10), '}')
 }
 
 // endOffsets returns the end offset of every partition of topics.

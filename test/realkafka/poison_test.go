@@ -198,18 +198,24 @@ func poison(t *testing.T, format string) {
 		}
 	}
 
-	// The others are in the dead-letter topic, with their source.
-	checkDeadLetters(t, e, dlq, dead, kinds)
-
-	// Nothing stalled: the group commits to the end of every partition.
+	// Nothing stalled: the group commits to the end of every partition (and
+	// so past every dead letter written).
 	e.waitCommittedAtEnd(group, ends, time.Minute)
+	// On a loaded machine a missed session timeout can take the partitions
+	// away and give them back: records may then be dead-lettered twice
+	// (at-least-once), which is logged, not failed.
+	revoked, lost := rebalanceEvents(t, p)
+	repeats := revoked+lost > 0
+
+	// The others are in the dead-letter topic, with their source.
+	checkDeadLetters(t, e, dlq, dead, kinds, repeats)
 	if m, err := scrape(p.metrics); err == nil {
 		for labels, v := range m["wowd_messages_total"] {
 			if v > 0 {
 				t.Logf("wowd_messages_total{%s} = %v", labels, v)
 			}
-			if strings.Contains(labels, `outcome="dead_lettered"`) && int(v) != len(dead) {
-				t.Errorf("wowd_messages_total{%s} = %v, want %d", labels, v, len(dead))
+			if strings.Contains(labels, `outcome="dead_lettered"`) && (int(v) < len(dead) || !repeats && int(v) != len(dead)) {
+				t.Errorf("wowd_messages_total{%s} = %v, want %d (partitions revoked %v, lost %v)", labels, v, len(dead), revoked, lost)
 			}
 		}
 	}
@@ -234,8 +240,8 @@ func checkHealthz(t *testing.T, p *proc) {
 
 // checkDeadLetters reads the dead-letter topic from its start and checks that
 // it holds exactly the records of want, with the wowd-dlq-* headers, their
-// key and their value.
-func checkDeadLetters(t *testing.T, e *env, dlq string, want map[*kgo.Record]bool, kinds map[*kgo.Record]string) {
+// key and their value. With repeats, a record may be there more than once.
+func checkDeadLetters(t *testing.T, e *env, dlq string, want map[*kgo.Record]bool, kinds map[*kgo.Record]string, repeats bool) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.seeds...), kgo.MetadataMinAge(250*time.Millisecond),
 		kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond))
@@ -249,9 +255,10 @@ func checkDeadLetters(t *testing.T, e *env, dlq string, want map[*kgo.Record]boo
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
 	defer cancel()
-	got := 0
+	got, again := 0, 0
+	seen := make(map[string]bool)
 	classes := make(map[string]int)
-	for got < len(want) {
+	for got-again < len(want) {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			t.Fatalf("dead-letter topic %s: %d of %d records after a minute", dlq, got, len(want))
@@ -264,12 +271,17 @@ func checkDeadLetters(t *testing.T, e *env, dlq string, want map[*kgo.Record]boo
 				h[rh.Key] = string(rh.Value)
 			}
 			src := fmt.Sprintf("%s/%s/%s", h["wowd-dlq-source-topic"], h["wowd-dlq-source-partition"], h["wowd-dlq-source-offset"])
+			if repeats && seen[src] {
+				again++
+				return
+			}
 			orig, ok := bySource[src]
 			if !ok {
 				t.Errorf("dead letter at %d with source %q: not one of the records expected there (headers %v)", r.Offset, src, h)
 				return
 			}
 			delete(bySource, src)
+			seen[src] = true
 			kind := kinds[orig]
 			class := h["wowd-dlq-error-class"]
 			classes[fmt.Sprintf("%s: %s (%.80s)", kind, class, h["wowd-dlq-error-message"])]++
@@ -292,6 +304,12 @@ func checkDeadLetters(t *testing.T, e *env, dlq string, want map[*kgo.Record]boo
 	short, cancel2 := context.WithTimeout(e.ctx, 2*time.Second)
 	defer cancel2()
 	extra := cl.PollFetches(short).NumRecords()
+	if repeats {
+		again, extra = again+extra, 0
+	}
+	if again > 0 {
+		t.Logf("dead-letter topic: %d records written again after partitions moved", again)
+	}
 	if len(bySource) > 0 || extra > 0 {
 		var missing []string
 		for src, r := range bySource {
