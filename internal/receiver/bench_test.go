@@ -13,11 +13,12 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/metrics"
 )
 
 // BenchmarkConsume measures the whole consuming path — franz-go fetching for
 // a consumer group, the receiver's window and offset tracking, the shared
-// executor, a no-op handler and the final commit — against a plain franz-go
+// executor, a no-op handler, the metrics and the final commit — against a plain franz-go
 // group consumer that polls and iterates the same records and commits once
 // at the end. Both run in one process with the fake broker, whose CPU they
 // share: the figure is the ratio within a round (docs/benchmarks.md). Each
@@ -111,6 +112,7 @@ func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, grou
 	r := h.receiver(group, noop, window, func(o *Options) {
 		o.Logger = zap.NewNop()
 		o.ClientOpts = benchClientOpts(c)
+		o.Metrics = metrics.New("bench") // counted as in production
 	})
 	select {
 	case <-done:
