@@ -34,9 +34,17 @@ type job struct {
 	tries   int           // attempts of the current step (handler or dead-letter write)
 	kind    handler.Kind
 	route   *Route
-	wm      *wow.Message // decoded Wow message, made on first use; kept with the job to reuse its buffers
-	wow     handler.Wow
-	local   bool // admitted through Admit (ingest), not fetched
+	ws      *wowState // the decoded Wow message, made on first use; kept with the job to reuse its buffers
+	local   bool      // admitted through Admit (ingest), not fetched
+}
+
+// wowState is a job's Wow message: decoded, and as handlers see it. Apart
+// from the job, so that jobs of raw dispatchers stay small: a job's memory
+// crosses cores twice per record (made on the poll loop, finished on a
+// worker).
+type wowState struct {
+	m   wow.Message
+	pub handler.Wow
 }
 
 // failure describes a final failure for the dead-letter record.
@@ -87,9 +95,12 @@ func headers(h []kgo.RecordHeader) []handler.Header {
 }
 
 func (j *job) free() {
-	wm := j.wm
+	ws := j.ws
 	*j = job{}
-	j.wm = wm // keep its buffers; Decode resets them. A pointer: the job stays small to clear
+	if ws != nil {
+		ws.pub = handler.Wow{} // no references into the record while pooled
+		j.ws = ws              // keep its buffers; Decode resets them
+	}
 	jobPool.Put(j)
 }
 
@@ -122,14 +133,14 @@ func (j *job) admit() bool {
 	if !r.o.Wow {
 		return true
 	}
-	if j.wm == nil {
-		j.wm = new(wow.Message)
+	if j.ws == nil {
+		j.ws = new(wowState)
 	}
-	if err := j.wm.Decode(j.kind, j.rec.Value); err != nil {
+	if err := j.ws.m.Decode(j.kind, j.rec.Value); err != nil {
 		j.reject("undecodable", err)
 		return false
 	}
-	if err := j.wm.Check(j.rec.Key, j.route.Context, j.route.Aggregate); err != nil {
+	if err := j.ws.m.Check(j.rec.Key, j.route.Context, j.route.Aggregate); err != nil {
 		j.reject("mismatch", err)
 		return false
 	}
@@ -138,13 +149,13 @@ func (j *job) admit() bool {
 		return false
 	}
 	j.fillWow()
-	j.msg.Wow = &j.wow
+	j.msg.Wow = &j.ws.pub
 	return true
 }
 
 // wanted applies the dispatcher's filters and the compensation rule.
 func (j *job) wanted() bool {
-	r, m := j.r, j.wm
+	r, m := j.r, &j.ws.m
 	switch j.kind {
 	case handler.KindCommand:
 		if len(r.o.Commands) > 0 && !r.o.Commands[m.Name] {
@@ -166,8 +177,8 @@ func (j *job) wanted() bool {
 }
 
 func (j *job) fillWow() {
-	m := j.wm
-	j.wow = handler.Wow{
+	m := &j.ws.m
+	j.ws.pub = handler.Wow{
 		ID: m.ID, Name: m.Name, ContextName: m.ContextName, AggregateName: m.AggregateName,
 		AggregateID: m.AggregateID, TenantID: m.TenantID, RequestID: m.RequestID, CommandID: m.CommandID,
 		Version: m.Version, HasVersion: m.HasVersion, Events: m.Events,
@@ -175,7 +186,7 @@ func (j *job) fillWow() {
 		Header: unsafe.Slice((*handler.WowHeader)(unsafe.Pointer(unsafe.SliceData(m.Header))), len(m.Header)),
 	}
 	if m.CreateTime != 0 {
-		j.wow.CreateTime = time.UnixMilli(m.CreateTime)
+		j.ws.pub.CreateTime = time.UnixMilli(m.CreateTime)
 	}
 }
 
