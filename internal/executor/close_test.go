@@ -1,0 +1,100 @@
+package executor
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Close while submitters keep submitting, to worker-run and blocking groups,
+// with tasks completing synchronously and asynchronously: every task whose
+// Submit succeeded runs exactly once and in its key's order before Close
+// returns, every other Submit fails with ErrClosed, and nothing runs after.
+func TestCloseRacingSubmitters(t *testing.T) {
+	for round := range 5 {
+		t.Run("round="+strconv.Itoa(round), func(t *testing.T) {
+			const keys, submitters = 400, 4
+			e := New(Options{Workers: 2, BlockingWorkers: 4})
+			groups := [2]*Group{e.Group(false), e.Group(true)}
+			c := newOrderChecker(keys)
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = "agg-" + strconv.Itoa(i)
+			}
+			var (
+				wg       sync.WaitGroup // tasks submitted and not yet finished
+				subs     sync.WaitGroup
+				accepted atomic.Int64
+			)
+			for s := range submitters {
+				subs.Add(1)
+				go func() {
+					defer subs.Done()
+					rng := rand.New(rand.NewPCG(uint64(round), uint64(s)))
+					seqs := make([]int64, keys)
+					for {
+						// Each key has one submitter; odd keys are blocking.
+						key := rng.IntN(keys/submitters)*submitters + s
+						g := groups[key%2]
+						n := 1 + rng.IntN(8)
+						if s%2 == 1 {
+							n = 1 // these use Submit
+						}
+						ks, ts := make([]string, n), make([]Task, n)
+						for i := range n {
+							ks[i] = names[key]
+							ts[i] = &orderTask{c: c, key: key, seq: seqs[key], mode: rng.IntN(4), wg: &wg}
+							seqs[key]++
+						}
+						wg.Add(n)
+						var ok int
+						var err error
+						if s%2 == 1 {
+							if err = g.Submit(ks[0], ts[0]); err == nil {
+								ok = 1
+							}
+						} else {
+							ok, err = g.SubmitBatch(ks, ts)
+						}
+						accepted.Add(int64(ok))
+						wg.Add(-(n - ok)) // rejected: never run
+						if err != nil {
+							if !errors.Is(err, ErrClosed) {
+								c.fail(err)
+							}
+							return
+						}
+					}
+				}()
+			}
+			time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
+			closeOK(t, e)
+			var ranAtClose int64
+			for k := range keys {
+				ranAtClose += c.next[k].Load()
+			}
+			subs.Wait()
+			waitOrFail(t, &wg, time.Second) // all accepted tasks finished by Close
+			select {
+			case err := <-c.errs:
+				t.Fatal(err)
+			default:
+			}
+			if a := accepted.Load(); a == 0 || ranAtClose != a {
+				t.Fatalf("%d tasks accepted, %d ran by the time Close returned", a, ranAtClose)
+			}
+			time.Sleep(10 * time.Millisecond)
+			var ran int64
+			for k := range keys {
+				ran += c.next[k].Load()
+			}
+			if ran != ranAtClose {
+				t.Fatalf("%d tasks ran after Close returned", ran-ranAtClose)
+			}
+		})
+	}
+}
