@@ -285,9 +285,10 @@ var hashString = maphash.String
 // mailbox. That keeps every guarantee (each key's tasks run once, one at a
 // time, in order) and costs only parallelism between those two keys while
 // both are active; with a 64-bit seeded hash it takes about 2^32 keys held
-// at once (active, or idle and kept) to make it likely. In exchange a submission identifies a mailbox from the table
-// slot alone, without reading the mailbox's key: the mailbox's first cache
-// line is taken once, for writing. The top bit keeps tasks of blocking
+// at once (active, or idle and kept) to make it likely. In exchange a
+// submission identifies a mailbox from the table slot alone, without
+// reading the mailbox's key: the mailbox's first cache line is taken once,
+// for writing. The top bit keeps tasks of blocking
 // groups from ever sharing a mailbox with tasks that run on a worker.
 func (e *Executor) hashKey(group uint32, blocking bool, key string) uint64 {
 	h := hashString(e.seed, key) ^ (uint64(group) * 0x9E3779B97F4A7C15)
