@@ -95,7 +95,7 @@ func (b *Binary) Remove() {
 // soon as FreePort's own listener closes).
 var handedOut struct {
 	sync.Mutex // guards ports
-	ports map[int]bool
+	ports      map[int]bool
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that nothing listens on now and
