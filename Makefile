@@ -21,7 +21,7 @@ run: build ## run the daemon with CONFIG (default configs/wowd.yaml)
 dev: ## wowd on an embedded broker with demo traffic
 	go run ./cmd/wowd dev --demo
 
-test: ## the whole suite: vet, unit and kfake tests with -race, the real-Kafka suite
+test: ## the whole suite: gofmt, vet, unit and kfake tests with -race, the real-Kafka suite
 	@scripts/test-all
 
 test-unit: ## everything but the real-Kafka suite
