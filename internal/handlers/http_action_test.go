@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,14 +139,9 @@ func TestHTTPUnknownActionIsLogged(t *testing.T) {
 // TestHTTPRetryActionHonoursRetryAfterDate checks Wowd-Action: retry on a
 // 200 response, with a Retry-After header in the HTTP date form.
 func TestHTTPRetryActionHonoursRetryAfterDate(t *testing.T) {
-	var mu sync.Mutex // guards at
-	var at []time.Time
+	var arrived arrivals
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		at = append(at, time.Now())
-		n := len(at)
-		mu.Unlock()
-		if n == 1 {
+		if arrived.add() == 1 {
 			w.Header().Set(ActionHeader, "retry")
 			w.Header().Set("Retry-After", time.Now().Add(3*time.Second).UTC().Format(http.TimeFormat))
 		}
@@ -169,8 +163,7 @@ func TestHTTPRetryActionHonoursRetryAfterDate(t *testing.T) {
 	if !strings.Contains(got[0].err.Error(), "status 200 with Wowd-Action: retry") {
 		t.Errorf("retry error %q", got[0].err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	at := arrived.times()
 	if len(at) != 2 {
 		t.Fatalf("%d requests, want 2", len(at))
 	}

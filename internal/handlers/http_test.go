@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,27 @@ func newServer(t *testing.T, fn http.HandlerFunc) *httptest.Server {
 	srv := httptest.NewServer(fn)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// arrivals records when a test server got each request.
+type arrivals struct {
+	mu sync.Mutex // guards at
+	at []time.Time
+}
+
+// add records a request arriving now and returns how many arrived so far.
+func (a *arrivals) add() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.at = append(a.at, time.Now())
+	return len(a.at)
+}
+
+// times returns the arrival times so far.
+func (a *arrivals) times() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.at)
 }
 
 // hang reads the request body, so the server notices when the client gives
@@ -302,14 +324,9 @@ func TestHTTPGivesUpAfterMaxAttempts(t *testing.T) {
 }
 
 func TestHTTPRetryAfter(t *testing.T) {
-	var mu sync.Mutex // guards at
-	var at []time.Time
+	var arrived arrivals
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		at = append(at, time.Now())
-		n := len(at)
-		mu.Unlock()
-		if n == 1 {
+		if arrived.add() == 1 {
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
@@ -321,8 +338,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 	if err := acks.wait(t, 1); err != nil {
 		t.Fatalf("ack %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	at := arrived.times()
 	if len(at) != 2 {
 		t.Fatalf("%d requests, want 2", len(at))
 	}

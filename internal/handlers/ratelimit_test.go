@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,13 +59,8 @@ func TestHTTPRateLimit(t *testing.T) {
 		rate  = 50.0
 		burst = 5
 	)
-	var mu sync.Mutex // guards at
-	var at []time.Time
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		at = append(at, time.Now())
-		mu.Unlock()
-	})
+	var arrived arrivals
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { arrived.add() })
 	h := build(t, "http", sinkConfig(srv.URL, map[string]any{
 		"rate-limit": rate, "rate-burst": burst, "max-concurrency": 8,
 	}), handler.Deps{})
@@ -91,8 +85,7 @@ func TestHTTPRateLimit(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("took %v", took)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	at := arrived.times()
 	// In any window from one request to a later one, at most burst + rate×window
 	// requests, with 50ms of slack (two more requests) for scheduling: the
 	// first burst may reach the server late, behind new connections, and
