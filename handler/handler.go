@@ -127,9 +127,11 @@ func (w *Wow) HeaderValue(key string) (string, bool) {
 	return "", false
 }
 
-// Ack reports the outcome of one message. Call Done exactly once; calls after
-// the first are ignored. A nil error means the message is handled; errors are
-// classified by [Classify].
+// Ack reports the outcome of one message. Call Done exactly once; on the
+// Acks wowd gives out, calls after the first are ignored, and so are calls
+// made after the message's try ended otherwise (its handler.timeout passed).
+// A nil error means the message is handled; errors are classified by
+// [Classify].
 //
 // An Ack is a small value: copying it is cheap and building it allocates
 // nothing.
@@ -147,8 +149,10 @@ type Completer interface {
 // NewAck returns an Ack that reports to c with token.
 func NewAck(c Completer, token uint64) Ack { return Ack{c: c, token: token} }
 
-// AckFunc returns an Ack that calls fn with the outcome (for tests and
-// wrappers; it allocates).
+// AckFunc returns an Ack that calls fn with every outcome reported through
+// it, so that a test can catch a second acknowledgement (for wrappers and
+// tests; it allocates). The Acks wowd gives handlers ignore calls after the
+// first.
 func AckFunc(fn func(error)) Ack { return Ack{c: funcCompleter(fn)} }
 
 type funcCompleter func(error)
@@ -185,6 +189,28 @@ type Blocker interface {
 type Closer interface {
 	Close(ctx context.Context) error
 }
+
+// ErrPanicked is wrapped by the outcome of a message whose handler panicked
+// in Handle: wowd recovers the panic and fails the message permanently,
+// with class panic on its dead letter.
+var ErrPanicked = errors.New("handler panicked")
+
+// Recovered returns the outcome of a message whose handler panicked with v:
+// a Permanent failure wrapping [ErrPanicked] that keeps the stack for the
+// log. Wrappers that call a handler from a goroutine of their own (as
+// [WithRetry] does for its retries) recover with it.
+func Recovered(v any, stack []byte) error {
+	return Classed(Permanent, &panicError{value: v, stack: stack})
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string      { return fmt.Sprintf("%v: %v", ErrPanicked, e.value) }
+func (e *panicError) Unwrap() error      { return ErrPanicked }
+func (e *panicError) PanicStack() []byte { return e.stack }
 
 // Class is the class of a handler failure: what wowd does with the message.
 type Class uint8

@@ -20,6 +20,12 @@ type Deps struct {
 	// Observer, when set, is told of retries the handler makes internally,
 	// so wowd can count and log them. Handlers must check it for nil.
 	Observer Observer
+	// Timeout is the dispatcher's handler.timeout: the longest wowd waits
+	// for one try of a message, from the call (or the end of a retry wait
+	// reported to Observer) to its acknowledgement or next retry report.
+	// 0 means no deadline. A handler whose own limits cannot fit in it
+	// should refuse to be built.
+	Timeout time.Duration
 }
 
 // Observer receives events from handlers that retry internally.

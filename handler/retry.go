@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,6 +187,15 @@ func (c *retryCall) try() {
 		return
 	}
 	n := c.attempts.Add(1)
+	// Attempts after the first run on a timer's goroutine, where a panic of
+	// the wrapped handler would end the process: it fails the message
+	// permanently instead (an attempt that already reported its outcome
+	// keeps it).
+	defer func() {
+		if v := recover(); v != nil {
+			c.Complete(uint64(n), Recovered(v, debug.Stack()))
+		}
+	}()
 	c.r.h.Handle(c.ctx, c.m, NewAck(c, uint64(n)))
 }
 

@@ -287,3 +287,31 @@ func TestWithRetryConformance(t *testing.T) {
 			handler.RetryPolicy{MaxAttempts: 3, Initial: time.Millisecond, Max: 5 * time.Millisecond})
 	})
 }
+
+// A retry that panics, on the timer's goroutine where nothing else would
+// recover it, fails the message permanently with ErrPanicked and the stack.
+func TestWithRetryRecoversAPanickingRetry(t *testing.T) {
+	var calls atomic.Int32
+	h := handler.WithRetry(handler.HandlerFunc(func(context.Context, *handler.Message) error {
+		if calls.Add(1) == 1 {
+			return errors.New("503")
+		}
+		panic("boom")
+	}), handler.RetryPolicy{MaxAttempts: 5, Initial: time.Millisecond})
+	ack, got := outcome(t)
+	h.Handle(context.Background(), &handler.Message{}, ack)
+	err := <-got
+	if !errors.Is(err, handler.ErrPanicked) || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("outcome %v, want ErrPanicked with the panic value", err)
+	}
+	if c, _ := handler.Classify(err); c != handler.Permanent {
+		t.Fatalf("class %v, want permanent", c)
+	}
+	var st interface{ PanicStack() []byte }
+	if !errors.As(err, &st) || !strings.Contains(string(st.PanicStack()), "retry_test.go") {
+		t.Fatal("the outcome does not carry the panic's stack")
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d calls, want 2: no retry after a panic", n)
+	}
+}
