@@ -125,12 +125,19 @@ type DeadLetter struct {
 	Topic string
 }
 
+// DefaultHandlerTimeout is the default of handler.timeout.
+const DefaultHandlerTimeout = time.Minute
+
 // DefaultDeadLetterTopic is the default dead-letter topic template.
 const DefaultDeadLetterTopic = "{topic}.dlq"
 
 // Handler is the handler mapping of a dispatcher.
 type Handler struct {
-	Type    string         // a name registered in the handler.Registry
+	Type string // a name registered in the handler.Registry
+	// Timeout bounds each try of a message in the handler: from the call, or
+	// from the end of a retry wait the handler reported, to its
+	// acknowledgement or its next retry report. 0 means no deadline.
+	Timeout time.Duration
 	Raw     map[string]any // the other keys of the mapping, as written
 	Decoded any            // the result of handler.Decode
 }

@@ -96,6 +96,7 @@ func TestParseFillsDefaults(t *testing.T) {
 		DeadLetter: config.DeadLetter{Enabled: true, Topic: "{topic}.dlq"},
 		Handler: config.Handler{
 			Type:    "http",
+			Timeout: time.Minute,
 			Raw:     map[string]any{"url": "http://127.0.0.1:8080/wow"},
 			Decoded: &httpConfig{URL: "http://127.0.0.1:8080/wow", Timeout: 5 * time.Second},
 		},
@@ -237,7 +238,7 @@ func TestWriteYAMLMasksSecretsAndRoundTrips(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"password: '******'", "token: '******'", "rebalance-timeout: 2m\n",
-		"  dispatchers:\n    audit-log:\n", "contexts: [Billing, sales]", "timeout: 2s"} {
+		"  dispatchers:\n    audit-log:\n", "contexts: [Billing, sales]", "request-timeout: 2s"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
@@ -317,8 +318,11 @@ func TestBadConfigs(t *testing.T) {
 			`:12:9: wow.dispatchers.cart.handler.type: unknown handler type "htp" (known: discard, http, log)`}},
 		{"handler-config-error.yaml", 3, []string{
 			"wow.dispatchers.cart.handler.url: required",
-			`:13:9: wow.dispatchers.cart.handler.timeout: "soon" is not a duration`,
+			`:13:9: wow.dispatchers.cart.handler.request-timeout: "soon" is not a duration`,
 			":14:9: wow.dispatchers.cart.handler.urll: unknown key"}},
+		{"dead-letter-loop.yaml", 2, []string{
+			`:12:9: wow.dispatchers.itself.dead-letter.topic: "{topic}" sends the dead letters of wow.example.cart.event to wow.example.cart.event, a topic the dispatcher consumes`,
+			`:18:9: wow.dispatchers.another-of-its-topics.dead-letter.topic: "wow.example.cart.command" sends the dead letters of wow.example.cart.command to wow.example.cart.command`}},
 		{"missing-service.yaml", 1, []string{"wow.service: required"}},
 		{"missing-bootstrap-servers.yaml", 1, []string{"wow.kafka.bootstrap-servers: required"}},
 		{"revoke-timeout.yaml", 1, []string{

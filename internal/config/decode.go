@@ -342,7 +342,8 @@ func (d *decoder) dispatchers(path string, n *yaml.Node, c *Config) {
 		return
 	}
 	d.eachKey(path, n, func(name, full string, v *yaml.Node) {
-		disp := Dispatcher{Format: "wow", DeadLetter: DeadLetter{Enabled: true, Topic: DefaultDeadLetterTopic}}
+		disp := Dispatcher{Format: "wow", DeadLetter: DeadLetter{Enabled: true, Topic: DefaultDeadLetterTopic},
+			Handler: Handler{Timeout: DefaultHandlerTimeout}}
 		switch {
 		case isNull(v):
 		case v.Kind != yaml.MappingNode:
@@ -372,8 +373,12 @@ func (d *decoder) handler(path string, n *yaml.Node, h *Handler) {
 	}
 	h.Raw = map[string]any{}
 	d.eachKey(path, n, func(key, full string, v *yaml.Node) {
-		if key == "type" {
+		switch key {
+		case "type":
 			d.value(full, v, &h.Type)
+			return
+		case "timeout":
+			d.value(full, v, &h.Timeout)
 			return
 		}
 		var x any

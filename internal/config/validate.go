@@ -235,6 +235,12 @@ func (d *decoder) validateDispatchers(c *Config) {
 		}
 		if t := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", "x"); t == "" || !validTopic(t) {
 			d.errorf(path+".dead-letter.topic", "%q is not a topic name (letters, digits, '.', '_', '-'; {topic} for the source topic)", disp.DeadLetter.Topic)
+		} else if src, dl, ok := deadLetterLoop(c, disp); ok {
+			d.errorf(path+".dead-letter.topic", "%q sends the dead letters of %s to %s, a topic the dispatcher consumes: they would come back with growing headers",
+				disp.DeadLetter.Topic, src, dl)
+		}
+		if disp.Handler.Timeout < 0 {
+			d.errorf(path+".handler.timeout", "must not be negative (0: no deadline)")
 		}
 		d.validateHandler(path+".handler", &disp.Handler)
 		c.Dispatchers[name] = disp
@@ -422,4 +428,27 @@ func validTopic(s string) bool {
 		}
 	}
 	return true
+}
+
+// deadLetterLoop finds a topic the dispatcher consumes whose dead-letter
+// topic is also one it consumes.
+func deadLetterLoop(c *Config, disp Dispatcher) (src, dl string, found bool) {
+	consumed := map[string]bool{}
+	for _, name := range disp.Contexts {
+		bc := c.Contexts[name]
+		for _, agg := range bc.Aggregates {
+			if len(disp.Aggregates) > 0 && !slices.Contains(disp.Aggregates, agg) {
+				continue
+			}
+			for _, kind := range disp.Topics {
+				consumed[c.Kafka.TopicPrefix+bc.Alias+"."+agg+"."+kind] = true
+			}
+		}
+	}
+	for _, t := range slices.Sorted(maps.Keys(consumed)) {
+		if d := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", t); consumed[d] {
+			return t, d, true
+		}
+	}
+	return "", "", false
 }

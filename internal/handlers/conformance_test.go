@@ -26,7 +26,7 @@ func newConformance(t *testing.T, name string, raw map[string]any) handler.Handl
 func TestHTTPConformance(t *testing.T) {
 	handlertest.Run(t, func(t *testing.T, target handlertest.Target) handler.Handler {
 		return newConformance(t, "http", sinkConfig(target.URL, map[string]any{
-			"max-attempts": 3, "max-concurrency": 4, "timeout": "5s",
+			"max-attempts": 3, "max-concurrency": 4, "request-timeout": "5s",
 		}))
 	})
 }

@@ -103,9 +103,9 @@ func TestDecodeErrors(t *testing.T) {
 			"max-concurrency": 0,
 			"backoff-initial": "2s",
 			"backoff-max":     "1s",
-			"timeout":         "0s",
+			"request-timeout": "0s",
 			"headers":         map[string]any{"ce-id": "x", "bad header": "y", "x-ok": "z\n"},
-		}, []string{"url: scheme \"ftp\"", "max-attempts", "max-concurrency", "backoff-max", "timeout",
+		}, []string{"url: scheme \"ftp\"", "max-attempts", "max-concurrency", "backoff-max", "request-timeout",
 			"headers.ce-id: the ce-", "headers.bad header: not a valid header name", "headers.x-ok: value"}},
 		{"http no host", map[string]any{"url": "http:///x"}, []string{"url: no host"}},
 		{"http limits", map[string]any{"url": "http://x", "rate-limit": -1, "rate-burst": 0},
@@ -157,7 +157,7 @@ func TestHTTPConfigFields(t *testing.T) {
 		byName[f.Name] = f
 	}
 	for name, def := range map[string]string{
-		"url": "", "timeout": "10s", "max-attempts": "5", "backoff-initial": "200ms",
+		"url": "", "request-timeout": "10s", "max-attempts": "5", "backoff-initial": "200ms",
 		"backoff-max": "30s", "max-concurrency": "64", "headers": "", "content-type": "application/json",
 		"rate-limit": "", "rate-burst": "1", "headers-from-env": "", "headers-from-file": "",
 		"tls.ca-file": "", "tls.cert-file": "", "tls.key-file": "", "tls.insecure-skip-verify": "",

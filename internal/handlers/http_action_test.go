@@ -210,7 +210,7 @@ func TestHTTPSlowResponses(t *testing.T) {
 		}
 	})
 	obs := &retries{}
-	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"timeout": "1s", "max-attempts": 2, "max-concurrency": 3}),
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"request-timeout": "1s", "max-attempts": 2, "max-concurrency": 3}),
 		handler.Deps{Observer: obs})
 	acks := newAcks(t)
 	began := time.Now()

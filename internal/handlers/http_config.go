@@ -17,7 +17,7 @@ import (
 // HTTPConfig configures the http sink.
 type HTTPConfig struct {
 	URL             string            `config:"url" required:"true" desc:"Absolute http or https URL each message is POSTed to."`
-	Timeout         time.Duration     `config:"timeout" desc:"Time limit of one request, reading the response included."`
+	RequestTimeout  time.Duration     `config:"request-timeout" desc:"Time limit of one request, reading the response included; less than the dispatcher's handler.timeout."`
 	MaxAttempts     int               `config:"max-attempts" desc:"Attempts per message, the first included, before a transient failure is reported; 0 retries transient failures forever."`
 	BackoffInitial  time.Duration     `config:"backoff-initial" desc:"Wait before the first retry; it doubles with each retry, with jitter."`
 	BackoffMax      time.Duration     `config:"backoff-max" desc:"Longest wait between retries (a Retry-After response header may ask for up to 5m)."`
@@ -42,7 +42,7 @@ type HTTPTLSConfig struct {
 
 func defaultHTTPConfig() *HTTPConfig {
 	return &HTTPConfig{
-		Timeout:        10 * time.Second,
+		RequestTimeout: 10 * time.Second,
 		MaxAttempts:    5,
 		BackoffInitial: 200 * time.Millisecond,
 		BackoffMax:     30 * time.Second,
@@ -66,8 +66,8 @@ func (c *HTTPConfig) Validate() error {
 	if err := checkURL(c.URL); err != nil {
 		errs = append(errs, fmt.Errorf("url: %w", err))
 	}
-	if c.Timeout <= 0 {
-		errs = append(errs, errors.New("timeout: must be positive"))
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, errors.New("request-timeout: must be positive"))
 	}
 	if c.MaxAttempts < 0 {
 		errs = append(errs, errors.New("max-attempts: must not be negative (0 retries forever)"))

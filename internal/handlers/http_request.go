@@ -30,7 +30,7 @@ const (
 // meaning transient), and the wait a Retry-After response header asked for,
 // if any.
 func (s *httpSink) post(c *call) (retryAfter time.Duration, hasRetryAfter bool, err error) {
-	ctx, cancel := context.WithTimeout(c.ctx, s.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(c.ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
 
@@ -45,7 +45,7 @@ func (s *httpSink) post(c *call) (retryAfter time.Duration, hasRetryAfter bool, 
 			err = ue.Err // we name the URL ourselves, redacted
 		}
 		if errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil {
-			err = fmt.Errorf("timeout after %s: %w", s.cfg.Timeout, err)
+			err = fmt.Errorf("timeout after %s: %w", s.cfg.RequestTimeout, err)
 		}
 		return 0, false, s.wrap(err)
 	}

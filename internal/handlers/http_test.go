@@ -409,7 +409,7 @@ func TestHTTPTimeoutIsRetried(t *testing.T) {
 	obs := &retries{}
 	// Long enough for the second attempt's new connection under -race on a
 	// loaded machine; the first attempt waits it out whatever it is.
-	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"timeout": "1s"}), handler.Deps{Observer: obs})
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"request-timeout": "1s"}), handler.Deps{Observer: obs})
 	acks := newAcks(t)
 	h.Handle(context.Background(), testMessage(1), acks.ack(1))
 	if err := acks.wait(t, 1); err != nil {
@@ -689,4 +689,23 @@ func TestHTTPWowHeaders(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A request timeout that does not fit in the dispatcher's handler.timeout
+// is refused when the sink is built: every slow request would fail its try.
+func TestRequestTimeoutMustFitTheHandlerTimeout(t *testing.T) {
+	spec, _ := handler.Default().Lookup("http")
+	cfg, err := handler.Decode(spec, map[string]any{"url": "http://127.0.0.1:1/wow", "request-timeout": "30s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := spec.New(cfg, handler.Deps{Timeout: 30 * time.Second}); err == nil ||
+		!strings.Contains(err.Error(), "request-timeout 30s: must be less than the dispatcher's handler.timeout (30s)") {
+		t.Fatalf("built with request-timeout = handler.timeout: %v", err)
+	}
+	h, err := spec.New(cfg, handler.Deps{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.(handler.Closer).Close(context.Background())
 }

@@ -72,7 +72,7 @@ func TestMetricsAgainstPrometheus(t *testing.T) {
       handler:
         type: http
         url: %s/wow
-        timeout: 2s
+        request-timeout: 2s
   metrics:
     listen: 127.0.0.1:%d
   log: {level: warn, format: console}

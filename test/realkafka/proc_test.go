@@ -90,7 +90,7 @@ var configTemplate = template.Must(template.New("wowd.yaml").Parse(`wow:
       handler:
         type: http
         url: {{.SinkURL}}
-        timeout: {{.Timeout}}
+        request-timeout: {{.Timeout}}
         max-attempts: {{.MaxAttempts}}
         backoff-initial: {{.BackoffInit}}
         backoff-max: {{.BackoffMax}}
