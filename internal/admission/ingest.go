@@ -1,8 +1,8 @@
 // Package admission holds the local-first ingest: a co-located producer
 // hands wowd a Wow message over HTTP; wowd admits it into its own mailboxes
-// at once and publishes it to the message's topic marked as handled here, so
-// that when it comes back through a receiver of this service it is
-// acknowledged without being handled twice.
+// at once, and once they handled it, publishes it to the message's topic
+// marked as handled here, so that when it comes back through a receiver of
+// this service it is acknowledged without being handled twice.
 //
 // The other admission decisions (runtime activity, local-first receipt of
 // fetched records, decoding and routing) are made per record by the
@@ -18,7 +18,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -39,7 +39,7 @@ const MaxBody = 8 << 20
 // Receiver is the part of a receiver the ingest needs.
 type Receiver interface {
 	Routes(topic string) bool
-	Admit(ctx context.Context, rec *kgo.Record) error
+	Admit(ctx context.Context, rec *kgo.Record) (receiver.Admitted, error)
 }
 
 // Producer publishes records; a franz-go client.
@@ -53,7 +53,18 @@ type Context struct {
 	Aggregates []string
 }
 
+// publishTimeout bounds the publish of an ingested message.
+const publishTimeout = 30 * time.Second
+
 // Ingest serves the ingest endpoint.
+//
+// A message is admitted to every receiver of this service that consumes its
+// topic, and published once every one of them finished handling it, marked
+// as handled here so that the receivers skip its copy. If one of them gave
+// up on it (stopping, revoked) or could not admit it, the copy is published
+// unmarked and the receivers handle it from Kafka: handled twice at worst,
+// never lost. Once a message is admitted, its publish no longer depends on
+// the caller staying connected.
 type Ingest struct {
 	Service     string
 	TopicPrefix string
@@ -62,18 +73,85 @@ type Ingest struct {
 	Producer    Producer
 	Log         *zap.Logger
 
-	stopping atomic.Bool
+	mu       sync.Mutex    // guards stopping, requests, idle and quit
+	stopping bool          // refusing new requests
+	requests int           // requests under way
+	idle     chan struct{} // closed when requests drops to zero while draining
+	quit     chan struct{} // closed by Drain: stop waiting for local handling
 }
 
 // Stop makes the endpoint refuse new messages (503 with Retry-After).
-func (in *Ingest) Stop() { in.stopping.Store(true) }
+// Requests under way carry on.
+func (in *Ingest) Stop() {
+	in.mu.Lock()
+	in.stopping = true
+	in.mu.Unlock()
+}
+
+// enter counts a request in, unless the endpoint is stopping. It returns
+// the channel that Drain closes.
+func (in *Ingest) enter() (quit <-chan struct{}, ok bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.stopping {
+		return nil, false
+	}
+	if in.quit == nil {
+		in.quit = make(chan struct{})
+	}
+	in.requests++
+	return in.quit, true
+}
+
+func (in *Ingest) leave() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.requests--; in.requests == 0 && in.idle != nil {
+		close(in.idle)
+		in.idle = nil
+	}
+}
+
+// Drain stops the endpoint and waits, until ctx is done, for the requests
+// under way to publish their message. Call it after the receivers stopped
+// and before the producer closes: a request still waiting for local
+// handling by then stops waiting and publishes its message unmarked.
+func (in *Ingest) Drain(ctx context.Context) error {
+	in.mu.Lock()
+	in.stopping = true
+	if in.quit == nil {
+		in.quit = make(chan struct{})
+	}
+	select {
+	case <-in.quit:
+	default:
+		close(in.quit)
+	}
+	if in.requests == 0 {
+		in.mu.Unlock()
+		return nil
+	}
+	if in.idle == nil {
+		in.idle = make(chan struct{})
+	}
+	idle := in.idle
+	in.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ingest requests still publishing at the shutdown deadline: %w", ctx.Err())
+	}
+}
 
 // response is the JSON answer to a request.
 type response struct {
 	Topic     string `json:"topic,omitempty"`
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
-	Handled   int    `json:"admitted_by"` // receivers that admitted it locally
+	Admitted  int    `json:"admitted_by"`     // receivers that admitted it locally
+	Handled   int    `json:"handled_locally"` // receivers that finished it locally
+	Marked    bool   `json:"marked"`          // published marked as handled: receivers of this service skip it
 	Error     string `json:"error,omitempty"`
 }
 
@@ -90,11 +168,13 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		reply(w, http.StatusMethodNotAllowed, response{Error: "POST a Wow message"})
 		return
 	}
-	if in.stopping.Load() {
+	quit, ok := in.enter()
+	if !ok {
 		w.Header().Set("Retry-After", "5")
 		reply(w, http.StatusServiceUnavailable, response{Error: "wowd is stopping"})
 		return
 	}
+	defer in.leave()
 	kind, err := handler.ParseKind(strings.TrimPrefix(req.URL.Path, Path))
 	if err != nil {
 		reply(w, http.StatusNotFound, response{Error: "POST " + Path + "command, event or state: " + err.Error()})
@@ -115,46 +195,82 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		reply(w, http.StatusUnprocessableEntity, response{Error: fmt.Sprintf("aggregate %s of context %s is not configured", m.AggregateName, m.ContextName)})
 		return
 	}
-	topic := wow.Topic(in.TopicPrefix, bc.Alias, m.AggregateName, kind)
-	local := &kgo.Record{Topic: topic, Key: []byte(m.AggregateID), Value: body, Timestamp: time.Now()}
-	admitted := 0
-	for _, r := range in.Receivers {
-		if !r.Routes(topic) {
-			continue
-		}
-		// Waiting here for room in the receiver's window is the caller's
-		// backpressure.
-		if err := r.Admit(req.Context(), local); err != nil {
-			status := http.StatusServiceUnavailable
-			if errors.Is(err, receiver.ErrStopping) {
-				w.Header().Set("Retry-After", "5")
-			}
-			reply(w, status, response{Handled: admitted, Error: fmt.Sprintf("admitting: %v", err)})
-			return
-		}
-		admitted++
-	}
-	value, err := markLocalFirst(body)
+	marked, err := markLocalFirst(body)
 	if err != nil {
 		reply(w, http.StatusBadRequest, response{Error: err.Error()})
 		return
 	}
-	out := &kgo.Record{Topic: topic, Key: []byte(m.AggregateID), Value: value,
-		Headers: []kgo.RecordHeader{{Key: receiver.HeaderHandledBy, Value: []byte(in.Service)}}}
+	topic := wow.Topic(in.TopicPrefix, bc.Alias, m.AggregateName, kind)
+	local := &kgo.Record{Topic: topic, Key: []byte(m.AggregateID), Value: body, Timestamp: time.Now()}
+
+	// Admit it to every receiver that consumes its topic. Waiting here for
+	// room in a receiver's window is the caller's backpressure.
+	var (
+		admitted []receiver.Admitted
+		wanted   int
+		refused  error
+	)
+	for _, r := range in.Receivers {
+		if !r.Routes(topic) {
+			continue
+		}
+		wanted++
+		a, err := r.Admit(req.Context(), local)
+		if err != nil {
+			refused = err
+			break
+		}
+		admitted = append(admitted, a)
+	}
+	if refused != nil && len(admitted) == 0 {
+		// Nothing is queued: the caller retries, nothing is published.
+		if errors.Is(refused, receiver.ErrStopping) {
+			w.Header().Set("Retry-After", "5")
+		}
+		reply(w, http.StatusServiceUnavailable, response{Error: fmt.Sprintf("admitting: %v", refused)})
+		return
+	}
+
+	// From here the message is queued locally: it is published whatever the
+	// caller does. It may be marked only if every receiver that consumes
+	// its topic finished it.
+	handled := 0
+	for _, a := range admitted {
+		select {
+		case <-a.Done():
+		case <-quit:
+		}
+		if a.Finished() {
+			handled++
+		}
+	}
+	out := &kgo.Record{Topic: topic, Key: []byte(m.AggregateID), Value: marked}
+	mark := refused == nil && handled == wanted
+	if mark {
+		out.Headers = []kgo.RecordHeader{{Key: receiver.HeaderHandledBy, Value: []byte(in.Service)}}
+	} else {
+		in.Log.Warn("an ingested message was not handled locally by every receiver; publishing it unmarked, its receivers handle it from Kafka",
+			zap.String("topic", topic), zap.String("aggregate_id", m.AggregateID),
+			zap.Int("receivers", wanted), zap.Int("handled_locally", handled), zap.NamedError("refused", refused))
+	}
 	if m.CreateTime > 0 {
 		out.Timestamp = time.UnixMilli(m.CreateTime)
 	}
-	res := in.Producer.ProduceSync(req.Context(), out)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), publishTimeout)
+	defer cancel()
+	res := in.Producer.ProduceSync(ctx, out)
 	if err := res.FirstErr(); err != nil {
 		in.Log.Error("publishing an ingested message failed after it was admitted locally",
-			zap.String("topic", topic), zap.String("aggregate_id", m.AggregateID), zap.Error(err))
-		reply(w, http.StatusBadGateway, response{Topic: topic, Handled: admitted,
-			Error: fmt.Sprintf("admitted locally by %d receivers, but publishing to %s failed: %v", admitted, topic, err)})
+			zap.String("topic", topic), zap.String("aggregate_id", m.AggregateID), zap.Int("handled_locally", handled), zap.Error(err))
+		reply(w, http.StatusBadGateway, response{Topic: topic, Admitted: len(admitted), Handled: handled,
+			Error: fmt.Sprintf("handled locally by %d of %d receivers, but publishing to %s failed (retry: it may be handled again): %v",
+				handled, wanted, topic, err)})
 		return
 	}
 	rec := res[0].Record
 	w.Header().Set("Location", topic+"/"+strconv.Itoa(int(rec.Partition))+"/"+strconv.FormatInt(rec.Offset, 10))
-	reply(w, http.StatusAccepted, response{Topic: topic, Partition: rec.Partition, Offset: rec.Offset, Handled: admitted})
+	reply(w, http.StatusAccepted, response{Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
+		Admitted: len(admitted), Handled: handled, Marked: mark})
 }
 
 // markLocalFirst sets the Wow header local_first to "true" in a message,

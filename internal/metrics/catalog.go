@@ -28,6 +28,8 @@ func Catalog() []Doc {
 	r.Commit(true)
 	r.Assigned(1)
 	r.Backoff()
+	r.Timeout()
+	r.Panic()
 	m.Executor(func() ExecutorSnapshot { return ExecutorSnapshot{} })
 	mfs, err := m.Registry.Gather()
 	if err != nil {

@@ -24,17 +24,18 @@ type Outcome uint8
 
 // Outcomes.
 const (
-	Handled      Outcome = iota // the handler acknowledged it
-	Retried                     // an attempt failed and will be retried (counted per retry)
-	DeadLettered                // written to the dead-letter topic after a final failure
-	Skipped                     // no handler wanted it, or the handler said skip
-	Unroutable                  // no key or unknown topic: could not be given to a handler
-	Dropped                     // abandoned on revoke or shutdown; redelivered later
-	Local                       // already handled when it was ingested (local first); acknowledged on return
+	Handled          Outcome = iota // the handler acknowledged it
+	Retried                         // an attempt failed and will be retried (counted per retry)
+	DeadLettered                    // written to the dead-letter topic after a final failure
+	Skipped                         // no handler wanted it, or the handler said skip
+	Unroutable                      // no key or unknown topic: could not be given to a handler
+	Dropped                         // abandoned on revoke or shutdown; redelivered later
+	Local                           // already handled when it was ingested (local first); acknowledged on return
+	DeadLetterFailed                // failed for good, and its dead-letter write was refused for good: committed past, logged as an error
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "skipped", "unroutable", "dropped", "local"}
+var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "skipped", "unroutable", "dropped", "local", "dead_letter_failed"}
 
 // String returns the label value.
 func (o Outcome) String() string { return outcomeNames[o] }
@@ -48,6 +49,8 @@ type Metrics struct {
 	commits         *prometheus.CounterVec
 	rebalances      *prometheus.CounterVec
 	backoffs        *prometheus.CounterVec
+	timeouts        *prometheus.CounterVec
+	panics          *prometheus.CounterVec
 	receivers       *receiverCollector
 }
 
@@ -59,7 +62,7 @@ func New(version string) *Metrics {
 		Registry: reg,
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "messages_total",
-			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, skipped, unroutable, dropped, local).",
+			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, skipped, unroutable, dropped, local, dead_letter_failed).",
 		}, []string{"dispatcher", "context", "outcome"}),
 		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "handler_duration_seconds",
@@ -78,6 +81,14 @@ func New(version string) *Metrics {
 			Namespace: Namespace, Name: "receiver_backoffs_total",
 			Help: "Times a receiver started backing off because most recent handler attempts failed.",
 		}, []string{"dispatcher", "context"}),
+		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "handler_timeouts_total",
+			Help: "Handler attempts not acknowledged within handler.timeout: each counts as a transient failure, and its late acknowledgement is ignored.",
+		}, []string{"dispatcher", "context", "handler"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "handler_panics_total",
+			Help: "Panics recovered from a handler: each fails its message permanently (class panic).",
+		}, []string{"dispatcher", "context", "handler"}),
 		receivers: newReceiverCollector(),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -85,7 +96,7 @@ func New(version string) *Metrics {
 		Help: "Always 1; the version label names the running build.",
 	}, []string{"version"})
 	buildInfo.WithLabelValues(version).Set(1)
-	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.receivers, buildInfo,
+	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.receivers, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -104,6 +115,8 @@ func (m *Metrics) Receiver(dispatcher, context, handlerType string, src Receiver
 	r.revoked = m.rebalances.WithLabelValues(dispatcher, context, "revoked")
 	r.lost = m.rebalances.WithLabelValues(dispatcher, context, "lost")
 	r.backoffs = m.backoffs.WithLabelValues(dispatcher, context)
+	r.timeouts = m.timeouts.WithLabelValues(dispatcher, context, handlerType)
+	r.panics = m.panics.WithLabelValues(dispatcher, context, handlerType)
 	if src != nil {
 		m.receivers.add(dispatcher, context, src)
 	}
@@ -122,6 +135,21 @@ type Receiver struct {
 	commitOK, commitErr prometheus.Counter
 	assigned, revoked   prometheus.Counter
 	lost, backoffs      prometheus.Counter
+	timeouts, panics    prometheus.Counter
+}
+
+// Timeout records a handler attempt that ran past its deadline.
+func (r *Receiver) Timeout() {
+	if r != nil {
+		r.timeouts.Inc()
+	}
+}
+
+// Panic records a panic recovered from a handler.
+func (r *Receiver) Panic() {
+	if r != nil {
+		r.panics.Inc()
+	}
 }
 
 // Backoff records that the receiver started backing off.

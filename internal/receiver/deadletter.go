@@ -33,17 +33,45 @@ const HeaderHandledBy = "wowd-handled-by"
 // maxErrorHeader bounds the error text carried in a dead-letter header.
 const maxErrorHeader = 1024
 
+// Headers of a dead letter whose record was too large for the dead-letter
+// topic: the record's value and headers are left out, the source position
+// says where to find them.
+const (
+	HeaderValueOmitted   = "wowd-dlq-value-omitted"   // the size in bytes of the value left out
+	HeaderHeadersOmitted = "wowd-dlq-headers-omitted" // the number of the record's headers left out
+)
+
+// deadLetterAttempts bounds the writes of one dead letter that the broker
+// or the client refuse. Retriable errors (a broker away, a leader moving)
+// never reach the receiver: the client retries them itself. What does is
+// refused for good unless someone acts (an ACL, a missing topic), so the
+// receiver retries with backoff for about a minute and then gives up, loudly,
+// rather than hold the partition forever.
+const deadLetterAttempts = 8
+
 // deadLetter writes j's record to the dead-letter topic and finishes it once
-// the broker acknowledged the write. A failed write is retried with backoff;
-// the source offset is never committed before the write succeeded.
+// the broker acknowledged the write; the source offset is never committed
+// before that. A record too large for the topic is written without its
+// value and headers (flagged in HeaderValueOmitted). A write refused
+// deadLetterAttempts times is given up: logged as an error with the record's
+// position, counted as dead_letter_failed, and committed past.
 func (r *Receiver) deadLetter(j *job) {
 	reason := j.failure.reason
 	if len(reason) > maxErrorHeader {
 		reason = reason[:maxErrorHeader]
 	}
 	src := j.rec
-	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+7)
-	hs = append(hs, src.Headers...)
+	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+9)
+	value := src.Value
+	if j.failure.stub {
+		value = nil
+		hs = append(hs,
+			kgo.RecordHeader{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(src.Value)))},
+			kgo.RecordHeader{Key: HeaderHeadersOmitted, Value: []byte(strconv.Itoa(len(src.Headers)))},
+		)
+	} else {
+		hs = append(hs, src.Headers...)
+	}
 	hs = append(hs,
 		kgo.RecordHeader{Key: HeaderSourceTopic, Value: []byte(src.Topic)},
 		kgo.RecordHeader{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(int(src.Partition)))},
@@ -56,27 +84,41 @@ func (r *Receiver) deadLetter(j *job) {
 	rec := &kgo.Record{
 		Topic:     r.o.DeadLetter.Topic(src.Topic),
 		Key:       src.Key,
-		Value:     src.Value,
+		Value:     value,
 		Headers:   hs,
 		Timestamp: src.Timestamp,
 	}
 	r.cl.Produce(j.p.ctx, rec, func(_ *kgo.Record, err error) {
-		if err == nil {
-			r.log.Warn("record dead-lettered", zap.String("topic", src.Topic), zap.Int32("partition", src.Partition),
-				zap.Int64("offset", src.Offset), zap.String("dead_letter_topic", rec.Topic),
-				zap.String("class", j.failure.class), zap.String("reason", reason))
+		at := []zap.Field{zap.String("topic", src.Topic), zap.Int32("partition", src.Partition),
+			zap.Int64("offset", src.Offset), zap.String("dead_letter_topic", rec.Topic)}
+		switch {
+		case err == nil:
+			r.log.Warn("record dead-lettered", append(at, zap.String("class", j.failure.class), zap.String("reason", reason),
+				zap.Bool("value_omitted", j.failure.stub))...)
 			j.finish(metrics.DeadLettered)
-			return
-		}
-		if j.p.ctx.Err() != nil {
+		case j.p.ctx.Err() != nil:
 			j.abandon()
-			return
+		case !j.failure.stub && (errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)):
+			// The record plus the provenance headers does not fit: write
+			// where it is and why, without its value and headers.
+			r.log.Warn("record too large for the dead-letter topic; writing its position and reason without its value and headers",
+				append(at, zap.Int("value_bytes", len(src.Value)), zap.Error(err))...)
+			j.failure.stub = true
+			r.deadLetter(j)
+		default:
+			j.tries++
+			if j.tries >= deadLetterAttempts {
+				r.log.Error("dead-letter write refused; giving up on the record and committing past it: it stays in its source topic at this position",
+					append(at, zap.Int("attempts", j.tries), zap.String("class", j.failure.class), zap.String("reason", reason),
+						zap.NamedError("write_error", err))...)
+				j.finish(metrics.DeadLetterFailed)
+				return
+			}
+			wait := backoff(j.tries, r.o.RetryBackoff)
+			r.log.Error("dead-letter write failed; retrying, the source offset stays uncommitted",
+				append(at, zap.Int("attempt", j.tries), zap.Int("of", deadLetterAttempts), zap.Duration("wait", wait), zap.Error(err))...)
+			j.after(wait, func() { r.deadLetter(j) })
 		}
-		j.tries++
-		wait := backoff(j.tries, r.o.RetryBackoff)
-		r.log.Error("dead-letter write failed; retrying, the source offset stays uncommitted",
-			zap.String("dead_letter_topic", rec.Topic), zap.Int("attempt", j.tries), zap.Duration("wait", wait), zap.Error(err))
-		j.after(wait, func() { r.deadLetter(j) })
 	})
 }
 

@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/metrics"
 )
 
 // dlqRecords reads every record of topic.
@@ -97,8 +99,9 @@ func TestFailedDeadLetterWriteBlocksTheCommit(t *testing.T) {
 		}
 		return nil
 	})
-	r := h.receiver("g-dlq-fail", hd, 16, func(o *Options) { o.RetryBackoff = 200 * time.Millisecond })
-	time.Sleep(3 * time.Second)
+	r := h.receiver("g-dlq-fail", hd, 16, func(o *Options) { o.RetryBackoff = time.Second })
+	waitUntil(t, 10*time.Second, "two refused writes", func() bool { return fault.Hits() >= 2 })
+	time.Sleep(200 * time.Millisecond) // commits run every 50ms
 	committed, _ := h.offsets("g-dlq-fail")
 	if committed[0] > 3 {
 		t.Fatalf("committed %d past the record whose dead-letter write failed", committed[0])
@@ -113,6 +116,100 @@ func TestFailedDeadLetterWriteBlocksTheCommit(t *testing.T) {
 	if n := len(dlqRecords(t, h.c, testTopic+".dlq", 1)); n != 1 {
 		t.Fatalf("%d dead letters, want 1", n)
 	}
+}
+
+// A dead-letter write refused for good (no permission on the topic) does not
+// hold the partition forever: after its attempts the record is given up,
+// counted and committed past.
+func TestDeadLetterWriteRefusedForGoodIsGivenUp(t *testing.T) {
+	h := newHarness(t, 1)
+	produce(t, h.c, testTopic, 10, 1)
+	fault := h.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic + ".dlq",
+		Err: kerr.TopicAuthorizationFailed, Count: -1})
+	hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		if m.Offset == 3 {
+			return handler.Classed(handler.Permanent, errors.New("rejected"))
+		}
+		return nil
+	})
+	m := metrics.New("test")
+	r := h.receiver("g-dlq-refused", hd, 16, func(o *Options) {
+		o.RetryBackoff = 20 * time.Millisecond
+		o.Metrics = m
+	})
+	waitUntil(t, 30*time.Second, "the commit to reach the end", func() bool { return h.committedAtEnd("g-dlq-refused") })
+	stop(t, r)
+	if hits := fault.Hits(); hits < deadLetterAttempts {
+		t.Fatalf("%d writes refused, want %d attempts before giving up", hits, deadLetterAttempts)
+	}
+	if n := outcomeCount(t, m, "dead_letter_failed"); n != 1 {
+		t.Fatalf("dead_letter_failed %v, want 1", n)
+	}
+}
+
+// A record too large for the dead-letter topic once the provenance headers
+// are added is dead-lettered without its value and headers, flagged.
+func TestDeadLetterTooLargeIsWrittenWithoutItsValue(t *testing.T) {
+	h := newHarness(t, 1)
+	if err := h.c.CreateTopic(testTopic+".dlq", 1, map[string]string{"max.message.bytes": "2000"}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 5000)
+	for i := range big {
+		big[i] = byte(rand.Uint32()) // incompressible: the topic's limit counts compressed batches
+	}
+	if err := cl.ProduceSync(context.Background(),
+		&kgo.Record{Topic: testTopic, Key: []byte("agg"), Value: big, Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t")}}},
+		&kgo.Record{Topic: testTopic, Key: []byte("agg"), Value: []byte("small")},
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		return handler.Classed(handler.Permanent, errors.New("rejected"))
+	})
+	r := h.receiver("g-dlq-large", hd, 16)
+	waitUntil(t, 30*time.Second, "the commit to reach the end", func() bool { return h.committedAtEnd("g-dlq-large") })
+	stop(t, r)
+	dl := dlqRecords(t, h.c, testTopic+".dlq", 2)
+	if len(dl) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dl))
+	}
+	stub, whole := dl[0], dl[1]
+	if len(stub.Value) != 0 || header(stub, HeaderValueOmitted) != "5000" || header(stub, HeaderHeadersOmitted) != "1" ||
+		header(stub, "trace") != "" || header(stub, HeaderSourceOffset) != "0" || string(stub.Key) != "agg" {
+		t.Fatalf("dead letter of the large record: value %d bytes, headers %v", len(stub.Value), stub.Headers)
+	}
+	if string(whole.Value) != "small" || header(whole, HeaderValueOmitted) != "" {
+		t.Fatalf("dead letter of the small record: value %q, headers %v", whole.Value, whole.Headers)
+	}
+}
+
+// outcomeCount returns wowd_messages_total for one outcome, summed.
+func outcomeCount(t *testing.T, m *metrics.Metrics, outcome string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != "wowd_messages_total" {
+			continue
+		}
+		for _, s := range mf.Metric {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					sum += s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }
 
 func TestSinkOutageBacksOffWithoutDeadLetters(t *testing.T) {

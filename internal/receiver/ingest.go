@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wowd/wowd/internal/metrics"
 )
 
 // ErrStopping is returned by Admit once the receiver stopped admitting.
@@ -14,24 +16,58 @@ var ErrStopping = errors.New("receiver stopping: not admitting")
 // Routes reports whether the receiver consumes topic.
 func (r *Receiver) Routes(topic string) bool { return r.routes[topic] != nil }
 
+// Admitted is a record admitted through Admit, on its way through its
+// mailbox.
+type Admitted struct {
+	w *localWait
+}
+
+// Done is closed once the record is finished (handled, skipped by a filter
+// or the handler, or dead-lettered) or given up (dropped because the
+// receiver stopped before it finished).
+func (a Admitted) Done() <-chan struct{} { return a.w.done }
+
+// Finished reports, once Done is closed, whether the record was finished
+// rather than given up.
+func (a Admitted) Finished() bool {
+	select {
+	case <-a.w.done:
+		return a.w.ok
+	default:
+		return false
+	}
+}
+
+// localWait is shared by an admitted record's job and the Admitted handed to
+// the caller. The job calls exactly one of finished and dropped, once.
+type localWait struct {
+	done chan struct{}
+	ok   bool // written before done is closed
+}
+
+func (w *localWait) finished(metrics.Outcome) { w.ok = true; close(w.done) }
+func (w *localWait) dropped()                 { close(w.done) }
+
 // Admit hands the receiver a record that did not come from Kafka (the
 // local-first ingest): it waits until the window has room (that is the
 // caller's backpressure) or ctx is done, then queues the record in its
-// aggregate's mailbox like a fetched one. It returns once the record is
-// admitted, not handled. Such records belong to no partition: nothing is
-// committed for them, and their copy published to Kafka is acknowledged
-// without handling when it comes back (see HeaderHandledBy).
-func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) error {
+// aggregate's mailbox like a fetched one, and returns. The returned
+// Admitted tells when the record is finished. Such records belong to no
+// partition: nothing is committed for them, and a copy published to Kafka
+// marked as handled (see HeaderHandledBy) is acknowledged without handling
+// when it comes back; the caller must mark a copy only once every receiver
+// it admitted the record to finished it.
+func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error) {
 	route := r.routes[rec.Topic]
 	if route == nil {
-		return errors.New("receiver does not consume " + rec.Topic)
+		return Admitted{}, errors.New("receiver does not consume " + rec.Topic)
 	}
 	if len(rec.Key) == 0 {
-		return errors.New("record has no key (the aggregate ID)")
+		return Admitted{}, errors.New("record has no key (the aggregate ID)")
 	}
 	for {
 		if r.stopping.Load() {
-			return ErrStopping
+			return Admitted{}, ErrStopping
 		}
 		n := r.inFlight.Load()
 		if n < r.window && r.inFlight.CompareAndSwap(n, n+1) {
@@ -39,22 +75,29 @@ func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) error {
 		}
 		select {
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return Admitted{}, context.Cause(ctx)
 		case <-time.After(time.Millisecond):
 		}
 	}
 	p := r.local
-	p.mu.Lock()
-	seq := p.tr.push(0, 0)
-	p.mu.Unlock()
 	p.pending.Add(1)
-	j := newJob(r, p, rec, seq)
+	w := &localWait{done: make(chan struct{})}
+	p.mu.Lock()
+	if p.closed.Load() {
+		p.mu.Unlock()
+		p.pending.Add(-1)
+		r.release()
+		return Admitted{}, ErrStopping
+	}
+	j := newJob(r, p, rec, p.tr.nextSeq())
+	p.tr.push(0, 0, j)
 	j.route, j.kind = route, route.Kind
 	j.msg.Context, j.msg.Aggregate, j.msg.Kind = route.Context, route.Aggregate, route.Kind
-	j.local = true
+	j.local = w
+	p.mu.Unlock()
 	if err := route.Group.Submit(j.msg.AggregateID, j); err != nil {
 		j.drop()
-		return ErrStopping
+		return Admitted{}, ErrStopping
 	}
-	return nil
+	return Admitted{w: w}, nil
 }

@@ -2,7 +2,9 @@ package receiver
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,22 +22,43 @@ import (
 
 // job is one record on its way through a mailbox to the handler. It is the
 // executor task and the handler's Completer.
+//
+// Jobs are pooled. What identifies one handler attempt is (job, token): the
+// token grows with every attempt and survives pooling, so an Ack of an
+// earlier attempt, or of an earlier record this job carried, never matches
+// again and is ignored (see arm and Complete).
 type job struct {
+	// token is odd while a handler attempt is armed (its outcome not taken
+	// yet) and even otherwise. Only arm increments it to odd, and only the
+	// first of Complete or the deadline watcher moves it on to even.
+	token atomic.Uint64
+	// attemptStart is when the armed attempt started (Receiver.since), for
+	// the deadline watcher. Written before the token is armed.
+	attemptStart atomic.Int64
+	jobState
+}
+
+// jobState is the part of a job that is reset when it goes back to the pool.
+type jobState struct {
 	r       *Receiver
 	p       *partition
 	rec     *kgo.Record
 	seq     int64
 	msg     handler.Message
 	res     executor.Resume
-	start   time.Duration // when the record's turn started, on the monotonic clock (see sinceEpoch)
-	tried   time.Duration // when the current handler attempt started, on the same clock
-	acked   atomic.Bool   // the handler's Ack was called for the current attempt
+	start   time.Duration // when the record's turn started (Receiver.since)
+	tried   time.Duration // when the current handler attempt started (Receiver.since)
 	failure failure       // why the record goes to the dead-letter path
 	tries   int           // attempts of the current step (handler or dead-letter write)
 	kind    handler.Kind
 	route   *Route
-	ws      *wowState // the decoded Wow message, made on first use; kept with the job to reuse its buffers
-	local   bool      // admitted through Admit (ingest), not fetched
+	ws      *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
+	local   *localWait // admitted through Admit (ingest), not fetched: told when the record is finished or given up
+	// kept is set when a try's outcome was taken from the handler (its
+	// deadline passed, or it panicked): the handler may still hold
+	// &msg, so the job must never carry another record. free leaves it
+	// to the garbage collector instead of the pool.
+	kept bool
 }
 
 // wowState is a job's Wow message: decoded, and as handlers see it. Apart
@@ -52,14 +75,8 @@ type failure struct {
 	class    string
 	reason   string
 	attempts int
+	stub     bool // the record is too large for the dead-letter topic: write it without value and headers
 }
-
-// epoch anchors sinceEpoch: time.Since reads only the monotonic clock, at
-// about half the cost of time.Now, which matters once per record.
-var epoch = time.Now()
-
-// sinceEpoch is a monotonic timestamp.
-func sinceEpoch() time.Duration { return time.Since(epoch) }
 
 var jobPool = sync.Pool{New: func() any { return new(job) }}
 
@@ -94,9 +111,15 @@ func headers(h []kgo.RecordHeader) []handler.Header {
 	return unsafe.Slice((*handler.Header)(unsafe.Pointer(unsafe.SliceData(h))), len(h))
 }
 
+// free returns the job to the pool. Its token is kept: late Acks of any of
+// its attempts keep failing their check. A job whose handler may still hold
+// its message (see kept) is not pooled.
 func (j *job) free() {
+	if j.kept {
+		return
+	}
 	ws := j.ws
-	*j = job{}
+	j.jobState = jobState{}
 	if ws != nil {
 		ws.pub = handler.Wow{} // no references into the record while pooled
 		j.ws = ws              // keep its buffers; Decode resets them
@@ -111,7 +134,7 @@ func (j *job) Run(res executor.Resume) executor.Status {
 		return executor.Done
 	}
 	j.res = res
-	j.start = sinceEpoch()
+	j.start = j.r.since()
 	j.tried = j.start
 	if j.admit() {
 		j.call()
@@ -125,7 +148,7 @@ func (j *job) Run(res executor.Resume) executor.Status {
 func (j *job) admit() bool {
 	r := j.r
 	for _, h := range j.rec.Headers {
-		if !j.local && h.Key == HeaderHandledBy && string(h.Value) == r.o.Service {
+		if j.local == nil && h.Key == HeaderHandledBy && string(h.Value) == r.o.Service {
 			j.finish(metrics.Local) // handled when it was ingested; this is its copy coming back
 			return false
 		}
@@ -209,26 +232,78 @@ func (j *job) reject(class string, err error) {
 
 // retry makes another attempt at a held message.
 func (j *job) retry() {
-	j.tried = sinceEpoch()
+	j.tried = j.r.since()
 	j.call()
 }
 
-func (j *job) call() {
-	j.acked.Store(false)
-	j.r.o.Handler.Handle(j.p.ctx, &j.msg, handler.NewAck(j, 0))
+// arm starts a handler attempt: it returns the attempt's token, which the
+// attempt's Ack carries.
+func (j *job) arm() uint64 {
+	j.attemptStart.Store(int64(j.tried))
+	return j.token.Add(1) // even to odd
 }
 
-// Complete implements handler.Completer: the handler's outcome.
-func (j *job) Complete(_ uint64, err error) {
-	if !j.acked.CompareAndSwap(false, true) {
-		return // a second acknowledgement: ignored
+// take claims the outcome of attempt token: it reports true to exactly one
+// caller per attempt, and false for any token but the armed one.
+func (j *job) take(token uint64) bool {
+	return token&1 == 1 && j.token.CompareAndSwap(token, token+1)
+}
+
+// call makes one handler attempt. A panic in the handler's Handle is
+// recovered here and becomes the attempt's outcome: a permanent failure of
+// class panic.
+func (j *job) call() {
+	r, token := j.r, j.arm()
+	at := j.position()
+	defer func() {
+		if v := recover(); v != nil {
+			err := handler.Recovered(v, debug.Stack())
+			if !j.take(token) {
+				// The handler reported an outcome before it panicked, and j
+				// may be finished and reused by now: only r and at are
+				// safe to use.
+				r.panicked(at, err)
+				return
+			}
+			j.kept = true // goroutines the handler started may still read the message
+			j.settle(err)
+		}
+	}()
+	r.o.Handler.Handle(j.p.ctx, &j.msg, handler.NewAck(j, token))
+}
+
+func (j *job) position() position {
+	return position{topic: j.rec.Topic, partition: j.rec.Partition, offset: j.rec.Offset}
+}
+
+// position is where a record is, for logs that outlive its job.
+type position struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+// Complete implements handler.Completer: the outcome of the attempt token.
+// Only the first outcome of the armed attempt counts; a second Ack, the Ack
+// of an earlier attempt and an Ack after the deadline are ignored.
+func (j *job) Complete(token uint64, err error) {
+	if !j.take(token) {
+		return
 	}
+	j.settle(err)
+}
+
+// settle acts on the outcome of the attempt whose outcome the caller took.
+func (j *job) settle(err error) {
 	r := j.r
 	if err == nil {
-		r.m.HandlerDuration(sinceEpoch() - j.start)
+		r.m.HandlerDuration(r.since() - j.start)
 		r.outcome(false)
 		j.finish(metrics.Handled)
 		return
+	}
+	if errors.Is(err, handler.ErrPanicked) {
+		r.panicked(j.position(), err)
 	}
 	class, _ := handler.Classify(err)
 	if class == handler.Transient {
@@ -236,13 +311,13 @@ func (j *job) Complete(_ uint64, err error) {
 	}
 	switch {
 	case class == handler.Skip:
-		r.m.HandlerDuration(sinceEpoch() - j.start)
+		r.m.HandlerDuration(r.since() - j.start)
 		j.finish(metrics.Skipped)
 	case j.p.ctx.Err() != nil:
 		// Revoked or shutting down: the failure may only be the cancellation.
 		// Not finished; the next owner gets it again.
 		j.abandon()
-	case !r.o.DeadLetter.Enabled || (class == handler.Transient && r.fails.overlapped(epoch.Add(j.tried))):
+	case !r.o.DeadLetter.Enabled || (class == handler.Transient && r.fails.overlapped(r.epoch.Add(j.tried))):
 		// Dead letters disabled, or a transient failure of an attempt made
 		// while the sink was down: dead-lettering would empty the stream
 		// into the dead-letter topic. Hold the message (not the worker) and
@@ -255,8 +330,12 @@ func (j *job) Complete(_ uint64, err error) {
 			zap.String("class", class.String()), zap.Int("attempt", j.tries), zap.Duration("wait", wait), zap.Error(err))
 		j.after(wait, j.retry)
 	default:
-		r.m.HandlerDuration(sinceEpoch() - j.start)
-		j.failure = failure{class: class.String(), reason: err.Error(), attempts: handler.Attempts(err)}
+		r.m.HandlerDuration(r.since() - j.start)
+		cls := class.String()
+		if errors.Is(err, handler.ErrPanicked) {
+			cls = "panic"
+		}
+		j.failure = failure{class: cls, reason: err.Error(), attempts: handler.Attempts(err)}
 		j.tries = 0
 		r.deadLetter(j)
 	}
@@ -282,11 +361,14 @@ func (j *job) after(d time.Duration, fn func()) {
 // finish marks the record done: it counts toward the commit watermark and
 // its mailbox moves on.
 func (j *job) finish(o metrics.Outcome) {
-	r, p, res := j.r, j.p, j.res
+	r, p, res, local := j.r, j.p, j.res, j.local
 	r.m.Count(o, 1)
 	r.done(p, j.seq)
 	inMailbox := res != (executor.Resume{})
 	j.free()
+	if local != nil {
+		local.finished(o)
+	}
 	if inMailbox {
 		res.Complete(o != metrics.Handled && o != metrics.Skipped)
 	}
@@ -305,11 +387,15 @@ func (j *job) abandon() {
 // drop releases a record that will not be finished (its partition went or
 // the executor is closing).
 func (j *job) drop() {
-	r, p := j.r, j.p
+	r, p, seq, local := j.r, j.p, j.seq, j.local
 	r.m.Count(metrics.Dropped, 1)
+	r.forget(p, seq)
 	p.pending.Add(-1)
 	r.release()
 	j.free()
+	if local != nil {
+		local.dropped()
+	}
 }
 
 // unroutable handles a record that no handler can take.
@@ -325,26 +411,8 @@ func (j *job) unroutable(reason string) {
 	r.deadLetter(j)
 }
 
-// done records the completion of seq in its incarnation.
-func (r *Receiver) done(p *partition, seq int64) {
-	var resume bool
-	p.mu.Lock()
-	if !p.isClosed() {
-		p.tr.complete(seq)
-		if p.spanPaused && p.tr.span() <= r.spanCap/2 {
-			p.spanPaused, resume = false, true
-		}
-	}
-	p.mu.Unlock()
-	if resume && !p.isClosed() {
-		r.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
-	}
-	p.pending.Add(-1)
-	r.release()
-}
-
-// backoff returns the wait before attempt n+1: exponential from 200ms with
-// full jitter, capped.
+// backoff returns the wait before attempt n+1: exponential from 200ms,
+// capped, with equal jitter (half of it fixed, half random).
 func backoff(n int, limit time.Duration) time.Duration {
 	d := 200 * time.Millisecond
 	for i := 1; i < n && d < limit; i++ {
@@ -355,8 +423,9 @@ func backoff(n int, limit time.Duration) time.Duration {
 }
 
 // Retrying is told by the handler that an attempt of m failed and will be
-// retried after wait.
+// retried after wait. The try's deadline starts again after the wait.
 func (r *Receiver) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
+	r.extend(m, wait)
 	r.outcome(true)
 	r.m.Count(metrics.Retried, 1)
 	r.log.Debug("handler attempt failed; retrying", zap.String("topic", m.Topic), zap.Int32("partition", m.Partition),
@@ -378,4 +447,18 @@ func (r *Receiver) outcome(failed bool) {
 		r.log.Info("handler attempts succeed again: backoff over, fetching resumes")
 		r.notify()
 	}
+}
+
+// panicked logs and counts a panic of the handler. The first panic of a
+// receiver is logged with its stack; later ones without, so a handler that
+// panics on every message cannot flood the log.
+func (r *Receiver) panicked(at position, err error) {
+	r.m.Panic()
+	fields := []zap.Field{zap.String("topic", at.topic), zap.Int32("partition", at.partition),
+		zap.Int64("offset", at.offset), zap.Error(err)}
+	var withStack interface{ PanicStack() []byte }
+	if errors.As(err, &withStack) && r.panicLogged.CompareAndSwap(false, true) {
+		fields = append(fields, zap.ByteString("stack", withStack.PanicStack()))
+	}
+	r.log.Error("handler panicked; the message fails permanently", fields...)
 }

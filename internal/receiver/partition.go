@@ -16,18 +16,35 @@ type partition struct {
 	ctx       context.Context // given to handlers; canceled on close
 	cancel    context.CancelFunc
 
-	mu         sync.Mutex // guards tr, seqBuf, spanPaused, first, hwm
-	tr         *tracker
-	seqBuf     []int64 // scratch for admitPartition
-	spanPaused bool    // paused on its own because tr.span() grew too long
-	first      int64   // first offset delivered in this incarnation, -1 before
-	hwm        int64   // high watermark seen on the last fetch
+	mu     sync.Mutex // guards tr, paused, first, hwm, and the change of closed
+	tr     *tracker
+	paused pauseReason // why the partition is paused on its own; paused in the client exactly while non-zero
+	first  int64       // first offset delivered in this incarnation, -1 before
+	hwm    int64       // high watermark seen on the last fetch
 
 	committed int64 // last offset committed by this incarnation; guarded by Receiver.commitMu
 
 	pending atomic.Int64 // records pushed, not finished or dropped
-	closed  atomic.Bool
+	// closed is set once, under mu, by Receiver.closePartition. Read without
+	// mu where a stale false only delays a drop; under mu where it decides
+	// whether the client may still be told to pause or resume.
+	closed atomic.Bool
 }
+
+// pauseReason is a set of reasons for a partition-level pause. The client's
+// pauses are not counted, so the receiver keeps the reasons and pauses the
+// partition when the first one appears, resumes it when the last one goes.
+type pauseReason uint8
+
+const (
+	// pauseSpan: the uncommitted span grew past spanCap (a record holds
+	// the commit while later ones finish).
+	pauseSpan pauseReason = 1 << iota
+	// pauseShare: the partition holds more than its share of the window
+	// while other partitions are assigned (a stuck aggregate with a
+	// backlog), so it alone stops instead of the whole receiver.
+	pauseShare
+)
 
 func newPartition(topic string, p int32) *partition {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -36,10 +53,83 @@ func newPartition(topic string, p int32) *partition {
 
 func (p *partition) isClosed() bool { return p.closed.Load() }
 
-// close ends the incarnation: queued records of it are dropped when their
-// turn comes, running handlers see their context canceled, late completions
-// are ignored.
-func (p *partition) close() {
-	p.closed.Store(true)
+// closePartition ends the incarnation p: its own pauses are lifted in the
+// client (pauses outlive assignments there), queued records of it are
+// dropped when their turn comes, running handlers see their context
+// canceled, late completions are ignored. Setting closed and lifting the
+// pause happen together under p.mu, and pausing only ever happens under
+// p.mu while p is open, so a pause never outlives its incarnation.
+func (r *Receiver) closePartition(p *partition) {
+	p.mu.Lock()
+	if !p.closed.Load() {
+		if p.paused != 0 && p.partition >= 0 {
+			r.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+		}
+		p.paused = 0
+		p.closed.Store(true)
+	}
+	p.mu.Unlock()
 	p.cancel()
+}
+
+// pauseLocked adds why to p's pause reasons, pausing p in the client if it
+// was not. Called with p.mu held; does nothing once p is closed.
+func (r *Receiver) pauseLocked(p *partition, why pauseReason) {
+	if p.closed.Load() || p.paused&why != 0 {
+		return
+	}
+	if p.paused == 0 {
+		r.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	}
+	p.paused |= why
+}
+
+// unpauseLocked removes why from p's pause reasons, resuming p in the client
+// when none is left. Called with p.mu held; does nothing once p is closed.
+func (r *Receiver) unpauseLocked(p *partition, why pauseReason) {
+	if p.closed.Load() || p.paused&why == 0 {
+		return
+	}
+	p.paused &^= why
+	if p.paused == 0 {
+		r.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	}
+}
+
+// done records the completion of seq in its incarnation and lifts the
+// partition's pauses that no longer hold.
+func (r *Receiver) done(p *partition, seq int64) {
+	lifted := false
+	p.mu.Lock()
+	if !p.closed.Load() {
+		p.tr.complete(seq)
+		if p.paused&pauseSpan != 0 && p.tr.span() <= r.spanCap/2 {
+			r.unpauseLocked(p, pauseSpan)
+			lifted = true
+		}
+		if p.paused&pauseShare != 0 && p.pending.Load()-1 <= r.shareCap()/2 {
+			r.unpauseLocked(p, pauseShare)
+			lifted = true
+		}
+	}
+	p.mu.Unlock()
+	if testHookDone != nil {
+		testHookDone(r, p, lifted)
+	}
+	p.pending.Add(-1)
+	r.release()
+}
+
+// testHookDone, when a test sets it, runs after done updated a partition,
+// with whether the update lifted one of its pauses.
+var testHookDone func(r *Receiver, p *partition, lifted bool)
+
+// forget detaches the job of seq from p's tracker without finishing the
+// record: the job was dropped and may be reused.
+func (r *Receiver) forget(p *partition, seq int64) {
+	p.mu.Lock()
+	if !p.closed.Load() {
+		p.tr.detach(seq)
+	}
+	p.mu.Unlock()
 }

@@ -10,7 +10,7 @@ import (
 
 // onAssigned starts a new incarnation of every assigned partition. kgo calls
 // it before fetching the partitions, and with an empty map at the start of
-// every group session.
+// every group session: the receiver is a member again.
 func (r *Receiver) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	r.joined.Store(true)
 	n := 0
@@ -19,12 +19,13 @@ func (r *Receiver) onAssigned(_ context.Context, _ *kgo.Client, assigned map[str
 		for _, p := range ps {
 			k := tp{topic, p}
 			if old := r.parts[k]; old != nil {
-				old.close() // a loss we were not told about
+				r.closePartition(old) // a loss we were not told about
 			}
 			r.parts[k] = newPartition(topic, p)
 			n++
 		}
 	}
+	r.nparts.Store(int32(len(r.parts)))
 	r.partsMu.Unlock()
 	if n > 0 {
 		r.m.Assigned(n)
@@ -50,9 +51,9 @@ func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 		}
 	}
 	for _, p := range gone {
-		p.close()
+		r.closePartition(p)
 	}
-	r.resumePartitions(gone)
+	r.recheckShares()
 	if len(gone) > 0 {
 		r.m.Revoked(len(gone))
 		r.log.Info("partitions revoked", zap.Any("partitions", revoked))
@@ -60,15 +61,17 @@ func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 }
 
 // onLost lets lost partitions go without committing: another member may
-// own them already.
+// own them already. kgo calls it whenever the group session ended in an
+// error: the receiver is not a member until its next assignment.
 func (r *Receiver) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	r.joined.Store(false)
 	r.commitMu.Lock()
 	defer r.commitMu.Unlock()
 	gone := r.take(lost)
 	for _, p := range gone {
-		p.close()
+		r.closePartition(p)
 	}
-	r.resumePartitions(gone)
+	r.recheckShares()
 	if len(gone) > 0 {
 		r.m.Lost(len(gone))
 		r.log.Warn("partitions lost; their unfinished records will be redelivered", zap.Any("partitions", lost))
@@ -89,6 +92,7 @@ func (r *Receiver) take(m map[string][]int32) []*partition {
 			}
 		}
 	}
+	r.nparts.Store(int32(len(r.parts)))
 	r.partsMu.Unlock()
 	return gone
 }
@@ -102,6 +106,21 @@ func (r *Receiver) active() []*partition {
 		ps = append(ps, p)
 	}
 	return ps
+}
+
+// recheckShares lifts the share pauses that no longer hold after the number
+// of assigned partitions changed (a partition alone may hold the whole
+// window).
+func (r *Receiver) recheckShares() {
+	limit := r.shareCap()
+	for _, p := range r.active() {
+		p.mu.Lock()
+		if p.paused&pauseShare != 0 && p.pending.Load() <= limit/2 {
+			r.unpauseLocked(p, pauseShare)
+		}
+		p.mu.Unlock()
+	}
+	r.notify()
 }
 
 // drain waits until the partitions have no unfinished records, or the revoke
@@ -122,25 +141,5 @@ func (r *Receiver) drain(ps []*partition) {
 			return
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-// resumePartitions lifts partition-level pauses of partitions that left:
-// pauses outlive rebalances in the client.
-func (r *Receiver) resumePartitions(ps []*partition) {
-	var m map[string][]int32
-	for _, p := range ps {
-		p.mu.Lock()
-		if p.spanPaused {
-			p.spanPaused = false
-			if m == nil {
-				m = make(map[string][]int32)
-			}
-			m[p.topic] = append(m[p.topic], p.partition)
-		}
-		p.mu.Unlock()
-	}
-	if m != nil {
-		r.cl.ResumeFetchPartitions(m)
 	}
 }

@@ -9,11 +9,31 @@
 // At most MaxInFlight records are unfinished (queued in a mailbox or
 // running). When the window is full the receiver pauses its topics and stops
 // polling; it polls again once at least a sixteenth of the window is free,
-// asking for no more records than are free. A partition whose uncommitted
-// span (records read since its committed offset) exceeds four windows, which
-// happens when one record is stuck while later ones finish, is paused on its
-// own until the span shrinks. The client's prefetch is bounded by its fetch
-// options, so memory is bounded by configuration, not by lag.
+// asking for no more records than are free. The client's prefetch is
+// bounded by its fetch options, so memory is bounded by configuration, not
+// by lag.
+//
+// Two limits keep one partition from holding up the others. A partition
+// whose uncommitted span (records read since its committed offset) exceeds
+// four windows, which happens when one record is stuck while later ones
+// finish, is paused on its own until the span halves. And while more than
+// one partition is assigned, no partition holds more than half of the
+// window: polls are sized so that one poll cannot take a partition past that
+// by more than a sixteenth of the window, and a partition that reaches it is
+// paused until half of its records finished. So a stuck aggregate whose
+// backlog piles up behind it pauses its partition, and the other partitions
+// keep the other half. Each such pause belongs to its partition's
+// incarnation: it is lifted, exactly once, when the incarnation ends.
+//
+// # Attempts and deadlines
+//
+// Every handler attempt carries a token (see job): an acknowledgement counts
+// only for the attempt it was given to, and only the first time. With a
+// HandlerTimeout, the deadline watcher looks at the records in a handler
+// every tenth of it: an attempt not acknowledged in time counts as a
+// transient failure, and its late acknowledgement is ignored. A panic in a
+// handler's Handle is recovered: the message fails permanently, with class
+// panic.
 //
 // # Rebalances
 //
@@ -23,15 +43,26 @@
 // only then lets the partition go; records still unfinished at the deadline
 // are dropped (their handler contexts canceled) and redelivered to the next
 // owner. On loss nothing is committed. Completions of an old incarnation are
-// ignored. Partition-level pauses are lifted when a partition goes.
+// ignored. Readiness follows the membership: a receiver is ready from its
+// first assignment until its membership is lost, and again from the next
+// assignment.
+//
+// # Shutdown
+//
+// Stop stops admitting, waits for unfinished records until its deadline,
+// commits every partition's finished prefix (partitions with unfinished
+// records included), and only then closes the partitions and leaves the
+// group.
 //
 // # Goroutines and locks
 //
-// The receiver owns two goroutines, the poll loop and the committer, both
-// stopped by Stop. commitMu serializes commits with the rebalance callbacks,
-// so offsets of a partition are never sent after its revoke returned.
-// partsMu guards the incarnation map. partition.mu guards a tracker. Lock
-// order: commitMu → partsMu → partition.mu.
+// The receiver owns three goroutines, the poll loop, the committer and the
+// deadline watcher, all stopped by Stop. commitMu serializes commits with
+// the rebalance callbacks, so offsets of a partition are never sent after
+// its revoke returned. partsMu guards the incarnation map. partition.mu
+// guards a tracker and the partition's pause state: the client is told to
+// pause or resume a partition only under its partition.mu. Lock order:
+// commitMu → partsMu → partition.mu.
 package receiver
 
 import (
@@ -81,6 +112,10 @@ type Options struct {
 	// RetryBackoff bounds the wait between attempts when a dead-letter write
 	// fails or dead letters are disabled: it grows from 200ms to this.
 	RetryBackoff time.Duration
+	// HandlerTimeout is the most time a handler attempt may take to be
+	// acknowledged; after it the attempt counts as a transient failure and
+	// its acknowledgement is ignored. 0 means no deadline.
+	HandlerTimeout time.Duration
 
 	Handler     handler.Handler
 	HandlerType string
@@ -116,13 +151,17 @@ type Receiver struct {
 	batch   int64
 	spanCap int
 
-	fails    streak // recent handler outcomes: backs off while a sink is down
+	epoch    time.Time // anchors since
+	fails    streak    // recent handler outcomes: backs off while a sink is down
 	inFlight atomic.Int64
+	nparts   atomic.Int32  // partitions assigned; written under partsMu
 	room     chan struct{} // poll loop wake-up: window space or a partition to resume
 	paused   atomic.Bool   // topics paused because the window is full
-	joined   atomic.Bool
-	stopping atomic.Bool // admission stopped: records polled from now on are not admitted
-	closing  atomic.Bool // revokes no longer wait: Stop already drained
+	joined   atomic.Bool   // a member of the group now: assigned since the last loss
+	stopping atomic.Bool   // admission stopped: records polled from now on are not admitted
+	closing  atomic.Bool   // revokes no longer wait: Stop already drained
+
+	panicLogged atomic.Bool // the stack of a handler panic was logged
 
 	commitMu sync.Mutex // serializes commits and rebalance callbacks
 
@@ -137,6 +176,8 @@ type Receiver struct {
 	pollDone   chan struct{}
 	commitStop chan struct{}
 	commitDone chan struct{}
+	watchStop  chan struct{} // stops the deadline watcher
+	watchDone  chan struct{}
 	started    bool
 	stopOnce   sync.Once
 	stopErr    error
@@ -173,12 +214,15 @@ func New(o Options) (*Receiver, error) {
 		window:     int64(o.MaxInFlight),
 		batch:      max(1, int64(o.MaxInFlight)/16),
 		spanCap:    4 * o.MaxInFlight,
+		epoch:      time.Now(),
 		room:       make(chan struct{}, 1),
 		parts:      make(map[tp]*partition),
 		local:      newPartition("", -1),
 		pollDone:   make(chan struct{}),
 		commitStop: make(chan struct{}),
 		commitDone: make(chan struct{}),
+		watchStop:  make(chan struct{}),
+		watchDone:  make(chan struct{}),
 	}
 	r.routes = make(map[string]*Route, len(o.Routes))
 	for t, rt := range o.Routes {
@@ -218,9 +262,15 @@ func (r *Receiver) Start() {
 	r.started = true
 	go r.pollLoop(ctx)
 	go r.commitLoop()
+	go r.watchDeadlines()
 }
 
-// Ready reports whether the receiver has joined its consumer group.
+// since returns the time since the receiver was made, on the monotonic
+// clock: cheaper than time.Now, which matters once per record.
+func (r *Receiver) since() time.Duration { return time.Since(r.epoch) }
+
+// Ready reports whether the receiver is a member of its consumer group:
+// assigned (possibly nothing) since it last lost its membership.
 func (r *Receiver) Ready() bool { return r.joined.Load() }
 
 // InFlight returns the number of unfinished records.
@@ -231,8 +281,8 @@ func (r *Receiver) InFlight() int { return int(r.inFlight.Load()) }
 func (r *Receiver) Client() *kgo.Client { return r.cl }
 
 // Stop stops admitting records, waits for unfinished ones until ctx is done,
-// commits, leaves the group and closes the client. Records not finished by
-// then are dropped and redelivered after the next start.
+// commits what finished, leaves the group and closes the client. Records not
+// finished by then are dropped and redelivered after the next start.
 func (r *Receiver) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() { r.stopErr = r.stop(ctx) })
 	return r.stopErr
@@ -259,14 +309,11 @@ func (r *Receiver) stop(ctx context.Context) error {
 	var errs []error
 	if n := r.inFlight.Load(); n > 0 {
 		errs = append(errs, fmt.Errorf("%d records unfinished at the shutdown deadline: dropped, to be redelivered", n))
-		r.partsMu.RLock()
-		for _, p := range r.parts {
-			p.close()
-		}
-		r.partsMu.RUnlock()
 	}
-	r.local.close()
 
+	// Commit what finished, in partitions with unfinished records too (their
+	// finished prefix), and only then close the partitions: what still runs
+	// is dropped and redelivered, what finished is not.
 	close(r.commitStop)
 	<-r.commitDone
 	r.commitMu.Lock()
@@ -274,14 +321,21 @@ func (r *Receiver) stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	r.closing.Store(true)
+	for _, p := range r.active() {
+		r.closePartition(p)
+	}
+	r.closePartition(r.local)
 	r.commitMu.Unlock()
+	close(r.watchStop)
+	<-r.watchDone
 
 	r.cl.Close() // leaves the group; the final revoke finds nothing left to do
 	r.partsMu.Lock()
 	for k, p := range r.parts {
-		p.close()
+		r.closePartition(p)
 		delete(r.parts, k)
 	}
+	r.nparts.Store(0)
 	r.partsMu.Unlock()
 	if len(errs) > 0 {
 		return fmt.Errorf("stopping receiver %s/%s: %w", r.o.Dispatcher, r.o.Context, errors.Join(errs...))
@@ -319,7 +373,7 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 				s.Lag += max(0, p.hwm-next)
 			}
 		}
-		if p.spanPaused {
+		if p.paused != 0 {
 			s.PausedPartitions++
 		}
 		p.mu.Unlock()
@@ -351,6 +405,31 @@ func (r *Receiver) release() {
 	if r.inFlight.Add(-1) == r.window-r.batch {
 		r.notify() // the window just got enough room to poll again
 	}
+}
+
+// shareCap is the most unfinished records one partition may hold: half the
+// window while other partitions are assigned, else all of it.
+func (r *Receiver) shareCap() int64 {
+	if r.nparts.Load() > 1 {
+		return max(r.batch, r.window/2)
+	}
+	return r.window
+}
+
+// pollRoom is the most records the next poll may take so that no unpaused
+// partition goes past its share of the window by more than a batch.
+func (r *Receiver) pollRoom() int64 {
+	limit := r.shareCap()
+	if limit >= r.window {
+		return r.window
+	}
+	var most int64
+	r.partsMu.RLock()
+	for _, p := range r.parts {
+		most = max(most, p.pending.Load())
+	}
+	r.partsMu.RUnlock()
+	return max(r.batch, limit-most)
 }
 
 func (r *Receiver) pollLoop(ctx context.Context) {
@@ -395,7 +474,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			r.cl.ResumeFetchTopics(r.topics...)
 			r.paused.Store(false)
 		}
-		fs := r.cl.PollRecords(ctx, int(free))
+		fs := r.cl.PollRecords(ctx, int(min(free, r.pollRoom())))
 		if fs.IsClientClosed() {
 			r.cl.AllowRebalance()
 			return
@@ -428,45 +507,55 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 		return
 	}
 	route := r.routes[fp.Topic]
+	n := int64(len(fp.Records))
+	p.pending.Add(n)
+	r.inFlight.Add(n)
+	// The partition's records go to the executor in one batch, in offset
+	// order; only the poll loop uses these buffers.
+	keys, tasks := r.keyBuf[:0], r.taskBuf[:0]
 	p.mu.Lock()
 	p.hwm = fp.HighWatermark
 	if p.first < 0 {
 		p.first = fp.Records[0].Offset
 	}
-	seqs := p.seqBuf[:0]
 	for _, rec := range fp.Records {
-		seqs = append(seqs, p.tr.push(rec.Offset, rec.LeaderEpoch))
+		j := newJob(r, p, rec, p.tr.nextSeq())
+		p.tr.push(rec.Offset, rec.LeaderEpoch, j)
+		if route != nil && len(rec.Key) > 0 {
+			j.route, j.kind = route, route.Kind
+			j.msg.Context, j.msg.Aggregate, j.msg.Kind = route.Context, route.Aggregate, route.Kind
+		}
+		tasks = append(tasks, j)
 	}
-	p.seqBuf = seqs
-	if !p.spanPaused && p.tr.span() > r.spanCap {
-		p.spanPaused = true
-		r.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	if p.paused&pauseSpan == 0 && p.tr.span() > r.spanCap {
+		r.pauseLocked(p, pauseSpan)
 		r.log.Info("partition paused: a record holds its commit while later ones finish (a slow or hot aggregate)",
 			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("span", p.tr.span()))
 	}
+	if p.paused&pauseShare == 0 && p.pending.Load() >= r.shareCap() {
+		r.pauseLocked(p, pauseShare)
+		r.log.Info("partition paused: it holds half the window while other partitions wait (a slow or stuck aggregate with a backlog)",
+			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int64("unfinished", p.pending.Load()))
+	}
 	p.mu.Unlock()
-	p.pending.Add(int64(len(fp.Records)))
-	r.inFlight.Add(int64(len(fp.Records)))
-	// The partition's records go to the executor in one batch, in offset
-	// order; only the poll loop uses these buffers.
-	keys, tasks := r.keyBuf[:0], r.taskBuf[:0]
-	for i, rec := range fp.Records {
-		j := newJob(r, p, rec, seqs[i])
+	// Records no handler can take are finished here; the rest go to their
+	// mailboxes.
+	routed := tasks[:0]
+	for _, t := range tasks {
+		j := t.(*job)
 		switch {
+		case j.route != nil:
+			keys, routed = append(keys, j.msg.AggregateID), append(routed, j)
 		case route == nil:
 			j.unroutable("no route for topic")
-		case len(rec.Key) == 0:
-			j.unroutable("record has no key (the aggregate ID)")
 		default:
-			j.route, j.kind = route, route.Kind
-			j.msg.Context, j.msg.Aggregate, j.msg.Kind = route.Context, route.Aggregate, route.Kind
-			keys, tasks = append(keys, j.msg.AggregateID), append(tasks, j)
+			j.unroutable("record has no key (the aggregate ID)")
 		}
 	}
 	if len(keys) > 0 {
-		n, err := route.Group.SubmitBatch(keys, tasks)
+		n, err := route.Group.SubmitBatch(keys, routed)
 		if err != nil {
-			for _, t := range tasks[n:] {
+			for _, t := range routed[n:] {
 				t.(*job).drop() // executor closing: not finished, redelivered later
 			}
 		}

@@ -429,9 +429,12 @@ func (r *Receiver) crash() {
 	<-r.pollDone
 	close(r.commitStop)
 	<-r.commitDone
+	close(r.watchStop)
+	<-r.watchDone
 	r.partsMu.Lock()
 	for k, p := range r.parts {
-		p.close()
+		p.closed.Store(true) // no final revoke, no lifted pause: the process is gone
+		p.cancel()
 		delete(r.parts, k)
 	}
 	r.partsMu.Unlock()

@@ -26,12 +26,17 @@ type entry struct {
 	offset int64
 	epoch  int32
 	done   bool
+	j      *job // the record's job until it finished or was dropped; for the deadline watcher
 }
 
 func newTracker() *tracker { return &tracker{ring: make([]entry, 64), last: -1} }
 
-// push records a delivered record and returns its sequence number.
-func (t *tracker) push(offset int64, epoch int32) int64 {
+// next returns the sequence number the next push will return.
+func (t *tracker) nextSeq() int64 { return t.headSeq + int64(t.n) }
+
+// push records a delivered record carried by j and returns its sequence
+// number (nextSeq before the call).
+func (t *tracker) push(offset int64, epoch int32, j *job) int64 {
 	if t.n == len(t.ring) {
 		ring := make([]entry, 2*len(t.ring))
 		for i := range t.n {
@@ -39,7 +44,7 @@ func (t *tracker) push(offset int64, epoch int32) int64 {
 		}
 		t.ring, t.head = ring, 0
 	}
-	t.ring[(t.head+t.n)%len(t.ring)] = entry{offset: offset, epoch: epoch}
+	t.ring[(t.head+t.n)%len(t.ring)] = entry{offset: offset, epoch: epoch, j: j}
 	t.n++
 	t.last = offset
 	return t.headSeq + int64(t.n) - 1
@@ -52,7 +57,8 @@ func (t *tracker) complete(seq int64) {
 	if i < 0 || i >= int64(t.n) {
 		return // not held: already popped, or from another incarnation
 	}
-	t.ring[(t.head+int(i))%len(t.ring)].done = true
+	e := &t.ring[(t.head+int(i))%len(t.ring)]
+	e.done, e.j = true, nil
 	for t.n > 0 {
 		e := &t.ring[t.head]
 		if !e.done {
@@ -63,6 +69,22 @@ func (t *tracker) complete(seq int64) {
 		t.head = (t.head + 1) % len(t.ring)
 		t.n--
 		t.headSeq++
+	}
+}
+
+// detach forgets the job of the record seq, which stays unfinished.
+func (t *tracker) detach(seq int64) {
+	if i := seq - t.headSeq; i >= 0 && i < int64(t.n) {
+		t.ring[(t.head+int(i))%len(t.ring)].j = nil
+	}
+}
+
+// jobs calls fn with the job of every unfinished record, oldest first.
+func (t *tracker) jobs(fn func(*job)) {
+	for i := range t.n {
+		if e := &t.ring[(t.head+i)%len(t.ring)]; !e.done && e.j != nil {
+			fn(e.j)
+		}
 	}
 }
 

@@ -3,12 +3,14 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap/zaptest"
@@ -226,4 +228,113 @@ func localCount(t *testing.T, rt *Runtime) float64 {
 		}
 	}
 	return n
+}
+
+// TestIngestNeverMarksWhatWasNotHandled: an ingested message is published
+// only once its local handling ended, and marked as handled only if it
+// finished. Here the instance stops while the handler still holds the
+// message: the copy goes out unmarked, and another instance of the service
+// handles it from Kafka. Nothing is lost.
+func TestIngestNeverMarksWhatWasNotHandled(t *testing.T) {
+	const topic = "wow.example.cart.event"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	started := make(chan struct{}, 1)
+	var holding handler.Registry
+	holding.Register(handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
+		return handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+			started <- struct{}{}
+			<-ctx.Done() // holds the message until the partition or the receiver goes
+			return ctx.Err()
+		}), nil
+	}})
+	a := startInstance(t, c, &holding)
+
+	type answer struct {
+		code int
+		body map[string]any
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := http.Post("http://"+a.MetricsAddr()+"/v1/messages/event", "application/json",
+			bytes.NewReader(event("held", "cart-held", "")))
+		if err != nil {
+			answered <- answer{code: -1}
+			return
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		answered <- answer{resp.StatusCode, body}
+	}()
+	<-started
+	if n := endOffset(t, c, topic); n != 0 {
+		t.Fatalf("%d records on %s while the message is still being handled locally: published too early", n, topic)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_ = a.Stop(ctx) // the deadline passes with the message unfinished
+	got := <-answered
+	if got.code != http.StatusAccepted || got.body["marked"] != false || got.body["handled_locally"] != float64(0) {
+		t.Fatalf("ingest answered %d %v, want 202, published unmarked", got.code, got.body)
+	}
+	recs := topicRecords(t, c, topic, 1)
+	if len(recs) != 1 {
+		t.Fatalf("%d records on %s, want the copy", len(recs), topic)
+	}
+	for _, h := range recs[0].Headers {
+		if h.Key == "wowd-handled-by" {
+			t.Fatalf("the copy is marked %s=%s although no receiver finished it", h.Key, h.Value)
+		}
+	}
+
+	cnt := &counter{n: map[string]int{}}
+	var counting handler.Registry
+	counting.Register(cnt.spec())
+	b := startInstance(t, c, &counting)
+	deadline := time.Now().Add(20 * time.Second)
+	for cnt.get("held") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the message was not handled by the other instance: lost")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopRT(t, b)
+}
+
+// endOffset returns the end offset of partition 0 of topic.
+func endOffset(t *testing.T, c *kfake.Cluster, topic string) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := ends.Lookup(topic, 0)
+	return o.Offset
+}
+
+// topicRecords reads want records of topic from the start.
+func topicRecords(t *testing.T, c *kfake.Cluster, topic string, want int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < want && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
 }

@@ -32,6 +32,10 @@ import (
 	"github.com/wowd/wowd/internal/receiver"
 )
 
+// ingestGrace is the least time ingest requests get to publish their
+// message once the receivers stopped, even past the shutdown deadline.
+const ingestGrace = 2 * time.Second
+
 // Runtime is a running wowd.
 type Runtime struct {
 	cfg       *config.Config
@@ -161,6 +165,7 @@ func (rt *Runtime) build(reg *handler.Registry) error {
 			Service:    cfg.Service,
 			Logger:     rt.log.Named("handler").With(zap.String("dispatcher", name), zap.String("handler", spec.Name)),
 			Observer:   obs,
+			Timeout:    d.Handler.Timeout,
 		})
 		if err != nil {
 			// Missing token files, unreadable certificates and the like: the
@@ -286,6 +291,7 @@ func (rt *Runtime) receiver(dispatcher string, d config.Dispatcher, ctxName stri
 		MaxInFlight:    cfg.Dispatch.MaxInFlight,
 		CommitInterval: cfg.Kafka.CommitInterval,
 		RevokeTimeout:  cfg.Kafka.RevokeTimeout,
+		HandlerTimeout: d.Handler.Timeout,
 		Handler:        h,
 		HandlerType:    d.Handler.Type,
 		Wow:            d.Format == "wow",
@@ -387,6 +393,21 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if rt.ingest != nil {
+		// The receivers stopped: ingested messages are handled or given up;
+		// let their requests publish them before the producer closes, for
+		// at least ingestGrace even past the deadline (a publish is one
+		// round trip; a caller that gets no answer must retry).
+		wait := ingestGrace
+		if d, ok := ctx.Deadline(); ok {
+			wait = max(wait, time.Until(d))
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+		if err := rt.ingest.Drain(dctx); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
 	if rt.ingestServer != nil {
 		if err := rt.ingestServer.Shutdown(ctx); err != nil {
 			_ = rt.ingestServer.Close()

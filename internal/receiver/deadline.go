@@ -1,0 +1,116 @@
+package receiver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/handler"
+)
+
+// ErrHandlerTimeout is the outcome of a handler attempt that was not
+// acknowledged within the handler timeout.
+var ErrHandlerTimeout = errors.New("handler did not acknowledge in time")
+
+// watchDeadlines fails the handler attempts that run past HandlerTimeout,
+// checking every tenth of it (at least every 10ms, at most every second).
+// It runs until Stop; without a timeout it only waits for Stop.
+func (r *Receiver) watchDeadlines() {
+	defer close(r.watchDone)
+	limit := r.o.HandlerTimeout
+	if limit <= 0 {
+		<-r.watchStop
+		return
+	}
+	t := time.NewTicker(min(max(limit/10, 10*time.Millisecond), time.Second))
+	defer t.Stop()
+	var late []lateAttempt
+	for {
+		select {
+		case <-r.watchStop:
+			return
+		case <-t.C:
+		}
+		late = r.overdue(late[:0], r.since()-limit)
+		for _, a := range late {
+			// Whoever takes the attempt's outcome first wins: the handler's
+			// Ack, or this. A job finished and reused meanwhile carries
+			// another token, so take fails.
+			if a.j.take(a.token) {
+				r.timedOut(a.j)
+			}
+		}
+		clear(late)
+	}
+}
+
+// lateAttempt is an attempt found running past its deadline.
+type lateAttempt struct {
+	j     *job
+	token uint64
+}
+
+// overdue appends the armed attempts that started before cutoff.
+func (r *Receiver) overdue(late []lateAttempt, cutoff time.Duration) []lateAttempt {
+	check := func(p *partition) {
+		p.mu.Lock()
+		if !p.closed.Load() {
+			p.tr.jobs(func(j *job) {
+				// The token first: attemptStart is written before the
+				// token is armed, so if the token read here is still
+				// armed when take succeeds, the start read after it
+				// belongs to that attempt.
+				token := j.token.Load()
+				if token&1 == 1 && time.Duration(j.attemptStart.Load()) < cutoff {
+					late = append(late, lateAttempt{j, token})
+				}
+			})
+		}
+		p.mu.Unlock()
+	}
+	for _, p := range r.active() {
+		check(p)
+	}
+	check(r.local)
+	return late
+}
+
+// timedOut settles an attempt that ran past its deadline: a transient
+// failure, like a timeout of the sink.
+func (r *Receiver) timedOut(j *job) {
+	r.m.Timeout()
+	r.log.Warn("handler did not acknowledge in time; the attempt counts as a transient failure and its late acknowledgement is ignored",
+		zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
+		zap.Duration("timeout", r.o.HandlerTimeout))
+	j.kept = true // the handler still has the message: never give the job another record
+	j.settle(handler.Classed(handler.Transient, fmt.Errorf("%w (timeout %v)", ErrHandlerTimeout, r.o.HandlerTimeout)))
+}
+
+// extend moves the deadline of m's armed attempt to HandlerTimeout after
+// wait from now: the handler reported a retry it makes after wait. Retries
+// are rare, so finding m's job by a scan of its partition is fine.
+func (r *Receiver) extend(m *handler.Message, wait time.Duration) {
+	if r.o.HandlerTimeout <= 0 {
+		return
+	}
+	start := int64(r.since() + wait)
+	scan := func(p *partition) {
+		if p == nil {
+			return
+		}
+		p.mu.Lock()
+		p.tr.jobs(func(j *job) {
+			if &j.msg == m && j.token.Load()&1 == 1 {
+				j.attemptStart.Store(start)
+			}
+		})
+		p.mu.Unlock()
+	}
+	r.partsMu.RLock()
+	p := r.parts[tp{m.Topic, m.Partition}]
+	r.partsMu.RUnlock()
+	scan(p)
+	scan(r.local)
+}

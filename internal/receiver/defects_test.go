@@ -1,0 +1,388 @@
+package receiver
+
+// Regression tests of defects found by review: each fails on the code
+// before its fix.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/metrics"
+)
+
+// at is a record's position.
+type at struct {
+	p int32
+	o int64
+}
+
+// produceAt writes one record per key to partition p of topic, in order.
+func produceAt(t testing.TB, c *kfake.Cluster, topic string, p int32, keys ...string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, len(keys))
+	for i, k := range keys {
+		recs[i] = &kgo.Record{Topic: topic, Partition: p, Key: []byte(k), Value: []byte(k)}
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// distinctKeys returns n keys named prefix-0, prefix-1, ...
+func distinctKeys(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + "-" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// counterValue sums the samples of the counter family name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.Metric {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// A plugin that acknowledges twice (an explicit call and a deferred one), or
+// calls the Ack of a message it was given earlier, must not complete
+// another record: the job that carried the earlier message is reused.
+func TestExtraAcksAreIgnored(t *testing.T) {
+	const records, keys = 3000, 40
+	h := newHarness(t, 4)
+	produce(t, h.c, testTopic, records, keys)
+	var (
+		mu      sync.Mutex // guards handled and prev
+		handled = map[at]int{}
+		prev    handler.Ack
+		total   atomic.Int64
+	)
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		mu.Lock()
+		handled[at{m.Partition, m.Offset}]++
+		stale := prev
+		prev = ack
+		mu.Unlock()
+		total.Add(1)
+		defer ack.Done(nil) // a second acknowledgement
+		ack.Done(nil)
+		stale.Done(nil) // the Ack of an earlier message, long acknowledged
+	})
+	r := h.receiver("g-extra-acks", hd, 64)
+	waitUntil(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-extra-acks") })
+	stop(t, r)
+	if n := r.InFlight(); n != 0 {
+		t.Fatalf("%d records in flight after every record finished: the window counters drifted", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	_, end := h.offsets("g-extra-acks")
+	for p, e := range end {
+		for o := range e {
+			if n := handled[at{p, o}]; n != 1 {
+				t.Fatalf("partition %d offset %d handled %d times, want once", p, o, n)
+			}
+		}
+	}
+}
+
+// The Ack of a failed attempt, called again while the retry runs, is not the
+// retry's outcome.
+func TestAckOfAnEarlierAttemptIsIgnored(t *testing.T) {
+	h := newHarness(t, 1)
+	produce(t, h.c, testTopic, 3, 3)
+	acks := make(chan handler.Ack, 2)
+	var calls atomic.Int64
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		if m.Offset != 0 {
+			ack.Done(nil)
+			return
+		}
+		if calls.Add(1) == 1 {
+			ack.Done(handler.Classed(handler.Transient, errors.New("503")))
+		}
+		acks <- ack // the retry is answered by the test
+	})
+	r := h.receiver("g-late-attempt", hd, 16, func(o *Options) {
+		o.DeadLetter.Enabled = false // held and retried
+		o.RetryBackoff = 200 * time.Millisecond
+	})
+	first, second := <-acks, <-acks
+	first.Done(nil) // late, and of the failed attempt
+	time.Sleep(300 * time.Millisecond)
+	if committed, _ := h.offsets("g-late-attempt"); committed[0] > 0 {
+		t.Fatalf("committed %d while the retry of offset 0 was unanswered: the first attempt's Ack was taken as its outcome", committed[0])
+	}
+	second.Done(nil)
+	waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-late-attempt") })
+	stop(t, r)
+}
+
+// A stop whose deadline passes with a record unfinished still commits what
+// finished before it, and everything of the other partitions.
+func TestStopCommitsWhatFinishedWhenSomethingIsUnfinished(t *testing.T) {
+	h := newHarness(t, 2)
+	produceAt(t, h.c, testTopic, 0, distinctKeys("a", 10)...)
+	produceAt(t, h.c, testTopic, 1, distinctKeys("b", 10)...)
+	var handled atomic.Int64
+	hung := make(chan handler.Ack, 1)
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		if m.Partition == 0 && m.Offset == 5 {
+			hung <- ack // not answered before the stop, not even on cancellation
+			return
+		}
+		handled.Add(1)
+		ack.Done(nil)
+	})
+	r := h.receiver("g-stop-commit", hd, 64, func(o *Options) { o.CommitInterval = time.Hour })
+	waitUntil(t, 10*time.Second, "the other 19 records handled", func() bool { return handled.Load() == 19 })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := r.Stop(ctx); err == nil || !strings.Contains(err.Error(), "1 records unfinished") {
+		t.Fatalf("Stop: %v, want the unfinished record reported", err)
+	}
+	committed, _ := h.offsets("g-stop-commit")
+	if committed[0] != 5 || committed[1] != 10 {
+		t.Fatalf("committed %v, want partition 0 at 5 (its unfinished record) and partition 1 at 10", committed)
+	}
+	(<-hung).Done(nil) // lets the executor close
+}
+
+// A span pause lifted by a completion that races the partition's loss must
+// not stay on the partition in the client once it is assigned back.
+func TestPauseEndsWithItsAssignment(t *testing.T) {
+	const records = 60
+	h := newHarness(t, 1)
+	keys := distinctKeys("k", records)
+	produceAt(t, h.c, testTopic, 0, keys...)
+	head := make(chan handler.Ack, 1)
+	var mu sync.Mutex
+	handled := map[int64]bool{}
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		mu.Lock()
+		handled[m.Offset] = true
+		mu.Unlock()
+		if m.Offset == 0 {
+			head <- ack // the head holds the commit while the others finish
+			return
+		}
+		ack.Done(nil)
+	})
+	r := h.receiver("g-pause-reassign", hd, 4) // span cap 16
+	waitUntil(t, 10*time.Second, "the span pause", func() bool { return r.Snapshot().PausedPartitions == 1 })
+	var once sync.Once
+	testHookDone = func(r *Receiver, p *partition, lifted bool) {
+		if !lifted {
+			return
+		}
+		once.Do(func() {
+			// The partition is lost and assigned back right after the
+			// completion lifted its pause, before anything else happened.
+			m := map[string][]int32{p.topic: {p.partition}}
+			r.onLost(context.Background(), r.cl, m)
+			r.onAssigned(context.Background(), r.cl, m)
+		})
+	}
+	t.Cleanup(func() { testHookDone = nil })
+	(<-head).Done(nil)
+	waitUntil(t, 10*time.Second, "every record handled after the partition came back", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == records
+	})
+	if paused := r.cl.PauseFetchPartitions(nil); len(paused) > 0 {
+		t.Fatalf("partitions still paused in the client: %v", paused)
+	}
+	stop(t, r)
+}
+
+// A panic in a handler fails its message permanently (dead-lettered with
+// class panic), and wowd keeps running: also when the panic happens in a
+// retry that handler.WithRetry makes from a timer's goroutine.
+func TestPanicFailsTheMessageNotTheProcess(t *testing.T) {
+	for _, name := range []string{"in Handle", "in a WithRetry retry"} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, 1)
+			produce(t, h.c, testTopic, 10, 10)
+			var handled atomic.Int64
+			var inner handler.Handler = handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+				if m.Offset == 3 {
+					panic("boom at offset 3")
+				}
+				handled.Add(1)
+				return nil
+			})
+			if name == "in a WithRetry retry" {
+				var tries atomic.Int64
+				first := inner
+				inner = handler.WithRetry(handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+					if m.Offset == 3 && tries.Add(1) == 1 {
+						ack.Done(errors.New("first try fails transiently"))
+						return
+					}
+					first.Handle(ctx, m, ack)
+				}), handler.RetryPolicy{MaxAttempts: 3, Initial: 10 * time.Millisecond})
+			}
+			m := metrics.New("test")
+			r := h.receiver("g-panic", inner, 16, func(o *Options) { o.Metrics = m })
+			waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-panic") })
+			stop(t, r)
+			dl := dlqRecords(t, h.c, testTopic+".dlq", 1)
+			if len(dl) != 1 || header(dl[0], HeaderErrorClass) != "panic" || header(dl[0], HeaderSourceOffset) != "3" ||
+				!strings.Contains(header(dl[0], HeaderErrorMessage), "boom at offset 3") {
+				t.Fatalf("dead letters %d, want offset 3 with class panic", len(dl))
+			}
+			if handled.Load() != 9 {
+				t.Fatalf("handled %d, want 9", handled.Load())
+			}
+			if n := counterValue(t, m.Registry, "wowd_handler_panics_total"); n != 1 {
+				t.Fatalf("wowd_handler_panics_total %v, want 1", n)
+			}
+		})
+	}
+}
+
+// A handler that never acknowledges fails its try at the deadline (a
+// transient failure: here dead-lettered, as nothing else failed); its late
+// acknowledgement is ignored. A try that reports a retry gets a new
+// deadline after the retry's wait.
+func TestHandlerTimeout(t *testing.T) {
+	h := newHarness(t, 1)
+	produce(t, h.c, testTopic, 6, 6)
+	late := make(chan handler.Ack, 1)
+	var rcv atomic.Pointer[Receiver]
+	var handled atomic.Int64
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		switch m.Offset {
+		case 2:
+			late <- ack // never answered in time
+		case 4:
+			// A try that takes 1.5 timeouts, but reports a retry after one
+			// half and answers within the next: no deadline passes.
+			go func() {
+				time.Sleep(150 * time.Millisecond)
+				rcv.Load().Retrying(m, 1, errors.New("503"), 100*time.Millisecond)
+				time.Sleep(300 * time.Millisecond)
+				handled.Add(1)
+				ack.Done(nil)
+			}()
+		default:
+			handled.Add(1)
+			ack.Done(nil)
+		}
+	})
+	m := metrics.New("test")
+	r := h.receiver("g-timeout", hd, 16, func(o *Options) {
+		o.HandlerTimeout = 300 * time.Millisecond
+		o.Metrics = m
+	})
+	rcv.Store(r)
+	waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-timeout") })
+	(<-late).Done(nil) // too late: ignored
+	stop(t, r)
+	if n := r.InFlight(); n != 0 {
+		t.Fatalf("%d records in flight after the late acknowledgement", n)
+	}
+	dl := dlqRecords(t, h.c, testTopic+".dlq", 1)
+	if len(dl) != 1 || header(dl[0], HeaderSourceOffset) != "2" || header(dl[0], HeaderErrorClass) != "transient" ||
+		!strings.Contains(header(dl[0], HeaderErrorMessage), "did not acknowledge in time") {
+		t.Fatalf("%d dead letters, want offset 2 failed by its deadline", len(dl))
+	}
+	if handled.Load() != 5 {
+		t.Fatalf("handled %d, want 5 (offset 4's try reported a retry in time)", handled.Load())
+	}
+	if n := counterValue(t, m.Registry, "wowd_handler_timeouts_total"); n != 1 {
+		t.Fatalf("wowd_handler_timeouts_total %v, want 1", n)
+	}
+}
+
+// Readiness follows the group membership: a member that lost it is not
+// ready until it joined again.
+func TestReadinessFollowsMembership(t *testing.T) {
+	h := newHarness(t, 2)
+	r := h.receiver("g-ready", newRecorder(), 16)
+	waitUntil(t, 10*time.Second, "ready", r.Ready)
+	// The next heartbeat says the member is gone, and joining again fails
+	// until the fault is removed.
+	join := h.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Err: kerr.CoordinatorNotAvailable, TopLevel: true, Count: -1})
+	h.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Err: kerr.UnknownMemberID, TopLevel: true})
+	waitUntil(t, 10*time.Second, "not ready after losing the membership", func() bool { return !r.Ready() })
+	join.Remove()
+	waitUntil(t, 30*time.Second, "ready again after joining", r.Ready)
+	stop(t, r)
+}
+
+// An aggregate whose first record is stuck, with a backlog behind it, pauses
+// its partition; the other partitions keep being handled.
+func TestStuckAggregateHoldsOnlyItsPartition(t *testing.T) {
+	const window = 32
+	h := newHarness(t, 4)
+	var hot []string
+	for i := range 200 {
+		if i%2 == 0 {
+			hot = append(hot, "hot") // half of the partition's traffic
+		} else {
+			hot = append(hot, "cold-"+strconv.Itoa(i))
+		}
+	}
+	produceAt(t, h.c, testTopic, 0, hot...)
+	stuck := make(chan handler.Ack, 1)
+	var others atomic.Int64
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		switch {
+		case m.Partition == 0 && m.Offset == 0:
+			stuck <- ack
+		case m.Partition != 0:
+			others.Add(1)
+			ack.Done(nil)
+		default:
+			ack.Done(nil)
+		}
+	})
+	r := h.receiver("g-stuck-hot", hd, window)
+	ack := <-stuck
+	waitUntil(t, 10*time.Second, "the hot aggregate's backlog to build up", func() bool {
+		return r.Snapshot().PausedPartitions > 0 || r.InFlight() >= window-2
+	})
+	for p := int32(1); p < 4; p++ {
+		produceAt(t, h.c, testTopic, p, distinctKeys("p"+strconv.Itoa(int(p)), 100)...)
+	}
+	waitUntil(t, 20*time.Second, "the other partitions handled while the aggregate is stuck", func() bool {
+		return others.Load() == 300
+	})
+	if s := r.Snapshot(); s.PausedPartitions != 1 || s.Paused {
+		t.Fatalf("paused partitions %d, receiver paused %v: want only the stuck partition", s.PausedPartitions, s.Paused)
+	}
+	ack.Done(nil)
+	waitUntil(t, 20*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-stuck-hot") })
+	stop(t, r)
+}
