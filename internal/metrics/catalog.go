@@ -30,6 +30,7 @@ func Catalog() []Doc {
 	r.Backoff()
 	r.Timeout()
 	r.Panic()
+	r.Rewind()
 	m.Executor(func() ExecutorSnapshot { return ExecutorSnapshot{} })
 	mfs, err := m.Registry.Gather()
 	if err != nil {

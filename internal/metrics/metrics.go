@@ -51,6 +51,7 @@ type Metrics struct {
 	backoffs        *prometheus.CounterVec
 	timeouts        *prometheus.CounterVec
 	panics          *prometheus.CounterVec
+	rewinds         *prometheus.CounterVec
 	receivers       *receiverCollector
 }
 
@@ -89,6 +90,10 @@ func New(version string) *Metrics {
 			Namespace: Namespace, Name: "handler_panics_total",
 			Help: "Panics recovered from a handler: each fails its message permanently (class panic).",
 		}, []string{"dispatcher", "context", "handler"}),
+		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "receiver_rewinds_total",
+			Help: "Times the Kafka client rewound a partition because the broker reported records it had read as lost (truncated): the partition is delivered again from wow.kafka.start-offset.",
+		}, []string{"dispatcher", "context"}),
 		receivers: newReceiverCollector(),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -96,7 +101,7 @@ func New(version string) *Metrics {
 		Help: "Always 1; the version label names the running build.",
 	}, []string{"version"})
 	buildInfo.WithLabelValues(version).Set(1)
-	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.receivers, buildInfo,
+	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.rewinds, m.receivers, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -117,6 +122,7 @@ func (m *Metrics) Receiver(dispatcher, context, handlerType string, src Receiver
 	r.backoffs = m.backoffs.WithLabelValues(dispatcher, context)
 	r.timeouts = m.timeouts.WithLabelValues(dispatcher, context, handlerType)
 	r.panics = m.panics.WithLabelValues(dispatcher, context, handlerType)
+	r.rewinds = m.rewinds.WithLabelValues(dispatcher, context)
 	if src != nil {
 		m.receivers.add(dispatcher, context, src)
 	}
@@ -136,6 +142,14 @@ type Receiver struct {
 	assigned, revoked   prometheus.Counter
 	lost, backoffs      prometheus.Counter
 	timeouts, panics    prometheus.Counter
+	rewinds             prometheus.Counter
+}
+
+// Rewind records a partition the client rewound after lost records.
+func (r *Receiver) Rewind() {
+	if r != nil {
+		r.rewinds.Inc()
+	}
 }
 
 // Timeout records a handler attempt that ran past its deadline.

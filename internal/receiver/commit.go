@@ -25,11 +25,19 @@ func (r *Receiver) commitLoop() {
 			return
 		case <-t.C:
 		}
-		r.commitMu.Lock()
+		if !r.commitMu.tryLock() {
+			continue // a revoke or the stop is committing: this tick has nothing to add
+		}
+		if r.rebalancing.Load() {
+			// The group is joining: the revoke committed, and a commit now
+			// would wait for the join or fail.
+			r.commitMu.unlock()
+			continue
+		}
 		if err := r.commitAll(context.Background()); err != nil {
 			r.log.Warn("periodic commit", zap.Error(err))
 		}
-		r.commitMu.Unlock()
+		r.commitMu.unlock()
 	}
 }
 
@@ -51,7 +59,7 @@ func (r *Receiver) commitParts(ctx context.Context, ps []*partition) error {
 		p.mu.Lock()
 		next, epoch, ok := p.tr.watermark()
 		p.mu.Unlock()
-		if !ok || next <= p.committed {
+		if !ok || next <= p.committed.Load() {
 			continue
 		}
 		if offsets[p.topic] == nil {
@@ -81,7 +89,7 @@ func (r *Receiver) commitParts(ctx context.Context, ps []*partition) error {
 					errs = append(errs, fmt.Errorf("%s[%d]: %w", t.Topic, rp.Partition, e))
 					continue
 				}
-				p.committed = offsets[t.Topic][rp.Partition].Offset
+				p.committed.Store(offsets[t.Topic][rp.Partition].Offset)
 			}
 		}
 	})
@@ -91,4 +99,24 @@ func (r *Receiver) commitParts(ctx context.Context, ps []*partition) error {
 	}
 	r.m.Commit(true)
 	return nil
+}
+
+// chanLock is a mutex whose waiters wait on a channel. commitMu is held
+// across a revoke's drain and commit round trips, seconds at worst: the
+// periodic committer can skip a tick instead of queueing behind it, and a
+// waiter is durably blocked in the sense of testing/synctest (a goroutine
+// waiting for a sync.Mutex is not, which would stop a simulated clock while
+// the holder sleeps).
+type chanLock chan struct{}
+
+func (l chanLock) lock()   { l <- struct{}{} }
+func (l chanLock) unlock() { <-l }
+
+func (l chanLock) tryLock() bool {
+	select {
+	case l <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }

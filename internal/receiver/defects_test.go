@@ -386,3 +386,70 @@ func TestStuckAggregateHoldsOnlyItsPartition(t *testing.T) {
 	waitUntil(t, 20*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-stuck-hot") })
 	stop(t, r)
 }
+
+// When the client rewinds a partition (the broker reported records it had
+// read as lost and the client reset it), the receiver starts a new
+// incarnation from the reset offset: the old one is closed, so its
+// finished prefix is never committed after the rewind (it may not describe
+// what the log holds now), its unfinished records are dropped, and
+// everything from the reset offset is delivered again. The poll is driven
+// by hand: kfake cannot truncate a log.
+func TestRewoundPartitionStartsOver(t *testing.T) {
+	h := newHarness(t, 1)
+	var mu sync.Mutex
+	var seen []int64
+	held := make(chan handler.Ack, 10)
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		mu.Lock()
+		seen = append(seen, m.Offset)
+		mu.Unlock()
+		if m.Offset == 3 {
+			held <- ack // unfinished when the rewind comes
+			return
+		}
+		ack.Done(nil)
+	})
+	m := metrics.New("test")
+	r := h.receiver("g-rewind", hd, 64, func(o *Options) { o.Metrics = m })
+	stop(t, r) // the hand-driven polls below need the poll loop out of the way
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	assigned := map[string][]int32{testTopic: {0}}
+	r.onAssigned(context.Background(), r.cl, assigned)
+	records := func(from, to int64) kgo.FetchTopicPartition {
+		fp := kgo.FetchTopicPartition{Topic: testTopic, FetchPartition: kgo.FetchPartition{Partition: 0, HighWatermark: 10}}
+		for o := from; o < to; o++ {
+			fp.Records = append(fp.Records, &kgo.Record{Topic: testTopic, Partition: 0, Offset: o, Key: []byte("k" + strconv.FormatInt(o, 10))})
+		}
+		return fp
+	}
+	r.admitPartition(records(0, 10))
+	waitUntil(t, 5*time.Second, "the first pass", func() bool { return r.InFlight() == 1 })
+	old := r.parts[tp{testTopic, 0}]
+	if wm, _, _ := old.tr.watermark(); wm != 3 {
+		t.Fatalf("watermark %d before the rewind, want 3", wm)
+	}
+	r.admitPartition(records(0, 10)) // the client went back to 0
+	if !old.isClosed() || r.parts[tp{testTopic, 0}] == old {
+		t.Fatal("the rewind did not start a new incarnation")
+	}
+	(<-held).Done(nil) // the old incarnation's record: its completion changes nothing now
+	(<-held).Done(nil)
+	waitUntil(t, 5*time.Second, "the second pass", func() bool { return r.InFlight() == 0 })
+	np := r.parts[tp{testTopic, 0}]
+	if wm, _, _ := np.tr.watermark(); wm != 10 {
+		t.Fatalf("watermark %d after the second pass, want 10", wm)
+	}
+	if wm, _, _ := old.tr.watermark(); wm != 3 {
+		t.Fatalf("the closed incarnation's watermark moved to %d", wm)
+	}
+	if n := counterValue(t, m.Registry, "wowd_receiver_rewinds_total"); n != 1 {
+		t.Fatalf("wowd_receiver_rewinds_total %v, want 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 20 {
+		t.Fatalf("%d deliveries, want every record twice: %v", len(seen), seen)
+	}
+	r.closePartition(np)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // partition is one incarnation of an owned partition: created on
@@ -15,6 +16,7 @@ type partition struct {
 	partition int32
 	ctx       context.Context // given to handlers; canceled on close
 	cancel    context.CancelFunc
+	since     time.Time // when the incarnation began
 
 	mu     sync.Mutex // guards tr, paused, first, hwm, and the change of closed
 	tr     *tracker
@@ -22,7 +24,9 @@ type partition struct {
 	first  int64       // first offset delivered in this incarnation, -1 before
 	hwm    int64       // high watermark seen on the last fetch
 
-	committed int64 // last offset committed by this incarnation; guarded by Receiver.commitMu
+	// committed is the last offset this incarnation committed, -1 before;
+	// written under Receiver.commitMu.
+	committed atomic.Int64
 
 	pending atomic.Int64 // records pushed, not finished or dropped
 	// closed is set once, under mu, by Receiver.closePartition. Read without
@@ -48,7 +52,9 @@ const (
 
 func newPartition(topic string, p int32) *partition {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &partition{topic: topic, partition: p, ctx: ctx, cancel: cancel, tr: newTracker(), first: -1, committed: -1}
+	pt := &partition{topic: topic, partition: p, ctx: ctx, cancel: cancel, since: time.Now(), tr: newTracker(), first: -1}
+	pt.committed.Store(-1)
+	return pt
 }
 
 func (p *partition) isClosed() bool { return p.closed.Load() }

@@ -13,6 +13,11 @@ import (
 // every group session: the receiver is a member again.
 func (r *Receiver) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	r.joined.Store(true)
+	r.rebalancing.Store(false)
+	select {
+	case r.settled <- struct{}{}:
+	default:
+	}
 	n := 0
 	r.partsMu.Lock()
 	for topic, ps := range assigned {
@@ -35,10 +40,14 @@ func (r *Receiver) onAssigned(_ context.Context, _ *kgo.Client, assigned map[str
 
 // onRevoked drains the revoked partitions within RevokeTimeout, commits
 // their watermarks and lets them go. Called with an empty map at the end of
-// a group session, where it flushes commits.
+// a group session, where it flushes commits. kgo calls onAssigned after
+// every revoke but the one of leaving the group, even with nothing new.
 func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	r.commitMu.Lock()
-	defer r.commitMu.Unlock()
+	// Set before taking commitMu: a periodic commit that takes it after
+	// this revoke returned must not run into the join that follows.
+	r.rebalancing.Store(true)
+	r.commitMu.lock()
+	defer r.commitMu.unlock()
 	gone := r.take(revoked)
 	if len(gone) > 0 && !r.closing.Load() {
 		r.drain(gone)
@@ -65,8 +74,9 @@ func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 // error: the receiver is not a member until its next assignment.
 func (r *Receiver) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	r.joined.Store(false)
-	r.commitMu.Lock()
-	defer r.commitMu.Unlock()
+	r.rebalancing.Store(true)
+	r.commitMu.lock()
+	defer r.commitMu.unlock()
 	gone := r.take(lost)
 	for _, p := range gone {
 		r.closePartition(p)

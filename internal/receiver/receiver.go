@@ -59,16 +59,20 @@
 // The receiver owns three goroutines, the poll loop, the committer and the
 // deadline watcher, all stopped by Stop. commitMu serializes commits with
 // the rebalance callbacks, so offsets of a partition are never sent after
-// its revoke returned. partsMu guards the incarnation map. partition.mu
+// its revoke returned; it is held across a revoke's drain and commit round
+// trips, so it is a channel (see chanLock). partsMu guards the incarnation map. partition.mu
 // guards a tracker and the partition's pause state: the client is told to
 // pause or resume a partition only under its partition.mu. Lock order:
 // commitMu → partsMu → partition.mu.
 package receiver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,12 +162,17 @@ type Receiver struct {
 	room     chan struct{} // poll loop wake-up: window space or a partition to resume
 	paused   atomic.Bool   // topics paused because the window is full
 	joined   atomic.Bool   // a member of the group now: assigned since the last loss
-	stopping atomic.Bool   // admission stopped: records polled from now on are not admitted
-	closing  atomic.Bool   // revokes no longer wait: Stop already drained
+	// rebalancing is set from a revoke or a loss until the next assignment:
+	// the group is (re)joining, and a commit would only wait for the join
+	// (kgo holds commits during JoinGroup and SyncGroup) or fail.
+	rebalancing atomic.Bool
+	settled     chan struct{} // signaled by every assignment
+	stopping    atomic.Bool   // admission stopped: records polled from now on are not admitted
+	closing     atomic.Bool   // revokes no longer wait: Stop already drained
 
 	panicLogged atomic.Bool // the stack of a handler panic was logged
 
-	commitMu sync.Mutex // serializes commits and rebalance callbacks
+	commitMu chanLock // serializes commits and rebalance callbacks
 
 	partsMu sync.RWMutex // guards parts
 	parts   map[tp]*partition
@@ -216,9 +225,11 @@ func New(o Options) (*Receiver, error) {
 		spanCap:    4 * o.MaxInFlight,
 		epoch:      time.Now(),
 		room:       make(chan struct{}, 1),
+		settled:    make(chan struct{}, 1),
 		parts:      make(map[tp]*partition),
 		local:      newPartition("", -1),
 		pollDone:   make(chan struct{}),
+		commitMu:   make(chanLock, 1),
 		commitStop: make(chan struct{}),
 		commitDone: make(chan struct{}),
 		watchStop:  make(chan struct{}),
@@ -313,11 +324,24 @@ func (r *Receiver) stop(ctx context.Context) error {
 
 	// Commit what finished, in partitions with unfinished records too (their
 	// finished prefix), and only then close the partitions: what still runs
-	// is dropped and redelivered, what finished is not.
+	// is dropped and redelivered, what finished is not. A rebalance under
+	// way is waited for first (until the deadline): commits made during
+	// one wait for it in the client anyway, or fail.
 	close(r.commitStop)
 	<-r.commitDone
-	r.commitMu.Lock()
-	if err := r.commitAll(context.WithoutCancel(ctx)); err != nil {
+	wait := time.NewTicker(10 * time.Millisecond)
+	for r.rebalancing.Load() && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-r.settled:
+		case <-wait.C:
+		}
+	}
+	wait.Stop()
+	r.commitMu.lock()
+	if r.rebalancing.Load() {
+		errs = append(errs, errors.New("final commit skipped: the group was still rebalancing at the deadline; what finished since the last commit is delivered again"))
+	} else if err := r.commitAll(context.WithoutCancel(ctx)); err != nil {
 		errs = append(errs, err)
 	}
 	r.closing.Store(true)
@@ -325,7 +349,7 @@ func (r *Receiver) stop(ctx context.Context) error {
 		r.closePartition(p)
 	}
 	r.closePartition(r.local)
-	r.commitMu.Unlock()
+	r.commitMu.unlock()
 	close(r.watchStop)
 	<-r.watchDone
 
@@ -390,6 +414,60 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		}
 	}
 	return s
+}
+
+// PartitionStatus is an owned partition as its receiver sees it.
+type PartitionStatus struct {
+	Topic     string
+	Partition int32
+	// Since is when this incarnation began: the partition's assignment, or
+	// the client's rewind of it.
+	Since time.Time
+	// Committed is the offset this assignment of the partition last
+	// committed, -1 before its first commit.
+	Committed int64
+	// Watermark is the offset after the longest finished prefix: what the
+	// next commit sends. -1 before a record of this assignment finished.
+	Watermark     int64
+	HighWatermark int64 // the partition's end as of the last fetch, -1 before
+	Unfinished    int64 // records read and not finished (queued or running)
+	Span          int   // records read since the watermark: finished or not
+	// Paused says why the partition is paused on its own: "" (not paused),
+	// "span", "share" or "span+share".
+	Paused string
+}
+
+// Partitions returns the status of every owned partition, sorted by topic
+// and partition.
+func (r *Receiver) Partitions() []PartitionStatus {
+	ps := r.active()
+	out := make([]PartitionStatus, 0, len(ps))
+	for _, p := range ps {
+		st := PartitionStatus{Topic: p.topic, Partition: p.partition, Since: p.since, Committed: p.committed.Load(),
+			Unfinished: p.pending.Load(), Watermark: -1, HighWatermark: -1}
+		p.mu.Lock()
+		if next, _, ok := p.tr.watermark(); ok {
+			st.Watermark = next
+		}
+		if p.hwm > 0 {
+			st.HighWatermark = p.hwm
+		}
+		st.Span = p.tr.span()
+		switch p.paused {
+		case pauseSpan:
+			st.Paused = "span"
+		case pauseShare:
+			st.Paused = "share"
+		case pauseSpan | pauseShare:
+			st.Paused = "span+share"
+		}
+		p.mu.Unlock()
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b PartitionStatus) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return out
 }
 
 // notify wakes the poll loop without blocking.
@@ -506,6 +584,12 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 		r.log.Warn("records of a partition not owned", zap.String("topic", fp.Topic), zap.Int32("partition", fp.Partition))
 		return
 	}
+	p.mu.Lock()
+	last := p.tr.last
+	p.mu.Unlock()
+	if first := fp.Records[0].Offset; last >= 0 && first <= last {
+		p = r.rewind(p, first, last)
+	}
 	route := r.routes[fp.Topic]
 	n := int64(len(fp.Records))
 	p.pending.Add(n)
@@ -563,4 +647,27 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 	clear(keys)
 	clear(tasks)
 	r.keyBuf, r.taskBuf = keys[:0], tasks[:0]
+}
+
+// rewind starts a new incarnation of p, whose client went back from last to
+// first: the broker reported that records the client had read were lost
+// (truncated), and the client reset the partition to wow.kafka's start
+// offset. The records read before the rewind may not be what the log holds
+// now, so their finished prefix is committed no more: the old incarnation
+// is closed (its unfinished records dropped), and the new one counts from
+// first. Everything from first is delivered again. It runs in the poll
+// loop, between a poll and AllowRebalance; it waits for a commit under way
+// so that none of the old incarnation can be sent after it.
+func (r *Receiver) rewind(p *partition, first, last int64) *partition {
+	r.log.Warn("the Kafka client rewound the partition (the broker reported lost records); delivering again from the reset offset",
+		zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int64("from", last), zap.Int64("to", first))
+	r.m.Rewind()
+	np := newPartition(p.topic, p.partition)
+	r.commitMu.lock()
+	r.partsMu.Lock()
+	r.parts[tp{p.topic, p.partition}] = np
+	r.partsMu.Unlock()
+	r.closePartition(p)
+	r.commitMu.unlock()
+	return np
 }
