@@ -7,7 +7,10 @@ CONFIG ?= configs/wowd.yaml
 BENCH_COUNT ?= 5
 HELM_VERSION ?= v3.22.0
 
-.PHONY: help build run dev test test-unit bench bench-e2e docs docker tools clean
+SEEDS ?= 200
+SOAK ?= 10m
+
+.PHONY: help build run dev test test-unit sim soak bench bench-e2e docs docker tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -27,6 +30,12 @@ test: ## the whole suite: gofmt, vet, unit and kfake tests with -race, the real-
 test-unit: ## everything but the real-Kafka suite
 	go vet ./...
 	go test -race -shuffle=on -timeout 20m ./...
+
+sim: ## the seeded fault simulation: the CI seeds, then SEEDS more (default 200)
+	go test -count=1 -timeout 60m ./test/sim -run TestSim -seeds $(SEEDS)
+
+soak: ## three wowd processes against a real broker under faults for SOAK (default 10m)
+	WOWD_SOAK=$(SOAK) go test -count=1 -timeout 90m ./test/realkafka -run TestSoak -v
 
 bench: ## executor benchmarks with their baselines in one run; ratios as in docs/benchmarks.md
 	go test -c -o bin/executor.test ./internal/executor

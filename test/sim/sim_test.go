@@ -1,0 +1,660 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/plugin/kzap"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/receiver"
+)
+
+var (
+	seedFlag  = flag.Uint64("seed", 0, "run only this seed (replays a failure)")
+	seedsFlag = flag.Int("seeds", 0, "run this many more seeds after the CI set (make sim SEEDS=N)")
+	logFlag   = flag.Bool("simlog", false, "log what the receivers log (verbose)")
+)
+
+// ciSeeds run in every `go test`: enough to cover every behaviour and fault
+// each time, well under CI's budget.
+var ciSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(runWithLeakCheck(m))
+}
+
+func runWithLeakCheck(m *testing.M) int {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return code
+}
+
+func TestSim(t *testing.T) {
+	seeds := ciSeeds
+	switch {
+	case *seedFlag != 0:
+		seeds = []uint64{*seedFlag}
+	case *seedsFlag > 0:
+		for i := range *seedsFlag {
+			seeds = append(seeds, 1000+uint64(i))
+		}
+	}
+	for _, seed := range seeds {
+		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { run(t, seed) })
+		})
+	}
+}
+
+// member is one wowd instance: its own executor, handler and receiver.
+type member struct {
+	id  int
+	net *memberNet
+	ex  *executor.Executor
+	r   *receiver.Receiver
+	m   *metrics.Metrics
+
+	crashed  atomic.Bool   // cut off for good: its process ends soon
+	stopping atomic.Bool   // claimed by the first stop (a channel, not a sync.Once, so that a second caller waits durably)
+	done     chan struct{} // closed once stopped and closed
+	ended    time.Time     // when it finished stopping; written before done is closed
+	quit     chan struct{} // stops the window sampler
+}
+
+// run is one simulation.
+func run(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	w := newWorld(seed)
+	w.parts = int32(2 + rng.IntN(5))
+	w.window = 16 << rng.IntN(3)
+	keys := 20 + rng.IntN(100)
+	records := 1500 + rng.IntN(2500)
+	chaos := time.Duration(20+rng.IntN(30)) * time.Second
+
+	var vn kfake.VirtualNetwork
+	w.vn = &vn
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(9092, 9093, 9094), kfake.ListenFn(vn.Listen),
+		kfake.SeedTopics(w.parts, topic), kfake.SeedTopics(w.parts, dlqTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.c = c
+	w.topicID = c.TopicInfo(topic).TopicID
+	w.watchCommits()
+
+	log := zap.NewNop()
+	if *logFlag {
+		log = zaptest.NewLogger(t)
+	}
+	var (
+		members []*member
+		nextID  int
+		stops   sync.WaitGroup // graceful stops and crashed members' ends running in the background
+	)
+	startMember := func() *member {
+		nextID++
+		m := newMember(t, w, nextID, log)
+		members = append(members, m)
+		w.event("member %d starts", m.id)
+		return m
+	}
+	live := func() []*member {
+		var out []*member
+		for _, m := range members {
+			select {
+			case <-m.done:
+			default:
+				if !m.net.isCut() && !m.crashed.Load() && !m.stopping.Load() {
+					out = append(out, m)
+				}
+			}
+		}
+		return out
+	}
+
+	// Traffic over the first part of the chaos.
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		produce(t, w, rand.New(rand.NewPCG(seed, 2)), records, keys, chaos*2/3)
+	}()
+
+	for range 1 + rng.IntN(2) {
+		startMember()
+	}
+	var faults []*kfake.FaultHandle
+	for deadline := time.Now().Add(chaos); time.Now().Before(deadline); {
+		time.Sleep(time.Duration(200+rng.IntN(2500)) * time.Millisecond)
+		kickGhosts(t, w, members)
+		ms := live()
+		switch a := rng.IntN(100); {
+		case a < 15 && len(ms) < 3:
+			startMember()
+		case a < 30 && len(ms) > 0:
+			m := ms[rng.IntN(len(ms))]
+			limit := time.Duration(rng.IntN(3000)) * time.Millisecond
+			w.event("member %d stops, deadline %v", m.id, limit)
+			stops.Add(1)
+			go func() {
+				defer stops.Done()
+				m.stop(t, w, limit, true)
+			}()
+		case a < 38 && len(ms) > 0:
+			m := ms[rng.IntN(len(ms))]
+			after := time.Duration(rng.IntN(15_000)) * time.Millisecond
+			w.event("member %d crashes (its process ends %v later)", m.id, after)
+			w.allow("a member crashed")
+			m.crashed.Store(true)
+			m.net.setCut(true)
+			stops.Add(1)
+			go func() {
+				defer stops.Done()
+				time.Sleep(after)
+				m.stop(t, w, time.Second, false)
+			}()
+		case a < 48 && len(ms) > 0:
+			m := ms[rng.IntN(len(ms))]
+			d := time.Duration(500+rng.IntN(12_000)) * time.Millisecond
+			w.event("member %d cut off the network for %v", m.id, d)
+			w.allow("a member was cut off")
+			m.net.setCut(true)
+			w.bg.Go(func() { // heal is harmless after the member stopped
+				time.Sleep(d)
+				if !m.crashed.Load() {
+					m.net.setCut(false)
+				}
+			})
+		case a < 58:
+			f := 0.2 + 0.6*rng.Float64()
+			d := time.Duration(500+rng.IntN(4000)) * time.Millisecond
+			w.event("%.0f%% of commits fail for %v", 100*f, d)
+			w.mu.Lock()
+			w.commitFail = f
+			w.mu.Unlock()
+			w.bg.Go(func() {
+				time.Sleep(d)
+				w.mu.Lock()
+				w.commitFail = 0
+				w.mu.Unlock()
+			})
+		case a < 68:
+			n := 1 + rng.IntN(4)
+			w.event("the next %d dead-letter writes are refused", n)
+			faults = append(faults, c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: dlqTopic,
+				Err: kerr.TopicAuthorizationFailed, Count: n}))
+		case a < 78:
+			p := int32(rng.IntN(int(w.parts)))
+			n := 1 + rng.IntN(5)
+			w.event("the next %d fetches of partition %d fail", n, p)
+			faults = append(faults, c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic,
+				Partitions: []int32{p}, Err: kerr.NotLeaderForPartition, Count: n}))
+		case a < 86:
+			w.event("group coordinators move")
+			c.RehashCoordinators()
+		case a < 94:
+			p := int32(rng.IntN(int(w.parts)))
+			node := int32(rng.IntN(3))
+			w.event("leader of partition %d moves to node %d", p, node)
+			if err := c.MoveTopicPartition(topic, p, node); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+
+	// Calm: the faults stop, the network heals, somebody is there.
+	w.event("calm")
+	w.mu.Lock()
+	w.commitFail = 0
+	w.mu.Unlock()
+	for _, f := range faults {
+		f.Remove()
+	}
+	for _, m := range members {
+		if !m.crashed.Load() {
+			m.net.setCut(false)
+		}
+	}
+	<-produced
+	if len(live()) == 0 {
+		startMember()
+	}
+	// Every partition must be committed to its end within a bounded time.
+	progress := time.Now().Add(2 * time.Minute)
+	for {
+		if len(live()) == 0 {
+			startMember() // the last one was still stopping when the calm began
+		}
+		kickGhosts(t, w, members)
+		committed := w.committed(t)
+		behind := ""
+		for p := range w.parts {
+			if committed[p] < w.end(p) {
+				behind = fmt.Sprintf("partition %d committed %d of %d", p, committed[p], w.end(p))
+				break
+			}
+		}
+		if behind == "" {
+			w.event("every partition committed to its end")
+			break
+		}
+		if time.Now().After(progress) {
+			w.violate("no progress within 2m after the faults stopped: %s; the group: %s", behind, describeGroup(c))
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	for _, m := range live() {
+		w.event("member %d stops", m.id)
+		m.stop(t, w, 30*time.Second, true)
+	}
+	stops.Wait()
+	for _, m := range members {
+		m.stop(t, w, time.Second, false) // members cut off and healed: never stopped otherwise
+	}
+	w.bg.Wait()
+	check(t, w, members)
+	c.Close()
+	if t.Failed() {
+		mix := w.behaviourMix()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records; chaos %v\nfirst tries: %s\nschedule:\n  %s",
+			seed, w.parts, w.window, keys, records, chaos, mix, strings.Join(w.events, "\n  "))
+		t.Logf("replay: go test ./test/sim -run TestSim -seed %d -v", seed)
+	}
+}
+
+func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
+	m := &member{
+		id:   id,
+		net:  &memberNet{vn: w.vn},
+		ex:   executor.New(executor.Options{Workers: 2}),
+		m:    metrics.New("sim"),
+		done: make(chan struct{}),
+		quit: make(chan struct{}),
+	}
+	r, err := receiver.New(receiver.Options{
+		Dispatcher: "projection", Context: "sim", Service: "sim", GroupID: group,
+		Routes:         map[string]receiver.Route{topic: {Context: "sim", Aggregate: "item", Kind: handler.KindEvent, Group: m.ex.Group(false)}},
+		MaxInFlight:    w.window,
+		CommitInterval: commitInterval,
+		RevokeTimeout:  revokeTimeout,
+		RetryBackoff:   2 * time.Second,
+		HandlerTimeout: handlerTimeout,
+		Handler:        &simHandler{w: w, member: id},
+		HandlerType:    "sim",
+		DeadLetter:     receiver.DeadLetter{Enabled: true, Topic: func(string) string { return dlqTopic }},
+		ClientOpts: []kgo.Opt{
+			kgo.SeedBrokers("127.0.0.1:9092"),
+			kgo.Dialer(m.net.dial),
+			kgo.ClientID("sim-" + strconv.Itoa(id)),
+			kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchMaxWait(200 * time.Millisecond),
+			kgo.SessionTimeout(sessionTimeout),
+			kgo.RebalanceTimeout(rebalanceTimeout),
+			kgo.HeartbeatInterval(500 * time.Millisecond),
+			kgo.Balancers(kgo.CooperativeStickyBalancer()),
+			kgo.WithHooks(deadLetterHook{w}),
+			kgo.WithLogger(kzap.New(log.Named("kgo").With(zap.Int("member", id)), kzap.Level(kgo.LogLevelInfo))),
+		},
+		Logger:  log.With(zap.Int("member", id)),
+		Metrics: m.m,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.r = r
+	r.Start()
+	go func() { // the window sampler; ends with the member
+		for {
+			select {
+			case <-m.quit:
+				return
+			case <-time.After(7 * time.Millisecond):
+			}
+			if n := r.InFlight(); n > w.window {
+				w.violate("member %d: %d records unfinished, window %d", id, n, w.window)
+			}
+		}
+	}()
+	return m
+}
+
+// stop stops the member within limit. A graceful stop (check set) must
+// commit at least the finished prefix its partitions reached before the
+// stop's deadline, unless its commits failed, it lost a partition meanwhile
+// or the group was rebalancing until the deadline.
+func (m *member) stop(t *testing.T, w *world, limit time.Duration, check bool) {
+	if m.stopping.CompareAndSwap(false, true) {
+		commitErrs, lost := m.counter("wowd_commits_total", "result", "error"), m.counter("wowd_rebalance_events_total", "event", "lost")
+		// The finished prefix is sampled while the stop drains, up to just
+		// before its deadline: watermarks only grow, and the final commit
+		// comes after the drain, so every sample is a lower bound of it.
+		deadline := time.Now().Add(limit)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		stopped := make(chan struct{})
+		reached := map[int32]int64{}
+		since := map[int32]time.Time{}
+		var sampled sync.WaitGroup
+		sampled.Go(func() {
+			for time.Now().Before(deadline.Add(-time.Millisecond)) {
+				for _, p := range m.r.Partitions() {
+					if !p.Since.Equal(since[p.Partition]) {
+						// A new incarnation (the client rewound the partition):
+						// the old one's finished prefix is no longer committed.
+						since[p.Partition], reached[p.Partition] = p.Since, -1
+					}
+					reached[p.Partition] = max(reached[p.Partition], p.Watermark)
+				}
+				select {
+				case <-stopped:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		})
+		err := m.r.Stop(ctx)
+		close(stopped)
+		sampled.Wait()
+		cancel()
+		if err != nil && !strings.Contains(err.Error(), "unfinished at the shutdown deadline") && !m.net.isCut() {
+			w.event("member %d stop: %v", m.id, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "final commit skipped") {
+			check = false // the group was rebalancing until the deadline: nothing could be committed
+		}
+		if check && !m.net.isCut() && m.counter("wowd_commits_total", "result", "error") == commitErrs &&
+			m.counter("wowd_rebalance_events_total", "event", "lost") == lost {
+			committed := w.committed(t)
+			for p, wm := range reached {
+				if wm > committed[p] {
+					w.mu.Lock()
+					log := w.commitLog[p][max(0, len(w.commitLog[p])-8):]
+					w.mu.Unlock()
+					w.violate("member %d stopped: partition %d committed at %d, but its finished prefix reached %d during the stop; last commits: %s",
+						m.id, p, committed[p], wm, strings.Join(log, ", "))
+				}
+			}
+		}
+		close(m.quit)
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := m.ex.Close(cctx); err != nil {
+			w.violate("member %d: %v", m.id, err)
+		}
+		ccancel()
+		for _, name := range []string{"dropped"} {
+			if m.counter("wowd_messages_total", "outcome", name) > 0 {
+				w.allow("records were dropped (" + name + ")")
+			}
+		}
+		if m.counter("wowd_rebalance_events_total", "event", "lost") > 0 {
+			w.allow("partitions were lost")
+		}
+		if m.counter("wowd_handler_timeouts_total", "", "") > 0 {
+			w.allow("a try passed its deadline")
+		}
+		if m.counter("wowd_receiver_rewinds_total", "", "") > 0 {
+			w.allow("the client rewound a partition")
+		}
+		m.ended = time.Now()
+		close(m.done)
+	}
+	<-m.done
+}
+
+// counter sums the samples of the counter family name whose label has the
+// value (all samples when label is empty).
+func (m *member) counter(name, label, value string) float64 {
+	mfs, err := m.m.Registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, s := range mf.Metric {
+			match := label == ""
+			for _, l := range s.GetLabel() {
+				match = match || l.GetName() == label && l.GetValue() == value
+			}
+			if match {
+				sum += s.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// produce writes records over keys aggregates, spread over d. Aggregate k
+// lives in partition k mod the partition count.
+func produce(t *testing.T, w *world, rng *rand.Rand, records, keys int, d time.Duration) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer cl.Close()
+	seq := make([]int, keys)
+	const batches = 40
+	for b := range batches {
+		var recs []*kgo.Record
+		for range records / batches {
+			k := rng.IntN(keys)
+			key := "agg-" + strconv.Itoa(k)
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(k) % w.parts, Key: []byte(key), Value: value(key, seq[k])})
+			seq[k]++
+		}
+		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Errorf("producing batch %d: %v", b, err)
+			return
+		}
+		w.mu.Lock()
+		for _, r := range recs {
+			w.ends[r.Partition] = max(w.ends[r.Partition], r.Offset+1)
+		}
+		w.mu.Unlock()
+		time.Sleep(d / batches)
+	}
+}
+
+func (w *world) end(p int32) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ends[p]
+}
+
+// committed returns the group's committed offsets.
+func (w *world) committed(t *testing.T) map[int32]int64 {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := map[int32]int64{}
+	for {
+		os, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
+		if err == nil || errors.Is(err, kerr.GroupIDNotFound) {
+			os.Each(func(o kadm.OffsetResponse) {
+				if o.Topic == topic {
+					out[o.Partition] = o.At
+				}
+			})
+			return out
+		}
+		time.Sleep(100 * time.Millisecond) // the coordinator moved: ask again
+	}
+}
+
+// check verifies the invariants of a finished run.
+func check(t *testing.T, w *world, members []*member) {
+	dl := readDeadLetters(t, w)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var missing, dups []string
+	nDups := 0
+	for p := range w.parts {
+		for o := range w.ends[p] {
+			at := pos{p, o}
+			if !w.finished[at] {
+				missing = append(missing, fmt.Sprintf("%d/%d", p, o))
+			}
+			if w.deadLetter[at] > 0 && dl[at] == 0 {
+				w.violateLocked("partition %d offset %d: a dead letter was acknowledged but is not in %s", p, o, dlqTopic)
+			}
+			if w.handled[at] > 1 {
+				nDups += w.handled[at] - 1
+				if len(dups) < 10 {
+					dups = append(dups, fmt.Sprintf("%d/%d ×%d", p, o, w.handled[at]))
+				}
+			}
+		}
+	}
+	if len(missing) > 0 {
+		w.violateLocked("%d records neither handled nor dead-lettered: %s", len(missing), strings.Join(first(missing, 10), ", "))
+	}
+	if nDups > 0 && len(w.allowances) == 0 {
+		w.violateLocked("%d duplicates though nothing allowed them: %s", nDups, strings.Join(dups, ", "))
+	}
+	for _, v := range w.violations {
+		t.Errorf("seed %d: %s", w.seed, v)
+	}
+	var allowed []string
+	for _, k := range sortedKeys(w.allowances) {
+		allowed = append(allowed, fmt.Sprintf("%s ×%d", k, w.allowances[k]))
+	}
+	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters",
+		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl))
+}
+
+func first(xs []string, n int) []string { return xs[:min(n, len(xs))] }
+
+// readDeadLetters returns the source positions of the records in the
+// dead-letter topic.
+func readDeadLetters(t *testing.T, w *world) map[pos]int {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext),
+		kgo.ConsumeTopics(dlqTopic), kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), dlqTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
+	got := map[int32]int64{}
+	out := map[pos]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		done := true
+		for p, e := range want {
+			done = done && got[p] >= e
+		}
+		if done || ctx.Err() != nil {
+			return out
+		}
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			got[r.Partition] = r.Offset + 1
+			var at pos
+			for _, h := range r.Headers {
+				switch h.Key {
+				case receiver.HeaderSourcePartition:
+					p, _ := strconv.Atoi(string(h.Value))
+					at.p = int32(p)
+				case receiver.HeaderSourceOffset:
+					at.o, _ = strconv.ParseInt(string(h.Value), 10, 64)
+				}
+			}
+			out[at]++
+		})
+	}
+}
+
+// describeGroup tells the group's state and who owns what, for reports.
+func describeGroup(c *kfake.Cluster) string {
+	gi := c.GroupInfo(group)
+	if gi == nil {
+		return "no group"
+	}
+	var ms []string
+	for _, m := range gi.Members {
+		ms = append(ms, fmt.Sprintf("%s %v", m.ClientID, m.Assignment[topic]))
+	}
+	return fmt.Sprintf("%s, generation %d, members: %s", gi.State, gi.Epoch, strings.Join(ms, "; "))
+}
+
+// kickGhosts removes from the group the members that have been gone for
+// more than a session timeout: instances cut off or ended that long ago.
+// Kafka expires such a member when its session times out. kfake does not
+// when the answer to the member's last JoinGroup could not be sent (the
+// connection was closed): such a member stays, holding its partitions,
+// forever. The sim does what the broker should, and says so in the schedule.
+func kickGhosts(t *testing.T, w *world, members []*member) {
+	gi := w.c.GroupInfo(group)
+	if gi == nil {
+		return
+	}
+	gone := map[string]bool{}
+	for _, m := range members {
+		select {
+		case <-m.done:
+			gone["sim-"+strconv.Itoa(m.id)] = time.Since(m.ended) > sessionTimeout+time.Second
+		default:
+			gone["sim-"+strconv.Itoa(m.id)] = m.net.cutFor() > sessionTimeout+time.Second
+		}
+	}
+	for _, gm := range gi.Members {
+		if !gone[gm.ClientID] {
+			continue
+		}
+		w.event("kfake kept %s in the group past its session timeout (a kfake gap): the sim removes it", gm.ClientID)
+		cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := kmsg.NewPtrLeaveGroupRequest()
+		req.Group = group
+		req.MemberID = gm.MemberID
+		lm := kmsg.NewLeaveGroupRequestMember()
+		lm.MemberID = gm.MemberID
+		req.Members = append(req.Members, lm)
+		if _, err := req.RequestWith(context.Background(), cl); err != nil {
+			t.Errorf("removing %s: %v", gm.ClientID, err)
+		}
+		cl.Close()
+	}
+}

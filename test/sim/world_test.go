@@ -1,0 +1,490 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/receiver"
+)
+
+const (
+	topic    = "wow.sim.item.event"
+	dlqTopic = topic + ".dlq"
+	group    = "sim.projection.sim"
+
+	// The receivers' timing: short, so that a run's simulated minute holds
+	// many rebalances.
+	sessionTimeout   = 6 * time.Second
+	rebalanceTimeout = 15 * time.Second
+	revokeTimeout    = 3 * time.Second
+	handlerTimeout   = 2 * time.Second
+	commitInterval   = 300 * time.Millisecond
+)
+
+// pos is a record's position in the topic.
+type pos struct {
+	p int32
+	o int64
+}
+
+// world is one run: the broker, the members, and what the handlers and the
+// broker observed. Its methods are safe for concurrent use.
+type world struct {
+	seed   uint64
+	parts  int32
+	window int
+	c      *kfake.Cluster
+	vn     *kfake.VirtualNetwork
+	topicID,
+	dlqID [16]byte
+
+	bg sync.WaitGroup // goroutines of handlers and timers the run started: waited for at its end
+
+	mu          sync.Mutex // guards everything below
+	crng        *rand.Rand // decides which commits fail; used under mu
+	ends        map[int32]int64
+	nextFirst   map[string]int // per key: the sequence number whose first delivery comes next
+	attempts    map[pos]int
+	deliveredTo map[pos][]int      // the members each try went to
+	commitLog   map[int32][]string // per partition: the commits the broker received
+	handled     map[pos]int        // successful acknowledgements made
+	finished    map[pos]bool       // handled, skipped by the handler, or dead-lettered
+	deadLetter  map[pos]int        // dead letters the broker acknowledged
+	prefix      map[int32]int64
+	commitFail  float64 // share of commit requests answered with an error
+	stale       handler.Ack
+	violations  []string
+	allowances  map[string]int // what happened that allows duplicates
+	events      []string       // the run's schedule, for the failure report
+}
+
+func newWorld(seed uint64) *world {
+	return &world{
+		seed:        seed,
+		crng:        rand.New(rand.NewPCG(seed, 7)),
+		ends:        map[int32]int64{},
+		nextFirst:   map[string]int{},
+		attempts:    map[pos]int{},
+		deliveredTo: map[pos][]int{},
+		commitLog:   map[int32][]string{},
+		handled:     map[pos]int{},
+		finished:    map[pos]bool{},
+		deadLetter:  map[pos]int{},
+		prefix:      map[int32]int64{},
+		allowances:  map[string]int{},
+	}
+}
+
+func (w *world) violate(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.violateLocked(format, args...)
+}
+
+func (w *world) violateLocked(format string, args ...any) {
+	if len(w.violations) < 50 {
+		w.violations = append(w.violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// allow records an event that allows duplicates.
+func (w *world) allow(what string) {
+	w.mu.Lock()
+	w.allowances[what]++
+	w.mu.Unlock()
+}
+
+func (w *world) event(format string, args ...any) {
+	w.mu.Lock()
+	w.events = append(w.events, fmt.Sprintf("%8.3fs ", float64(time.Since(start))/1e9)+fmt.Sprintf(format, args...))
+	w.mu.Unlock()
+}
+
+// start is the bubble's epoch: synctest starts every bubble at the same
+// instant.
+var start = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// finishLocked marks at finished and moves its partition's finished prefix.
+func (w *world) finishLocked(at pos) {
+	w.finished[at] = true
+	for w.finished[pos{at.p, w.prefix[at.p]}] {
+		w.prefix[at.p]++
+	}
+}
+
+// used keeps ack, already acknowledged, for a later handler that calls it
+// again: it must be ignored, whatever record its job carries by then.
+func (w *world) used(ack handler.Ack) {
+	w.mu.Lock()
+	w.stale = ack
+	w.mu.Unlock()
+}
+
+// succeeded records a successful handling, before its acknowledgement.
+func (w *world) succeeded(at pos) {
+	w.mu.Lock()
+	w.handled[at]++
+	w.finishLocked(at)
+	w.mu.Unlock()
+}
+
+// skipped records a message the handler skips, before its acknowledgement.
+func (w *world) skipped(at pos) {
+	w.mu.Lock()
+	w.finishLocked(at)
+	w.mu.Unlock()
+}
+
+// --- the broker ------------------------------------------------------------
+
+// watchCommits checks every commit the broker receives against what
+// finished, and fails a share of them while commit faults are on.
+func (w *world) watchCommits() {
+	w.c.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		w.c.KeepControl()
+		req := kr.(*kmsg.OffsetCommitRequest)
+		w.mu.Lock()
+		for _, t := range req.Topics {
+			if t.Topic != topic && t.TopicID != w.topicID {
+				continue
+			}
+			for _, p := range t.Partitions {
+				w.commitLog[p.Partition] = append(w.commitLog[p.Partition], fmt.Sprintf("%.3fs %s gen %d: %d",
+					float64(time.Since(start))/1e9, req.MemberID[:5], req.Generation, p.Offset))
+				if p.Offset > w.prefix[p.Partition] {
+					w.violateLocked("commit of partition %d at offset %d, but offset %d had not finished (member %s): %s",
+						p.Partition, p.Offset, w.prefix[p.Partition], req.MemberID, w.historyLocked(pos{p.Partition, w.prefix[p.Partition]}))
+				}
+			}
+		}
+		fail := w.commitFail > 0 && w.crng.Float64() < w.commitFail
+		if fail {
+			w.allowances["a commit failed"]++
+		}
+		w.mu.Unlock()
+		if !fail {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		resp.Version = req.Version
+		for _, t := range req.Topics {
+			rt := kmsg.NewOffsetCommitResponseTopic()
+			rt.Topic, rt.TopicID = t.Topic, t.TopicID
+			for _, p := range t.Partitions {
+				rp := kmsg.NewOffsetCommitResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.UnknownServerError.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+}
+
+// deadLetterHook marks the source of every dead letter the broker
+// acknowledged, just before the producing receiver hears of it.
+type deadLetterHook struct{ w *world }
+
+func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if err != nil || r.Topic != dlqTopic {
+		return
+	}
+	var at pos
+	for _, hd := range r.Headers {
+		switch hd.Key {
+		case receiver.HeaderSourcePartition:
+			p, _ := strconv.Atoi(string(hd.Value))
+			at.p = int32(p)
+		case receiver.HeaderSourceOffset:
+			at.o, _ = strconv.ParseInt(string(hd.Value), 10, 64)
+		}
+	}
+	h.w.mu.Lock()
+	h.w.deadLetter[at]++
+	h.w.finishLocked(at)
+	h.w.mu.Unlock()
+}
+
+// --- the network -----------------------------------------------------------
+
+// memberNet is one member's view of the in-memory network: it can be cut
+// off (every connection closed, every dial refused) and healed.
+type memberNet struct {
+	vn *kfake.VirtualNetwork
+
+	mu    sync.Mutex // guards cut, cutAt and conns
+	cut   bool
+	cutAt time.Time // when the current cut began
+	conns []net.Conn
+}
+
+var errCut = errors.New("network cut")
+
+func (n *memberNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	n.mu.Lock()
+	cut := n.cut
+	n.mu.Unlock()
+	if cut {
+		return nil, errCut
+	}
+	c, err := n.vn.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cut {
+		c.Close()
+		return nil, errCut
+	}
+	n.conns = append(n.conns, c)
+	return c, nil
+}
+
+func (n *memberNet) setCut(cut bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cut && !n.cut {
+		n.cutAt = time.Now()
+	}
+	n.cut = cut
+	if cut {
+		for _, c := range n.conns {
+			c.Close()
+		}
+		n.conns = nil
+	}
+}
+
+func (n *memberNet) isCut() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cut
+}
+
+// cutFor returns how long the member has been cut off, 0 if it is not.
+func (n *memberNet) cutFor() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.cut {
+		return 0
+	}
+	return time.Since(n.cutAt)
+}
+
+// --- the handler -----------------------------------------------------------
+
+// behaviour is what the handler does with one try of a message.
+type behaviour uint8
+
+const (
+	ackSync       behaviour = iota // handled, acknowledged in Handle
+	ackAsync                       // handled, acknowledged later from another goroutine
+	ackTwice                       // acknowledged, then acknowledged again
+	ackStale                       // acknowledged, then the Ack of an earlier message called again
+	failOnce                       // a transient error on the first try
+	failPermanent                  // a permanent error
+	skipIt                         // Skip
+	panicOnce                      // a panic on the first try
+	hangOnce                       // the first try hangs past the handler's deadline, then acknowledges
+	untilCancel                    // waits for its context's cancellation (a revoke) or a while
+	slow                           // handled, acknowledged after a long while
+)
+
+var behaviourNames = [...]string{"sync", "async", "twice", "stale", "fail-once", "permanent", "skip", "panic-once",
+	"hang-once", "until-cancel", "slow"}
+
+// mix is splitmix64 over the words: the handler's choices depend on the
+// seed and the message's position and try only.
+func mix(words ...uint64) uint64 {
+	var h uint64 = 0x9e3779b97f4a7c15
+	for _, w := range words {
+		h ^= w
+		h += 0x9e3779b97f4a7c15
+		h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9
+		h = (h ^ (h >> 27)) * 0x94d049bb133111eb
+		h ^= h >> 31
+	}
+	return h
+}
+
+func choose(seed uint64, at pos, attempt int) (behaviour, time.Duration) {
+	h := mix(seed, uint64(at.p), uint64(at.o), uint64(attempt))
+	d := time.Duration(1+(h>>20)%40) * time.Millisecond
+	switch r := h % 1000; {
+	case r < 560:
+		return ackSync, 0
+	case r < 720:
+		return ackAsync, d
+	case r < 760:
+		return ackTwice, 0
+	case r < 800:
+		return ackStale, d
+	case r < 840:
+		if attempt == 1 {
+			return failOnce, 0
+		}
+	case r < 860:
+		return failPermanent, 0
+	case r < 885:
+		return skipIt, 0
+	case r < 895:
+		if attempt == 1 {
+			return panicOnce, 0
+		}
+	case r < 905:
+		if attempt == 1 {
+			return hangOnce, handlerTimeout + d*10
+		}
+	case r < 930:
+		return untilCancel, 50 * d
+	default:
+		return slow, 5 * d
+	}
+	return ackSync, 0
+}
+
+// simHandler is one member's handler.
+type simHandler struct {
+	w      *world
+	member int
+}
+
+func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	w := h.w
+	at := pos{m.Partition, m.Offset}
+	key, seq, ok := parseValue(m.Value)
+	if !ok || key != string(m.Key) {
+		w.violate("member %d got a record it cannot read at %v: key %q value %q", h.member, at, m.Key, m.Value)
+	}
+	w.mu.Lock()
+	w.attempts[at]++
+	w.deliveredTo[at] = append(w.deliveredTo[at], h.member)
+	attempt := w.attempts[at]
+	switch next := w.nextFirst[key]; {
+	case seq == next:
+		w.nextFirst[key] = seq + 1
+	case seq > next:
+		w.violateLocked("aggregate %s: first delivery of #%d (partition %d offset %d) before #%d", key, seq, at.p, at.o, next)
+		w.nextFirst[key] = seq + 1
+	}
+	stale := w.stale
+	w.mu.Unlock()
+
+	b, d := choose(w.seed, at, attempt)
+	switch b {
+	case ackSync:
+		w.succeeded(at)
+		ack.Done(nil)
+		w.used(ack)
+	case ackAsync, slow:
+		w.bg.Go(func() {
+			time.Sleep(d)
+			w.succeeded(at)
+			ack.Done(nil)
+			w.used(ack)
+		})
+	case ackTwice:
+		w.succeeded(at)
+		defer ack.Done(nil)
+		ack.Done(nil)
+	case ackStale:
+		w.bg.Go(func() {
+			time.Sleep(d)
+			w.succeeded(at)
+			ack.Done(nil)
+			stale.Done(nil) // an Ack used before: its job may carry another record by now
+			w.used(ack)
+		})
+	case failOnce:
+		w.bg.Go(func() { ack.Done(handler.Classed(handler.Transient, errors.New("sim: 503"))) })
+	case failPermanent:
+		ack.Done(handler.Classed(handler.Permanent, errors.New("sim: 422")))
+	case skipIt:
+		w.skipped(at)
+		ack.Done(handler.Classed(handler.Skip, errors.New("sim: not wanted")))
+	case panicOnce:
+		panic(fmt.Sprintf("sim: panic at %v", at))
+	case hangOnce:
+		w.bg.Go(func() {
+			time.Sleep(d) // past the deadline: this acknowledgement is ignored
+			w.succeeded(at)
+			ack.Done(nil)
+		})
+	case untilCancel:
+		w.bg.Go(func() {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				ack.Done(ctx.Err())
+			case <-t.C:
+				w.succeeded(at)
+				ack.Done(nil)
+			}
+		})
+	}
+}
+
+// value is a record's value: its key and its sequence number within the
+// key.
+func value(key string, seq int) []byte { return []byte(key + "/" + strconv.Itoa(seq)) }
+
+func parseValue(v []byte) (key string, seq int, ok bool) {
+	k, s, found := strings.Cut(string(v), "/")
+	n, err := strconv.Atoi(s)
+	return k, n, found && err == nil
+}
+
+// summary of the behaviours chosen for the first tries of a run's records,
+// for the report.
+func (w *world) behaviourMix() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	counts := make([]int, len(behaviourNames))
+	for p := range w.parts {
+		for o := range w.ends[p] {
+			b, _ := choose(w.seed, pos{p, o}, 1)
+			counts[b]++
+		}
+	}
+	var parts []string
+	for i, n := range counts {
+		parts = append(parts, fmt.Sprintf("%s %d", behaviourNames[i], n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sortedKeys[K ~string | ~int32, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// historyLocked describes what happened to the record at so far.
+func (w *world) historyLocked(at pos) string {
+	var tries []string
+	for a := 1; a <= w.attempts[at]; a++ {
+		b, _ := choose(w.seed, at, a)
+		tries = append(tries, behaviourNames[b])
+	}
+	return fmt.Sprintf("tries [%s] by members %v, handled %d, dead letters %d", strings.Join(tries, " "), w.deliveredTo[at], w.handled[at], w.deadLetter[at])
+}
