@@ -14,8 +14,8 @@ import (
 	"github.com/wowd/wowd/configs"
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/daemon"
 	"github.com/wowd/wowd/internal/devbroker"
-	"github.com/wowd/wowd/internal/runtime"
 )
 
 func (a *app) runCmd() *cobra.Command {
@@ -49,8 +49,8 @@ func (a *app) serve(cfg *config.Config, extra func(ctx context.Context, log *zap
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	rt, err := runtime.New(cfg, a.reg, log, version())
-	var ce *runtime.ConfigError
+	rt, err := daemon.New(cfg, a.reg, log, version())
+	var ce *daemon.ConfigError
 	if errors.As(err, &ce) {
 		return configError(err)
 	}
@@ -116,7 +116,7 @@ after it stops.`,
 				}
 				cfg.Dev.Partitions = partitions
 			}
-			topics := runtime.Topics(cfg)
+			topics := daemon.Topics(cfg)
 			b, err := devbroker.Start(cfg.Kafka.BootstrapServers[0], cfg.Dev.Partitions, topics)
 			if err != nil {
 				return err
@@ -178,7 +178,7 @@ func (a *app) configCmd() *cobra.Command {
 				receivers += len(d.Contexts)
 			}
 			_, err = fmt.Fprintf(a.stdout, "%s: ok (%d dispatchers, %d receivers, %d topics)\n",
-				a.configPath(cmd), len(cfg.Dispatchers), receivers, len(runtime.Topics(cfg)))
+				a.configPath(cmd), len(cfg.Dispatchers), receivers, len(daemon.Topics(cfg)))
 			return err
 		},
 	}

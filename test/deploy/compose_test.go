@@ -14,9 +14,9 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/daemon"
 	_ "github.com/wowd/wowd/internal/handlers" // the built-in handler types, for config.Load
 	"github.com/wowd/wowd/internal/proctest"
-	"github.com/wowd/wowd/internal/runtime"
 )
 
 // composeFile is the part of a Compose file the test reads.
@@ -137,7 +137,7 @@ func TestCompose(t *testing.T) {
 	// kafka-init creates every topic wowd consumes and their dead-letter
 	// topics (wowd creates none); the producer writes to consumed topics.
 	script := strings.Join(words(c.Services["kafka-init"].Command), " ")
-	for _, topic := range runtime.Topics(cfg) {
+	for _, topic := range daemon.Topics(cfg) {
 		if !strings.Contains(script, topic+" ") && !strings.HasSuffix(script, topic) {
 			t.Errorf("kafka-init does not create %s", topic)
 		}
@@ -155,7 +155,7 @@ func TestCompose(t *testing.T) {
 		t.Errorf("producer command %v names no -topics", produce)
 	} else {
 		for _, topic := range strings.Split(produce[i+1], ",") {
-			if !slices.Contains(runtime.Topics(cfg), topic) {
+			if !slices.Contains(daemon.Topics(cfg), topic) {
 				t.Errorf("producer writes to %s, which wowd does not consume", topic)
 			}
 		}

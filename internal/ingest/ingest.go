@@ -1,13 +1,14 @@
-// Package admission holds the local-first ingest: a co-located producer
-// hands wowd a Wow message over HTTP; wowd admits it into its own mailboxes
-// at once, and once they handled it, publishes it to the message's topic
-// marked as handled here, so that when it comes back through a receiver of
-// this service it is acknowledged without being handled twice.
+// Package ingest holds the local-first ingest endpoint: a co-located
+// producer hands wowd a Wow message over HTTP; wowd admits it into its own
+// receivers' windows and mailboxes at once, and once they handled it,
+// publishes it to the message's topic marked as handled here, so that when
+// it comes back through a receiver of this service it is acknowledged
+// without being handled twice.
 //
-// The other admission decisions (runtime activity, local-first receipt of
-// fetched records, decoding and routing) are made per record by the
-// receivers, on the workers.
-package admission
+// The other decisions about a record (is the receiver stopping, was it
+// handled locally first, is it a valid Wow message of its topic, does the
+// dispatcher want it) are made per record by the receivers.
+package ingest
 
 import (
 	"context"

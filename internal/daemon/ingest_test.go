@@ -1,4 +1,4 @@
-package runtime
+package daemon
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ func event(id, aggID string, header string) []byte {
 		id, header, aggID, id, id, id)
 }
 
-func startInstance(t *testing.T, c *kfake.Cluster, reg *handler.Registry) *Runtime {
+func startInstance(t *testing.T, c *kfake.Cluster, reg *handler.Registry) *Daemon {
 	t.Helper()
 	cfg, err := config.Parse(fmt.Appendf(nil, `
 wow:
@@ -99,7 +99,7 @@ func post(t *testing.T, addr string, body []byte) int {
 	return resp.StatusCode
 }
 
-func stopRT(t *testing.T, rt *Runtime) {
+func stopRT(t *testing.T, rt *Daemon) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -208,7 +208,7 @@ func TestIngestHandledOnceLocallyFirst(t *testing.T) {
 	}
 }
 
-func localCount(t *testing.T, rt *Runtime) float64 {
+func localCount(t *testing.T, rt *Daemon) float64 {
 	t.Helper()
 	mfs, err := rt.Metrics().Registry.Gather()
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package runtime assembles wowd from its configuration and runs it: the
+// Package daemon assembles wowd from its configuration and runs it: the
 // shared executor, one handler per dispatcher, one receiver per dispatcher
 // and bounded context, and the metrics server.
 //
@@ -6,7 +6,7 @@
 // wait the quiet period, stop every receiver (no more admission, drain,
 // final commit, leave the group), close the handlers, close the executor,
 // stop the metrics server. One deadline, wow.shutdown.timeout, covers it all.
-package runtime
+package daemon
 
 import (
 	"context"
@@ -25,9 +25,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
-	"github.com/wowd/wowd/internal/admission"
 	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/ingest"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/receiver"
 )
@@ -36,8 +36,8 @@ import (
 // message once the receivers stopped, even past the shutdown deadline.
 const ingestGrace = 2 * time.Second
 
-// Runtime is a running wowd.
-type Runtime struct {
+// Daemon is a running wowd.
+type Daemon struct {
 	cfg       *config.Config
 	log       *zap.Logger
 	ex        *executor.Executor
@@ -47,7 +47,7 @@ type Runtime struct {
 	handlers  map[string]handler.Handler // by dispatcher
 	stopping  atomic.Bool
 
-	ingest       *admission.Ingest // nil unless wow.ingest.enabled
+	ingest       *ingest.Ingest // nil unless wow.ingest.enabled
 	ingestClient *kgo.Client
 	ingestServer *http.Server // when wow.ingest.listen is its own address
 	ingestLn     net.Listener
@@ -56,11 +56,11 @@ type Runtime struct {
 
 // New builds the runtime; nothing connects or listens until Start, except
 // the metrics listener, bound here so a taken port fails early.
-func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version string) (*Runtime, error) {
+func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version string) (*Daemon, error) {
 	if reg == nil {
 		reg = handler.Default()
 	}
-	rt := &Runtime{
+	rt := &Daemon{
 		cfg:      cfg,
 		log:      log,
 		metrics:  metrics.New(version),
@@ -101,7 +101,7 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 }
 
 // buildIngest sets up the local-first ingest endpoint.
-func (rt *Runtime) buildIngest() error {
+func (rt *Daemon) buildIngest() error {
 	cfg := rt.cfg
 	opts, err := ClientOptions(cfg.Kafka, cfg.Kafka.ClientID+"-ingest", rt.log, rt.metrics.Registry)
 	if err != nil {
@@ -112,22 +112,22 @@ func (rt *Runtime) buildIngest() error {
 		return fmt.Errorf("ingest producer: %w", err)
 	}
 	rt.ingestClient = cl
-	in := &admission.Ingest{
+	in := &ingest.Ingest{
 		Service:     cfg.Service,
 		TopicPrefix: cfg.Kafka.TopicPrefix,
-		Contexts:    make(map[string]admission.Context, len(cfg.Contexts)),
+		Contexts:    make(map[string]ingest.Context, len(cfg.Contexts)),
 		Producer:    cl,
 		Log:         rt.log.Named("ingest"),
 	}
 	for name, c := range cfg.Contexts {
-		in.Contexts[name] = admission.Context{Alias: c.Alias, Aggregates: c.Aggregates}
+		in.Contexts[name] = ingest.Context{Alias: c.Alias, Aggregates: c.Aggregates}
 	}
 	for _, r := range rt.receivers {
 		in.Receivers = append(in.Receivers, r)
 	}
 	rt.ingest = in
 	if cfg.Ingest.Listen == "" {
-		rt.server.Handle(admission.Path, in) // validated: metrics listen is set
+		rt.server.Handle(ingest.Path, in) // validated: metrics listen is set
 		return nil
 	}
 	ln, err := net.Listen("tcp", cfg.Ingest.Listen)
@@ -135,14 +135,14 @@ func (rt *Runtime) buildIngest() error {
 		return fmt.Errorf("wow.ingest.listen: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(admission.Path, in)
+	mux.Handle(ingest.Path, in)
 	rt.ingestLn = ln
 	rt.ingestServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return nil
 }
 
 // IngestAddr returns the address of the ingest endpoint's own listener, or "".
-func (rt *Runtime) IngestAddr() string {
+func (rt *Daemon) IngestAddr() string {
 	if rt.ingestLn == nil {
 		return ""
 	}
@@ -150,7 +150,7 @@ func (rt *Runtime) IngestAddr() string {
 }
 
 // build creates the handlers and receivers.
-func (rt *Runtime) build(reg *handler.Registry) error {
+func (rt *Daemon) build(reg *handler.Registry) error {
 	cfg := rt.cfg
 	for _, name := range slices.Sorted(maps.Keys(cfg.Dispatchers)) {
 		d := cfg.Dispatchers[name]
@@ -262,7 +262,7 @@ func set(names []string) map[string]bool {
 	return m
 }
 
-func (rt *Runtime) receiver(dispatcher string, d config.Dispatcher, ctxName string, bc config.Context, h handler.Handler, blocking bool) (*receiver.Receiver, error) {
+func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName string, bc config.Context, h handler.Handler, blocking bool) (*receiver.Receiver, error) {
 	cfg := rt.cfg
 	routes := make(map[string]receiver.Route)
 	for _, agg := range aggregates(d, bc) {
@@ -312,10 +312,10 @@ func (rt *Runtime) receiver(dispatcher string, d config.Dispatcher, ctxName stri
 }
 
 // Metrics returns the runtime's metrics.
-func (rt *Runtime) Metrics() *metrics.Metrics { return rt.metrics }
+func (rt *Daemon) Metrics() *metrics.Metrics { return rt.metrics }
 
 // MetricsAddr returns the address the metrics server listens on, or "".
-func (rt *Runtime) MetricsAddr() string {
+func (rt *Daemon) MetricsAddr() string {
 	if rt.server == nil {
 		return ""
 	}
@@ -323,7 +323,7 @@ func (rt *Runtime) MetricsAddr() string {
 }
 
 // Start serves metrics and starts consuming.
-func (rt *Runtime) Start() {
+func (rt *Daemon) Start() {
 	if rt.server != nil {
 		rt.server.Start()
 	}
@@ -346,7 +346,7 @@ func (rt *Runtime) Start() {
 
 // Ready reports whether every receiver has joined its group; while stopping
 // it reports not ready.
-func (rt *Runtime) Ready() (bool, string) {
+func (rt *Daemon) Ready() (bool, string) {
 	if rt.stopping.Load() {
 		return false, "stopping"
 	}
@@ -363,7 +363,7 @@ func (rt *Runtime) Ready() (bool, string) {
 }
 
 // Stop shuts down in order within ctx: see the package documentation.
-func (rt *Runtime) Stop(ctx context.Context) error {
+func (rt *Daemon) Stop(ctx context.Context) error {
 	rt.stopping.Store(true)
 	if q := rt.cfg.Shutdown.QuietPeriod; q > 0 {
 		rt.log.Info("quiet period before stopping", zap.Duration("quiet_period", q))
@@ -435,7 +435,7 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 	return err
 }
 
-func (rt *Runtime) closeHandlers(ctx context.Context) error {
+func (rt *Daemon) closeHandlers(ctx context.Context) error {
 	var errs []error
 	for name, h := range rt.handlers {
 		if c, ok := h.(handler.Closer); ok {
@@ -448,7 +448,7 @@ func (rt *Runtime) closeHandlers(ctx context.Context) error {
 }
 
 // abort releases what New built before failing.
-func (rt *Runtime) abort() {
+func (rt *Daemon) abort() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, r := range rt.receivers {
