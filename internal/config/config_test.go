@@ -14,7 +14,7 @@ import (
 	"github.com/wowd/wowd/internal/config"
 )
 
-const testdata = "../../configs/testdata/"
+const testdata = "testdata/"
 
 const minimalYAML = `
 wow:
