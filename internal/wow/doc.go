@@ -1,7 +1,9 @@
 // Package wow knows what services built on the Wow framework (Ahoo-Wang/Wow)
 // put on Kafka and where: the bounded-context metadata that names the topics,
-// and the JSON messages on them. It knows nothing of Kafka clients, config
-// files or handlers.
+// and the JSON messages on them. It knows nothing of Kafka clients or config
+// files. Of the handler SDK it uses only the message kinds (handler.Kind,
+// as [Kind]), so that a kind means the same in both and never needs a
+// conversion; it calls no handler.
 //
 // # Metadata
 //
