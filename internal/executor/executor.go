@@ -176,18 +176,6 @@ func New(o Options) *Executor {
 	return e
 }
 
-var (
-	sharedOnce sync.Once
-	shared     *Executor
-)
-
-// Shared returns a process-wide executor with default options, for tests and
-// library use. It is never closed.
-func Shared() *Executor {
-	sharedOnce.Do(func() { shared = New(Options{}) })
-	return shared
-}
-
 // Group is a namespace of keys, typically one per dispatcher and aggregate
 // type: equal keys of different groups are different mailboxes.
 type Group struct {
@@ -663,20 +651,6 @@ func (e *Executor) Stats() Stats {
 	return s
 }
 
-// Finished returns the number of tasks that completed, successfully or not.
-// It takes no lock.
-func (e *Executor) Finished() uint64 {
-	var n uint64
-	for _, w := range e.workers {
-		n += w.completed.Load()
-	}
-	for i := range e.shards {
-		sh := &e.shards[i]
-		n += sh.asyncCompleted.Load() + sh.asyncFailed.Load()
-	}
-	return n
-}
-
 // Backlog is the number of tasks waiting for one key.
 type Backlog struct {
 	Group uint32
@@ -687,12 +661,18 @@ type Backlog struct {
 // ID returns the group's identifier, as reported in Backlog.
 func (g *Group) ID() uint32 { return g.id }
 
-// TopBacklogs returns up to n keys with the most tasks waiting to start,
-// largest first. It locks each shard in turn; call it at scrape frequency,
-// not per message. Tasks already taken into a running turn are not counted.
-func (e *Executor) TopBacklogs(n int) []Backlog {
-	if n <= 0 {
+// TopBacklogs returns up to n keys of the groups with the most tasks waiting
+// to start, largest first. The groups must share an executor. It locks each
+// shard in turn; call it at scrape frequency, not per message. Tasks already
+// taken into a running turn are not counted.
+func TopBacklogs(n int, groups ...*Group) []Backlog {
+	if n <= 0 || len(groups) == 0 {
 		return nil
+	}
+	e := groups[0].ex
+	wanted := make(map[uint32]bool, len(groups))
+	for _, g := range groups {
+		wanted[g.id] = true
 	}
 	var top []Backlog
 	for i := range e.shards {
@@ -700,7 +680,7 @@ func (e *Executor) TopBacklogs(n int) []Backlog {
 		sh.mu.Lock()
 		sh.m.each(func(mb *mailbox) {
 			d := len(mb.in) // empty mailboxes have none
-			if d == 0 || (len(top) == n && d <= top[n-1].Tasks) {
+			if d == 0 || !wanted[mb.group] || (len(top) == n && d <= top[n-1].Tasks) {
 				return
 			}
 			b := Backlog{Group: mb.group, Key: mb.id, Tasks: d}
@@ -776,6 +756,3 @@ func (e *Executor) close(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Executor returns the executor the group belongs to.
-func (g *Group) Executor() *Executor { return g.ex }

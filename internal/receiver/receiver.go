@@ -149,6 +149,7 @@ type Receiver struct {
 	m       *metrics.Receiver
 	topics  []string
 	routes  map[string]*Route // o.Routes, addressable
+	groups  []*executor.Group // the groups of the routes, each once
 	keyBuf  []string          // scratch of the poll loop
 	taskBuf []executor.Task   // scratch of the poll loop
 	window  int64
@@ -239,6 +240,9 @@ func New(o Options) (*Receiver, error) {
 	for t, rt := range o.Routes {
 		r.topics = append(r.topics, t)
 		r.routes[t] = &rt
+		if !slices.Contains(r.groups, rt.Group) {
+			r.groups = append(r.groups, rt.Group)
+		}
 	}
 	if o.Metrics != nil {
 		r.m = o.Metrics.Receiver(o.Dispatcher, o.Context, o.HandlerType, r)
@@ -286,10 +290,6 @@ func (r *Receiver) Ready() bool { return r.joined.Load() }
 
 // InFlight returns the number of unfinished records.
 func (r *Receiver) InFlight() int { return int(r.inFlight.Load()) }
-
-// Client returns the receiver's Kafka client (for producing from the same
-// connection, and for tests).
-func (r *Receiver) Client() *kgo.Client { return r.cl }
 
 // Stop stops admitting records, waits for unfinished ones until ctx is done,
 // commits what finished, leaves the group and closes the client. Records not
@@ -403,15 +403,8 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		p.mu.Unlock()
 	}
 	r.partsMu.RUnlock()
-	groups := make(map[uint32]bool, len(r.o.Routes))
-	for _, rt := range r.o.Routes {
-		groups[rt.Group.ID()] = true
-	}
-	for _, b := range r.o.Routes[r.topics[0]].Group.Executor().TopBacklogs(32) {
-		if groups[b.Group] {
-			s.MaxKeyBacklog = b.Tasks
-			break
-		}
+	if top := executor.TopBacklogs(1, r.groups...); len(top) > 0 {
+		s.MaxKeyBacklog = top[0].Tasks
 	}
 	return s
 }

@@ -292,7 +292,7 @@ func TestWindowBoundsUnfinishedRecords(t *testing.T) {
 	var sawPaused, sawResumed bool
 	waitUntil(t, 60*time.Second, "every record handled", func() bool {
 		maxSeen = max(maxSeen, inFlight.Load(), int64(r.InFlight()))
-		maxBuffered = max(maxBuffered, r.Client().BufferedFetchRecords())
+		maxBuffered = max(maxBuffered, r.cl.BufferedFetchRecords())
 		if r.Snapshot().Paused {
 			sawPaused = true
 		} else if sawPaused {
