@@ -102,6 +102,15 @@ func newJob(r *Receiver, p *partition, rec *kgo.Record, seq int64) *job {
 	return j
 }
 
+// The casts in headers and fillWow view a slice of one struct type as a
+// slice of another. They are sound only while the two types have the same
+// fields in the same order; a conversion compiles exactly then, so these
+// fail to compile when either side drifts.
+var (
+	_ = handler.Header(kgo.RecordHeader{})
+	_ = handler.WowHeader(wow.HeaderField{})
+)
+
 // headers views kgo's headers as handler headers without copying: the two
 // types have the same fields.
 func headers(h []kgo.RecordHeader) []handler.Header {
