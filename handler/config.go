@@ -100,8 +100,8 @@ func defaultString(v reflect.Value) string {
 
 // Decode fills a new configuration value of spec from raw (the handler's YAML
 // mapping without its `type` key). Unknown keys, wrong types, missing
-// required fields and Validate failures are all reported, joined, each naming
-// its key.
+// required fields and Validate failures are all reported, each naming its
+// key: the error is an errors.Join of one error per problem.
 func Decode(spec Spec, raw map[string]any) (any, error) {
 	if spec.Config == nil {
 		if len(raw) > 0 {
@@ -143,7 +143,7 @@ func Decode(spec Spec, raw map[string]any) (any, error) {
 	if len(errs) == 0 {
 		if v, ok := cfg.(Validator); ok {
 			if err := v.Validate(); err != nil {
-				errs = append(errs, err)
+				errs = append(errs, leaves(err)...)
 			}
 		}
 	}

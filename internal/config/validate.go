@@ -292,7 +292,11 @@ func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]a
 	for k := range raw {
 		keys[k] = true
 	}
-	for _, e := range flatten(err) {
+	problems := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		problems = joined.Unwrap() // handler.Decode joins one error per problem
+	}
+	for _, e := range problems {
 		var uk *handler.UnknownKeyError
 		if errors.As(e, &uk) {
 			d.errorf(path+"."+uk.Key, "unknown key")
@@ -332,23 +336,6 @@ func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]a
 }
 
 // flatten returns the leaves of a tree of joined errors, looking through the
-// wrapping mapstructure puts around its list.
-func flatten(err error) []error {
-	if multi, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range multi.Unwrap() {
-			out = append(out, flatten(e)...)
-		}
-		return out
-	}
-	if _, leaf := err.(*mapstructure.DecodeError); !leaf {
-		if inner, ok := errors.Unwrap(err).(interface{ Unwrap() []error }); ok {
-			return flatten(inner.(error))
-		}
-	}
-	return []error{err}
-}
-
 // describeValue names a value decoded from YAML for messages.
 func describeValue(v any) string {
 	switch v := v.(type) {
