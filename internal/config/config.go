@@ -10,6 +10,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/wowd/wowd/internal/wow"
 	"os"
 	"time"
 
@@ -74,13 +75,9 @@ type SASL struct {
 	Password  string // secret: masked by WriteYAML
 }
 
-// Context is one bounded context under wow.contexts.
-type Context struct {
-	// Alias names the context in topic names; it defaults to the context's
-	// name and may contain dots.
-	Alias      string
-	Aggregates []string
-}
+// Context is an entry of wow.contexts: a bounded context, as Wow's
+// metadata describes it.
+type Context = wow.Context
 
 // Dispatch is wow.dispatch: the executor that runs handlers.
 type Dispatch struct {

@@ -45,7 +45,7 @@ func (d *decoder) metadata(c *Config, file string) {
 	}
 	inline := make(map[string]wow.Context, len(c.Contexts))
 	for name, ctx := range c.Contexts {
-		inline[name] = wow.Context(ctx)
+		inline[name] = ctx
 	}
 	if err := m.Agrees(inline); err != nil {
 		var mm *wow.MismatchError

@@ -115,12 +115,9 @@ func (rt *Daemon) buildIngest() error {
 	in := &ingest.Ingest{
 		Service:     cfg.Service,
 		TopicPrefix: cfg.Kafka.TopicPrefix,
-		Contexts:    make(map[string]ingest.Context, len(cfg.Contexts)),
+		Contexts:    cfg.Contexts,
 		Producer:    cl,
 		Log:         rt.log.Named("ingest"),
-	}
-	for name, c := range cfg.Contexts {
-		in.Contexts[name] = ingest.Context{Alias: c.Alias, Aggregates: c.Aggregates}
 	}
 	for _, r := range rt.receivers {
 		in.Receivers = append(in.Receivers, r)

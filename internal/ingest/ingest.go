@@ -48,12 +48,6 @@ type Producer interface {
 	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
 }
 
-// Context is a bounded context the ingest accepts messages of.
-type Context struct {
-	Alias      string
-	Aggregates []string
-}
-
 // publishTimeout bounds the publish of an ingested message.
 const publishTimeout = 30 * time.Second
 
@@ -69,7 +63,7 @@ const publishTimeout = 30 * time.Second
 type Ingest struct {
 	Service     string
 	TopicPrefix string
-	Contexts    map[string]Context // by context name
+	Contexts    map[string]wow.Context // by context name
 	Receivers   []Receiver
 	Producer    Producer
 	Log         *zap.Logger

@@ -11,8 +11,8 @@
 // file or from a running service's GET /wow/metadata. A context's alias
 // defaults to its name, as in Wow, and aliases must be unique.
 // [Metadata.Contexts] gives the contexts that own aggregates as
-// [Context] values (alias and sorted aggregate names); [Context] has the
-// fields of config.Context, so the two convert into each other.
+// [Context] values (alias and sorted aggregate names); the configuration's
+// contexts are the same type.
 // [Metadata.Agrees] checks inline contexts against the metadata and reports
 // every difference in a [*MismatchError]. [Topic] computes a topic name;
 // [SnakeName] derives a command or event name from its class name.

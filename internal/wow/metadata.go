@@ -66,10 +66,13 @@ func snakeNames(fqcns []string) []string {
 	return names
 }
 
-// Context is the part of a bounded context that names wowd's topics: the
-// shape of config.Context, which converts to and from it.
+// Context is the part of a bounded context that names wowd's topics; the
+// configuration's wow.contexts entries are of this type (config.Context).
 type Context struct {
-	Alias      string
+	// Alias names the context in topic names; it defaults to the context's
+	// name and may contain dots.
+	Alias string
+	// Aggregates are the context's aggregate names.
 	Aggregates []string
 }
 
