@@ -30,6 +30,7 @@ import (
 	"github.com/wowd/wowd/internal/ingest"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/receiver"
+	"github.com/wowd/wowd/internal/wow"
 )
 
 // ingestGrace is the least time ingest requests get to publish their
@@ -201,12 +202,6 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return e.Path + ": " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// Topic returns the topic of an aggregate's messages of one kind, as Wow
-// names it.
-func Topic(prefix, alias, aggregate, kind string) string {
-	return prefix + alias + "." + aggregate + "." + kind
-}
-
 // GroupID returns the consumer group of a dispatcher's receiver for one
 // bounded context.
 func GroupID(cfg *config.Config, dispatcher, alias string) string {
@@ -228,8 +223,9 @@ func Topics(cfg *config.Config) []string {
 		for _, c := range d.Contexts {
 			bc := cfg.Contexts[c]
 			for _, agg := range aggregates(d, bc) {
-				for _, kind := range d.Topics {
-					set[Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, kind)] = true
+				for _, k := range d.Topics {
+					kind, _ := handler.ParseKind(k) // validated with the configuration
+					set[wow.Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, kind)] = true
 				}
 			}
 		}
@@ -269,7 +265,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 			if err != nil {
 				return nil, err
 			}
-			routes[Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, k)] = receiver.Route{Context: ctxName, Aggregate: agg, Kind: kind, Group: g}
+			routes[wow.Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, kind)] = receiver.Route{Context: ctxName, Aggregate: agg, Kind: kind, Group: g}
 		}
 	}
 	clientID := cfg.Kafka.ClientID + "-" + dispatcher + "-" + bc.Alias
