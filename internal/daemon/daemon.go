@@ -76,7 +76,7 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 		s := rt.ex.Stats()
 		return metrics.ExecutorSnapshot{
 			Workers: s.Workers, Mailboxes: s.Mailboxes, QueuedMailboxes: s.QueuedMailboxes,
-			Admitted: s.Admitted, Completed: s.Completed, Failed: s.Failed,
+			Submitted: s.Submitted, Completed: s.Completed, Failed: s.Failed,
 			BlockingRunning: s.BlockingRunning, LongestTurn: s.LongestTurn.Seconds(),
 		}
 	})

@@ -184,7 +184,7 @@ func TestOrderPerKey(t *testing.T) {
 				st := e.Stats()
 				return st.Mailboxes == 0 && st.Completed+st.Failed == messages
 			}, "mailboxes to drain and counts to settle")
-			if st := e.Stats(); st.Admitted != messages || st.Failed == 0 {
+			if st := e.Stats(); st.Submitted != messages || st.Failed == 0 {
 				t.Fatalf("stats %+v", st)
 			}
 			closeOK(t, e)

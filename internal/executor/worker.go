@@ -400,3 +400,80 @@ func (w *worker) turnAge(now time.Time) time.Duration {
 	}
 	return now.Sub(w.obsAt)
 }
+
+// turn runs up to throughput tasks of mb, which w owns.
+func (w *worker) turn(mb *mailbox) {
+	e := w.ex
+	w.turnCount++
+	w.turnSeq.Store(w.turnCount) // odd: in a turn
+	if w.stuck.Load() {
+		w.stuck.Store(false)
+	}
+	var done, failed, finished int64 // finished: not yet taken off mb.pending
+	for n := 0; ; {
+		if mb.head == nil && int(mb.li) == len(mb.local) {
+			if !e.settle(mb, finished) {
+				w.local.emptied++
+				break // emptied and let go
+			}
+			finished = 0
+		}
+		if n == e.throughput {
+			mb.pending.Add(-finished) // tasks remain: cannot empty it
+			w.requeued.Add(1)
+			w.push(mb) // back of the queue: fair to the other mailboxes
+			break
+		}
+		var t Task
+		if t = mb.head; t != nil {
+			mb.head = nil
+		} else {
+			t = mb.local[mb.li]
+			mb.local[mb.li] = nil
+			mb.li++
+		}
+		n++
+		if mb.blocking() {
+			mb.pending.Add(-finished) // t is still pending: cannot empty it
+			e.blocking.submit(t, mb)
+			break
+		}
+		switch t.Run(Resume{mb, e}) {
+		case Done:
+			done++
+			finished++
+			continue
+		case Failed:
+			failed++
+			finished++
+			continue
+		}
+		// t returned Pending. Account for the tasks finished so far before
+		// letting go: once released, its completion may own the mailbox and
+		// settle it at once. (t is still counted: this cannot empty it.)
+		if finished > 0 {
+			mb.pending.Add(-finished)
+			finished = 0
+		}
+		waiting, f := mb.released()
+		if waiting {
+			if testHookReleased != nil {
+				testHookReleased()
+			}
+			break
+		}
+		if f {
+			failed++
+		} else {
+			done++
+		}
+		finished++
+	}
+	w.turnCount++
+	w.turnSeq.Store(w.turnCount) // even: between turns
+	w.local.completed += uint64(done + failed)
+	w.local.failed += uint64(failed)
+	if w.local.turns++; w.local.turns%64 == 0 {
+		w.flush()
+	}
+}

@@ -114,7 +114,7 @@ type ExecutorSnapshot struct {
 	Workers         int
 	Mailboxes       int64
 	QueuedMailboxes int64
-	Admitted        uint64
+	Submitted       uint64
 	Completed       uint64
 	Failed          uint64
 	BlockingRunning int64
@@ -132,7 +132,7 @@ var (
 	descQueued = prometheus.NewDesc(Namespace+"_executor_queued_mailboxes",
 		"Mailboxes waiting in a worker's queue for their turn.", nil, nil)
 	descTasks = prometheus.NewDesc(Namespace+"_executor_messages_total",
-		"Messages through the executor (state: admitted, completed, failed).", []string{"state"}, nil)
+		"Messages through the executor (state: submitted, completed, failed).", []string{"state"}, nil)
 	descBlocking = prometheus.NewDesc(Namespace+"_executor_blocking_running",
 		"Messages of blocking handlers running on the blocking pool.", nil, nil)
 	descLongest = prometheus.NewDesc(Namespace+"_executor_longest_turn_seconds",
@@ -152,7 +152,7 @@ func (c *executorCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(s.Workers))
 	ch <- prometheus.MustNewConstMetric(descMailboxes, prometheus.GaugeValue, float64(s.Mailboxes))
 	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.QueuedMailboxes))
-	ch <- prometheus.MustNewConstMetric(descTasks, prometheus.CounterValue, float64(s.Admitted), "admitted")
+	ch <- prometheus.MustNewConstMetric(descTasks, prometheus.CounterValue, float64(s.Submitted), "submitted")
 	ch <- prometheus.MustNewConstMetric(descTasks, prometheus.CounterValue, float64(s.Completed), "completed")
 	ch <- prometheus.MustNewConstMetric(descTasks, prometheus.CounterValue, float64(s.Failed), "failed")
 	ch <- prometheus.MustNewConstMetric(descBlocking, prometheus.GaugeValue, float64(s.BlockingRunning))

@@ -1,0 +1,95 @@
+package executor
+
+import "time"
+
+// Stats are cheap to read counters and gauges of an executor.
+type Stats struct {
+	Workers         int
+	Mailboxes       int64 // mailboxes holding tasks
+	QueuedMailboxes int64 // mailboxes waiting in a worker's queue for their turn
+	Submitted       uint64
+	Completed       uint64
+	Failed          uint64
+	BlockingRunning int64         // tasks running on the blocking pool
+	Wakeups         uint64        // times a parked worker was woken (a costly path: a few µs each)
+	LongestTurn     time.Duration // age of the oldest turn now running, since first observed (by an earlier Stats or an idle worker)
+}
+
+// Stats returns the current figures. It takes each shard lock briefly; call
+// it at scrape frequency, not per message.
+func (e *Executor) Stats() Stats {
+	s := Stats{Workers: len(e.workers)}
+	now := time.Now()
+	for _, w := range e.workers {
+		s.Mailboxes -= int64(w.emptied.Load())
+		// Every placement leads to one turn: what was placed and has not
+		// started its turn is queued.
+		s.QueuedMailboxes += int64(w.requeued.Load()) - int64(w.turnSeq.Load()+1)/2
+		s.Completed += w.completed.Load() - w.failed.Load()
+		s.Failed += w.failed.Load()
+		s.LongestTurn = max(s.LongestTurn, w.turnAge(now))
+		s.Wakeups += w.wakeups.Load()
+	}
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		s.Mailboxes += int64(sh.activated - sh.emptied.Load())
+		s.QueuedMailboxes += int64(sh.activated + sh.resumed.Load())
+		s.Submitted += sh.submitted
+		sh.mu.Unlock()
+		s.Completed += sh.asyncCompleted.Load()
+		s.Failed += sh.asyncFailed.Load()
+	}
+	s.QueuedMailboxes = max(s.QueuedMailboxes, 0) // counts published at different times
+	s.BlockingRunning = e.blocking.running.Load()
+	return s
+}
+
+// Backlog is the number of tasks waiting for one key.
+type Backlog struct {
+	Group uint32
+	Key   string
+	Tasks int
+}
+
+// ID returns the group's identifier, as reported in Backlog.
+func (g *Group) ID() uint32 { return g.id }
+
+// TopBacklogs returns up to n keys of the groups with the most tasks waiting
+// to start, largest first. The groups must share an executor. It locks each
+// shard in turn; call it at scrape frequency, not per message. Tasks already
+// taken into a running turn are not counted.
+func TopBacklogs(n int, groups ...*Group) []Backlog {
+	if n <= 0 || len(groups) == 0 {
+		return nil
+	}
+	e := groups[0].ex
+	wanted := make(map[uint32]bool, len(groups))
+	for _, g := range groups {
+		wanted[g.id] = true
+	}
+	var top []Backlog
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		sh.m.each(func(mb *mailbox) {
+			d := len(mb.in) // empty mailboxes have none
+			if d == 0 || !wanted[mb.group] || (len(top) == n && d <= top[n-1].Tasks) {
+				return
+			}
+			b := Backlog{Group: mb.group, Key: mb.id, Tasks: d}
+			j := len(top)
+			if j < n {
+				top = append(top, b)
+			} else {
+				j = n - 1
+			}
+			for ; j > 0 && top[j-1].Tasks < d; j-- {
+				top[j] = top[j-1]
+			}
+			top[j] = b
+		})
+		sh.mu.Unlock()
+	}
+	return top
+}
