@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
@@ -66,8 +67,9 @@ var ErrClosed = fmt.Errorf("handler closed: %w", context.Canceled)
 
 // WithRetry returns a handler that retries the Transient failures of h with
 // exponential backoff and jitter, as p says. Success, Permanent and Skip
-// outcomes are reported at once. A message that runs out of attempts is
-// reported with its last error, classed Transient and marked with
+// outcomes are reported at once, and so is a failure wrapping [ErrClosed]
+// (h was closed: retrying cannot help). A message that runs out of attempts
+// is reported with its last error, classed Transient and marked with
 // [WithAttempts].
 //
 // Waiting holds no goroutine: a timer makes the next attempt, calling
@@ -76,21 +78,45 @@ var ErrClosed = fmt.Errorf("handler closed: %w", context.Canceled)
 // ctx.Err() and h is not called again for it; an attempt in progress is left
 // to h, which should stop it promptly.
 //
+// Two optional methods let h take part in its retries:
+//
+//   - HandleAttempt(ctx context.Context, m *Message, attempt int, ack Ack) on
+//     h: WithRetry calls it instead of Handle, with the number of the
+//     attempt (1 for the first), for a target told which attempt it sees.
+//   - RetryAfter() time.Duration on an error in the chain of a transient
+//     failure: the wait before the next attempt, instead of the backoff (a
+//     Retry-After response header, say). p.Max does not cap it; h does.
+//
 // The returned handler is a [Blocker] when h is, and a [Closer]: Close
 // acknowledges the messages waiting to retry with an error wrapping
 // [ErrClosed], then closes h if it is a Closer. h must acknowledge each
 // attempt once; extra acknowledgements are ignored.
 func WithRetry(h Handler, p RetryPolicy) Handler {
 	r := &retrier{h: h, p: p, waiting: make(map[*retryCall]struct{})}
+	r.numbered, _ = h.(attemptHandler)
 	if b, ok := h.(Blocker); ok {
 		r.blocking = b.Blocking()
 	}
 	return r
 }
 
+// attemptHandler is the optional method of a handler WithRetry wraps that
+// takes the number of each attempt (see WithRetry).
+type attemptHandler interface {
+	HandleAttempt(ctx context.Context, m *Message, attempt int, ack Ack)
+}
+
+// retryAfterError is the optional method of a transient failure that sets
+// the wait before the next attempt itself (see WithRetry).
+type retryAfterError interface {
+	error
+	RetryAfter() time.Duration
+}
+
 // retrier is the handler WithRetry returns.
 type retrier struct {
 	h        Handler
+	numbered attemptHandler // h, when it takes attempt numbers; else nil
 	p        RetryPolicy
 	blocking bool
 
@@ -196,6 +222,10 @@ func (c *retryCall) try() {
 			c.Complete(uint64(n), Recovered(v, debug.Stack()))
 		}
 	}()
+	if c.r.numbered != nil {
+		c.r.numbered.HandleAttempt(c.ctx, c.m, int(n), NewAck(c, uint64(n)))
+		return
+	}
 	c.r.h.Handle(c.ctx, c.m, NewAck(c, uint64(n)))
 }
 
@@ -207,7 +237,7 @@ func (c *retryCall) Complete(token uint64, err error) {
 	}
 	r := c.r
 	class, _ := Classify(err)
-	if err == nil || class != Transient {
+	if err == nil || class != Transient || errors.Is(err, ErrClosed) {
 		c.done(WithAttempts(int(n), err))
 		return
 	}
@@ -219,7 +249,12 @@ func (c *retryCall) Complete(token uint64, err error) {
 		c.done(WithAttempts(int(n), Classed(Transient, fmt.Errorf("giving up after %d attempts: %w", n, err))))
 		return
 	}
-	wait := r.p.Backoff(int(n))
+	var wait time.Duration
+	if ra, ok := errors.AsType[retryAfterError](err); ok {
+		wait = max(ra.RetryAfter(), 0)
+	} else {
+		wait = r.p.Backoff(int(n))
+	}
 	if r.p.Observer != nil {
 		r.p.Observer.Retrying(c.m, int(n), err, wait)
 	}

@@ -3,6 +3,8 @@ package handler_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -313,5 +315,92 @@ func TestWithRetryRecoversAPanickingRetry(t *testing.T) {
 	}
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("%d calls, want 2: no retry after a panic", n)
+	}
+}
+
+// numbered takes attempt numbers through HandleAttempt, failing the first
+// fails attempts.
+type numbered struct {
+	fails    int
+	mu       sync.Mutex // guards attempts
+	attempts []int
+}
+
+func (n *numbered) Handle(context.Context, *handler.Message, handler.Ack) {
+	panic("WithRetry called Handle of a handler with HandleAttempt")
+}
+
+func (n *numbered) HandleAttempt(_ context.Context, _ *handler.Message, attempt int, ack handler.Ack) {
+	n.mu.Lock()
+	n.attempts = append(n.attempts, attempt)
+	n.mu.Unlock()
+	if attempt <= n.fails {
+		ack.Done(errors.New("down"))
+		return
+	}
+	ack.Done(nil)
+}
+
+func TestWithRetryNumbersAttempts(t *testing.T) {
+	inner := &numbered{fails: 2}
+	h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Microsecond, Max: time.Millisecond})
+	ack, ch := outcome(t)
+	h.Handle(context.Background(), msg, ack)
+	if err := await(t, ch); err != nil {
+		t.Fatalf("outcome %v", err)
+	}
+	inner.mu.Lock()
+	defer inner.mu.Unlock()
+	if want := []int{1, 2, 3}; !slices.Equal(inner.attempts, want) {
+		t.Errorf("attempts %v, want %v", inner.attempts, want)
+	}
+}
+
+// waitError is a transient failure that asks for its wait.
+type waitError struct{ wait time.Duration }
+
+func (e waitError) Error() string             { return "busy" }
+func (e waitError) RetryAfter() time.Duration { return e.wait }
+
+// A failure with a RetryAfter method sets the wait, beyond Max; a negative
+// one retries at once.
+func TestWithRetryRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		asked, want time.Duration
+	}{{50 * time.Millisecond, 50 * time.Millisecond}, {-time.Second, 0}} {
+		inner := &flaky{fails: 1, err: fmt.Errorf("attempt: %w", waitError{tc.asked})}
+		obs := &observed{}
+		h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Microsecond, Max: time.Microsecond, Observer: obs})
+		ack, ch := outcome(t)
+		began := time.Now()
+		h.Handle(context.Background(), msg, ack)
+		if err := await(t, ch); err != nil {
+			t.Fatalf("outcome %v", err)
+		}
+		if took := time.Since(began); took < tc.want {
+			t.Errorf("retried after %v, asked for %v", took, tc.asked)
+		}
+		obs.mu.Lock()
+		if len(obs.waits) != 1 || obs.waits[0] != tc.want {
+			t.Errorf("asked for %v: observed waits %v, want [%v]", tc.asked, obs.waits, tc.want)
+		}
+		obs.mu.Unlock()
+	}
+}
+
+// An attempt that reports ErrClosed (the wrapped handler was closed) is
+// not retried, nor reported as a retry.
+func TestWithRetryClosedAttemptIsFinal(t *testing.T) {
+	inner := &flaky{fails: 9, err: fmt.Errorf("sink: %w", handler.ErrClosed)}
+	obs := &observed{}
+	h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Microsecond, Observer: obs})
+	ack, ch := outcome(t)
+	h.Handle(context.Background(), msg, ack)
+	err := await(t, ch)
+	if !errors.Is(err, handler.ErrClosed) || handler.Attempts(err) != 1 {
+		t.Fatalf("outcome %v (attempts %d), want ErrClosed after 1 attempt", err, handler.Attempts(err))
+	}
+	if n := inner.calls.Load(); n != 1 || obs.count() != 0 {
+		t.Errorf("%d calls, %d retries observed; want 1 and 0", n, obs.count())
 	}
 }
