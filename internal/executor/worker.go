@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/wowd/wowd/internal/ring"
 )
 
 // parked in a worker's inbox means: empty, and the worker is parked. The push
@@ -48,7 +50,7 @@ type worker struct {
 	requeued  atomic.Uint64 // mailboxes put back at the end of a full turn
 	wakeups   atomic.Uint64 // times the worker was woken from parking
 	spillMu   sync.Mutex    // guards spill
-	spill     fifo
+	spill     ring.Ring[*mailbox]
 	_         [48]byte
 
 	rq runq
@@ -202,13 +204,13 @@ func (w *worker) adopt(list *mailbox) {
 		}
 		w.spillMu.Lock()
 		for mb != nil {
-			w.spill.push(mb)
+			w.spill.Push(mb)
 			mb = list
 			if list != nil {
 				list, mb.next = list.next, nil
 			}
 		}
-		w.spillN.Store(int32(w.spill.len()))
+		w.spillN.Store(int32(w.spill.Len()))
 		w.spillMu.Unlock()
 	}
 }
@@ -216,10 +218,10 @@ func (w *worker) adopt(list *mailbox) {
 // takeSpilled moves spilled mailboxes into the run queue. Owner only.
 func (w *worker) takeSpilled() {
 	w.spillMu.Lock()
-	for w.spill.len() > 0 && w.rq.put(w.spill.buf[w.spill.head]) {
-		w.spill.pop()
+	for w.spill.Len() > 0 && w.rq.put(*w.spill.At(0)) {
+		w.spill.Pop()
 	}
-	w.spillN.Store(int32(w.spill.len()))
+	w.spillN.Store(int32(w.spill.Len()))
 	w.spillMu.Unlock()
 }
 
@@ -278,8 +280,8 @@ func (v *worker) take(thief *worker) *mailbox {
 	}
 	if v.spillN.Load() > 0 {
 		v.spillMu.Lock()
-		mb := v.spill.pop()
-		v.spillN.Store(int32(v.spill.len()))
+		mb, _ := v.spill.Pop()
+		v.spillN.Store(int32(v.spill.Len()))
 		v.spillMu.Unlock()
 		if mb != nil {
 			return mb
