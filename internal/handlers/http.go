@@ -16,24 +16,29 @@ import (
 // maxRetryAfter caps the wait a Retry-After response header can ask for.
 const maxRetryAfter = 5 * time.Minute
 
-// errSinkClosed is the outcome of messages the sink gave up on because it
-// was closed. It wraps context.Canceled so wowd does not commit them.
-var errSinkClosed = fmt.Errorf("http sink closed: %w", context.Canceled)
-
 // httpSink POSTs messages to one URL.
 //
-// Handle only queues a call. A fixed pool of cfg.MaxConcurrency worker
-// goroutines, started by newHTTPSink and stopped by Close, takes calls from
-// the queue in order and makes one attempt each, after waiting for the rate
-// limiter if there is one. A call that has to retry waits on a timer (no
-// goroutine) and then goes to the back of the queue. A call is in exactly
-// one place at a time, told by its state, which only changes under mu;
-// whoever moves it to callDone reports its outcome, so the ack is called
-// exactly once.
+// It has two layers. handler.WithRetry, the SDK's retry state machine, owns
+// each message from Handle to its outcome: it makes the attempts, waits
+// between them on a timer (no goroutine) for the backoff or for what a
+// Retry-After response header asked, tells the Observer of every retry,
+// gives up after max-attempts, and acknowledges at once a message waiting to
+// retry when its context is canceled or the sink closed.
+//
+// Under it the sink makes single attempts (sinkAttempts). An attempt is
+// queued; a fixed pool of cfg.MaxConcurrency worker goroutines, started by
+// newHTTPSink and stopped by Close, takes attempts from the queue in order
+// and makes one request each, after waiting for the rate limiter if there is
+// one. A retry is a new attempt at the back of the queue, so max-concurrency
+// and rate-limit count retries. An attempt is in exactly one place at a
+// time, told by its state, which only changes under mu; whoever moves it to
+// callDone reports its outcome, so each attempt is acknowledged once.
 //
 // The queue is unbounded: wowd's window (wow.dispatch.max-in-flight) bounds
 // the messages a sink holds.
 type httpSink struct {
+	retry retrying // handler.WithRetry over sinkAttempts{s}; Handle and Close go through it
+
 	cfg      HTTPConfig
 	url      string        // cfg.URL
 	redacted string        // url without its password, for errors
@@ -41,11 +46,10 @@ type httpSink struct {
 	files    []*fileHeader // headers-from-file
 	client   *http.Client
 	limit    *limiter // nil without rate-limit
-	obs      handler.Observer
 	log      *zap.Logger
 
 	// stopping is closed by Close: workers waiting for the rate limiter
-	// give up their call.
+	// give up their attempt.
 	stopping chan struct{}
 
 	// closing is canceled when Close stops waiting for requests in flight;
@@ -55,11 +59,10 @@ type httpSink struct {
 
 	workers sync.WaitGroup
 
-	mu      sync.Mutex         // guards queue, waiting, closed and the state and timer of every call
-	work    sync.Cond          // signaled, with mu, when a call is queued or the sink closes
-	queue   callQueue          // calls to attempt, in order; may hold abandoned calls, skipped
-	waiting map[*call]struct{} // calls whose retry timer runs
-	closed  bool               // set by Close; nothing is queued after it
+	mu     sync.Mutex // guards queue, closed and the state of every call
+	work   sync.Cond  // signaled, with mu, when a call is queued or the sink closes
+	queue  callQueue  // attempts to make, in order; may hold abandoned calls, skipped
+	closed bool       // set by Close; nothing is queued after it
 }
 
 var (
@@ -67,27 +70,31 @@ var (
 	_ handler.Closer  = (*httpSink)(nil)
 )
 
-// callState tells where a call is.
+// retrying is what handler.WithRetry returns.
+type retrying interface {
+	handler.Handler
+	handler.Closer
+}
+
+// callState tells where an attempt is.
 type callState uint8
 
 const (
-	callNew     callState = iota // being queued by Handle
+	callNew     callState = iota // being queued by HandleAttempt
 	callQueued                   // in sink.queue
-	callRunning                  // a worker is making an attempt
-	callWaiting                  // in sink.waiting, its timer running
+	callRunning                  // a worker is making it
 	callDone                     // outcome reported or being reported
 )
 
-// call is one message on its way through the sink.
+// call is one attempt of a message on its way through the sink.
 type call struct {
-	ctx     context.Context // from Handle; canceling it abandons the call
+	ctx     context.Context // of the message; canceling it abandons the attempt
 	m       *handler.Message
-	ack     handler.Ack
+	ack     handler.Ack // the attempt's, given by handler.WithRetry
 	stop    func() bool // unregisters the ctx cancellation hook
-	attempt int         // attempts started; only the running worker touches it
+	attempt int         // 1 for the first attempt of m
 
-	state callState   // guarded by sink.mu
-	timer *time.Timer // guarded by sink.mu; set while callWaiting
+	state callState // guarded by sink.mu
 }
 
 // newHTTPSink builds a sink from a validated configuration. It reads the
@@ -121,14 +128,13 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 			Transport:     tr,
 			CheckRedirect: checkRedirect,
 		},
-		obs:      deps.Observer,
 		log:      log,
 		stopping: make(chan struct{}),
-		waiting:  make(map[*call]struct{}),
 	}
 	if cfg.RateLimit > 0 {
 		s.limit = newLimiter(cfg.RateLimit, cfg.RateBurst)
 	}
+	s.retry = handler.WithRetry(sinkAttempts{s}, retryPolicy(cfg, deps.Observer)).(retrying)
 	s.work.L = &s.mu
 	s.closing, s.abort = context.WithCancel(context.Background())
 	s.workers.Add(cfg.MaxConcurrency)
@@ -138,19 +144,58 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 	return s, nil
 }
 
-// Handle queues m and returns at once; a worker POSTs it.
+// retryPolicy is how the sink retries transient failures: max-attempts,
+// backoff-initial doubling up to backoff-max, the Observer told of each
+// retry.
+func retryPolicy(cfg HTTPConfig, obs handler.Observer) handler.RetryPolicy {
+	return handler.RetryPolicy{MaxAttempts: cfg.MaxAttempts, Initial: cfg.BackoffInitial, Max: cfg.BackoffMax, Observer: obs}
+}
+
+// Handle queues the first attempt of m and returns at once; a worker POSTs
+// it.
 func (s *httpSink) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	s.retry.Handle(ctx, m, ack)
+}
+
+// Close stops the sink. Messages waiting to retry, queued attempts and
+// attempts waiting for the rate limiter are acknowledged at once with an
+// error wrapping handler.ErrClosed (and so context.Canceled); requests in
+// flight may finish until ctx is done, then they are canceled and
+// acknowledged the same way. Close returns when every worker has stopped.
+func (s *httpSink) Close(ctx context.Context) error {
+	return s.retry.Close(ctx)
+}
+
+// sinkAttempts is the sink as handler.WithRetry sees it: each call queues
+// one attempt.
+type sinkAttempts struct{ s *httpSink }
+
+// Handle queues the first attempt of m. (WithRetry calls HandleAttempt.)
+func (a sinkAttempts) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	a.s.enqueue(ctx, m, 1, ack)
+}
+
+// HandleAttempt queues attempt of m.
+func (a sinkAttempts) HandleAttempt(ctx context.Context, m *handler.Message, attempt int, ack handler.Ack) {
+	a.s.enqueue(ctx, m, attempt, ack)
+}
+
+// Close stops the workers; handler.WithRetry calls it from the sink's Close.
+func (a sinkAttempts) Close(ctx context.Context) error { return a.s.shutdown(ctx) }
+
+// enqueue queues attempt of m and returns at once.
+func (s *httpSink) enqueue(ctx context.Context, m *handler.Message, attempt int, ack handler.Ack) {
 	if err := ctx.Err(); err != nil {
 		ack.Done(s.wrap(err))
 		return
 	}
-	c := &call{ctx: ctx, m: m, ack: ack}
+	c := &call{ctx: ctx, m: m, ack: ack, attempt: attempt}
 	c.stop = context.AfterFunc(ctx, func() { s.abandon(c) })
 	s.mu.Lock()
 	if s.closed {
 		c.state = callDone
 		s.mu.Unlock()
-		s.finish(c, s.wrap(errSinkClosed))
+		s.finish(c, s.wrap(handler.ErrClosed))
 		return
 	}
 	c.state = callQueued
@@ -159,12 +204,10 @@ func (s *httpSink) Handle(ctx context.Context, m *handler.Message, ack handler.A
 	s.work.Signal()
 }
 
-// Close stops the sink. Queued calls, calls waiting to retry and calls
-// waiting for the rate limiter are acknowledged at once with an error
-// wrapping context.Canceled; requests in flight may finish until ctx is
-// done, then they are canceled and acknowledged the same way. Close returns
-// when every worker has stopped.
-func (s *httpSink) Close(ctx context.Context) error {
+// shutdown acknowledges the queued attempts and the ones waiting for the
+// rate limiter, lets requests in flight finish until ctx is done, then
+// cancels them, and returns when every worker has stopped.
+func (s *httpSink) shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -179,17 +222,11 @@ func (s *httpSink) Close(ctx context.Context) error {
 			dropped = append(dropped, c)
 		}
 	}
-	for c := range s.waiting {
-		c.timer.Stop()
-		c.state = callDone
-		dropped = append(dropped, c)
-	}
-	clear(s.waiting)
 	s.mu.Unlock()
 	s.work.Broadcast()
 
 	for _, c := range dropped {
-		s.finish(c, s.wrap(errSinkClosed))
+		s.finish(c, s.wrap(handler.ErrClosed))
 	}
 
 	stopped := make(chan struct{})
@@ -222,7 +259,7 @@ func (s *httpSink) worker() {
 	}
 }
 
-// next takes the next queued call, waiting for one; nil means stop.
+// next takes the next queued attempt, waiting for one; nil means stop.
 func (s *httpSink) next() *call {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -240,42 +277,31 @@ func (s *httpSink) next() *call {
 	}
 }
 
-// attempt makes one attempt of the running call c and decides what follows.
+// attempt makes the running attempt c and reports its outcome. Whether a
+// failure is retried, and when, is handler.WithRetry's decision; a request
+// ended by the message's cancellation or by Close reports that instead of
+// what it got.
 func (s *httpSink) attempt(c *call) {
 	if err := s.waitTurn(c); err != nil {
 		s.complete(c, s.wrap(err))
 		return
 	}
-	c.attempt++
-	retryAfter, hasRetryAfter, err := s.post(c)
+	err := s.post(c)
 	switch {
 	case err == nil:
 		s.complete(c, nil)
 	case c.ctx.Err() != nil:
 		s.complete(c, s.wrap(c.ctx.Err()))
 	case s.closing.Err() != nil:
-		s.complete(c, s.wrap(errSinkClosed))
+		s.complete(c, s.wrap(handler.ErrClosed))
 	default:
-		if class, _ := handler.Classify(err); class != handler.Transient {
-			s.complete(c, handler.WithAttempts(c.attempt, err))
-			return
-		}
-		if s.cfg.MaxAttempts > 0 && c.attempt >= s.cfg.MaxAttempts {
-			s.complete(c, handler.WithAttempts(c.attempt, handler.Classed(handler.Transient,
-				fmt.Errorf("giving up after %d attempts: %w", c.attempt, err))))
-			return
-		}
-		wait := s.backoff(c.attempt)
-		if hasRetryAfter {
-			wait = retryAfter
-		}
-		s.retryLater(c, err, wait)
+		s.complete(c, err)
 	}
 }
 
-// waitTurn waits until the rate limiter lets the running call c make a
-// request. It returns early with the error of c's context, or errSinkClosed
-// when the sink is closing.
+// waitTurn waits until the rate limiter lets the running attempt c make a
+// request. It returns early with the error of c's context, or
+// handler.ErrClosed when the sink is closing.
 func (s *httpSink) waitTurn(c *call) error {
 	if s.limit == nil {
 		return nil
@@ -292,59 +318,16 @@ func (s *httpSink) waitTurn(c *call) error {
 	case <-c.ctx.Done():
 		return c.ctx.Err()
 	case <-s.stopping:
-		return errSinkClosed
+		return handler.ErrClosed
 	}
 }
 
-// retryLater puts the call that failed with err on a timer that queues it
-// again after wait.
-func (s *httpSink) retryLater(c *call, err error, wait time.Duration) {
-	if s.obs != nil {
-		s.obs.Retrying(c.m, c.attempt, err, wait)
-	}
-	s.mu.Lock()
-	if s.closed || c.ctx.Err() != nil {
-		c.state = callDone
-		s.mu.Unlock()
-		if ctxErr := c.ctx.Err(); ctxErr != nil {
-			s.finish(c, s.wrap(ctxErr))
-		} else {
-			s.finish(c, s.wrap(errSinkClosed))
-		}
-		return
-	}
-	c.state = callWaiting
-	s.waiting[c] = struct{}{}
-	c.timer = time.AfterFunc(wait, func() { s.requeue(c) })
-	s.mu.Unlock()
-}
-
-// requeue puts a call whose backoff is over at the back of the queue.
-func (s *httpSink) requeue(c *call) {
-	s.mu.Lock()
-	if c.state != callWaiting { // abandoned or closed meanwhile
-		s.mu.Unlock()
-		return
-	}
-	delete(s.waiting, c)
-	c.timer = nil
-	c.state = callQueued
-	s.queue.push(c)
-	s.mu.Unlock()
-	s.work.Signal()
-}
-
-// abandon runs when the context of c is canceled. A queued or waiting call is
-// acknowledged at once; a running one is acknowledged by its worker when the
-// canceled request returns.
+// abandon runs when the context of c is canceled. A queued attempt is
+// acknowledged at once; a running one by its worker when the canceled
+// request returns.
 func (s *httpSink) abandon(c *call) {
 	s.mu.Lock()
-	switch c.state {
-	case callQueued: // stays in the queue; next skips it
-	case callWaiting:
-		c.timer.Stop()
-		delete(s.waiting, c)
-	default:
+	if c.state != callQueued { // a queued call stays in the queue; next skips it
 		s.mu.Unlock()
 		return
 	}
@@ -353,7 +336,7 @@ func (s *httpSink) abandon(c *call) {
 	c.ack.Done(s.wrap(c.ctx.Err()))
 }
 
-// complete reports the outcome of the running call c.
+// complete reports the outcome of the running attempt c.
 func (s *httpSink) complete(c *call, err error) {
 	s.mu.Lock()
 	c.state = callDone
@@ -371,3 +354,15 @@ func (s *httpSink) finish(c *call, err error) {
 func (s *httpSink) wrap(err error) error {
 	return fmt.Errorf("POST %s: %w", s.redacted, err)
 }
+
+// retryAfterError is a failure whose response asked, with a Retry-After
+// header, for the wait before the next attempt: handler.WithRetry waits that
+// long instead of its backoff.
+type retryAfterError struct {
+	err  error
+	wait time.Duration // at most maxRetryAfter
+}
+
+func (e *retryAfterError) Error() string             { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error             { return e.err }
+func (e *retryAfterError) RetryAfter() time.Duration { return e.wait }

@@ -24,19 +24,19 @@ const (
 	maxDrain     = 64 << 10 // bytes of a response body read to reuse its connection
 )
 
-// post makes one attempt of the running call c. It returns nil when the
-// response says the message is done; otherwise an error classed as the
-// response → action table of the package documentation says (unclassified
-// meaning transient), and the wait a Retry-After response header asked for,
-// if any.
-func (s *httpSink) post(c *call) (retryAfter time.Duration, hasRetryAfter bool, err error) {
+// post makes the running attempt c. It returns nil when the response says
+// the message is done; otherwise an error classed as the response → action
+// table of the package documentation says (unclassified meaning transient),
+// carrying the wait a Retry-After response header asked for, if any (see
+// retryAfterError).
+func (s *httpSink) post(c *call) error {
 	ctx, cancel := context.WithTimeout(c.ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
 
 	req, err := s.newRequest(ctx, c.m, c.attempt)
 	if err != nil {
-		return 0, false, handler.Classed(handler.Permanent, s.wrap(err))
+		return handler.Classed(handler.Permanent, s.wrap(err))
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -47,20 +47,23 @@ func (s *httpSink) post(c *call) (retryAfter time.Duration, hasRetryAfter bool, 
 		if errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil {
 			err = fmt.Errorf("timeout after %s: %w", s.cfg.RequestTimeout, err)
 		}
-		return 0, false, s.wrap(err)
+		return s.wrap(err)
 	}
 	defer drainClose(resp.Body)
 	act, override := s.action(resp)
 	switch act {
 	case actionDone:
-		return 0, false, nil
+		return nil
 	case actionSkip:
-		return 0, false, handler.Classed(handler.Skip, s.wrap(responseError(resp, act, override)))
+		return handler.Classed(handler.Skip, s.wrap(responseError(resp, act, override)))
 	case actionDeadLetter:
-		return 0, false, handler.Classed(handler.Permanent, s.wrap(responseError(resp, act, override)))
+		return handler.Classed(handler.Permanent, s.wrap(responseError(resp, act, override)))
 	}
-	retryAfter, hasRetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-	return retryAfter, hasRetryAfter, s.wrap(responseError(resp, act, override))
+	err = s.wrap(responseError(resp, act, override))
+	if wait, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+		return &retryAfterError{err: err, wait: wait}
+	}
+	return err
 }
 
 // ActionHeader is the response header by which a sink decides what follows
@@ -296,13 +299,6 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return min(max(t.Sub(now), 0), maxRetryAfter), true
 	}
 	return 0, false
-}
-
-// backoff returns the wait after failed attempt n (1-based): backoff-initial
-// doubled per earlier failure, capped at backoff-max, with equal jitter (half
-// of it fixed, half random) so the retries of many messages spread out.
-func (s *httpSink) backoff(n int) time.Duration {
-	return handler.RetryPolicy{Initial: s.cfg.BackoffInitial, Max: s.cfg.BackoffMax}.Backoff(n)
 }
 
 // setWowHeaders adds what wowd decoded of a Wow message: the message id as

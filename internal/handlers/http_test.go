@@ -376,7 +376,7 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	s := &httpSink{cfg: HTTPConfig{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}}
+	p := retryPolicy(HTTPConfig{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}, nil)
 	for _, tc := range []struct {
 		attempt  int
 		min, max time.Duration
@@ -388,13 +388,13 @@ func TestBackoff(t *testing.T) {
 		{1 << 20, 500 * time.Millisecond, time.Second},
 	} {
 		for range 100 {
-			if d := s.backoff(tc.attempt); d < tc.min || d > tc.max {
+			if d := p.Backoff(tc.attempt); d < tc.min || d > tc.max {
 				t.Fatalf("backoff(%d) = %v, want in [%v, %v]", tc.attempt, d, tc.min, tc.max)
 			}
 		}
 	}
-	s.cfg.BackoffMax = math.MaxInt64
-	if d := s.backoff(100); d < math.MaxInt64/2 {
+	p = retryPolicy(HTTPConfig{BackoffInitial: 100 * time.Millisecond, BackoffMax: math.MaxInt64}, nil)
+	if d := p.Backoff(100); d < math.MaxInt64/2 {
 		t.Fatalf("backoff with a huge cap = %v", d)
 	}
 }
@@ -577,9 +577,11 @@ func TestHTTPCloseAcksOutstanding(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("close: %v, want the deadline exceeded", err)
 	}
-	for off := range int64(10) {
+	for off := range int64(10) { // 0 waits to retry, 1 and 2 are in flight, the others queued
 		if err := acks.wait(t, off); !errors.Is(err, context.Canceled) {
 			t.Errorf("offset %d: %v, want context.Canceled", off, err)
+		} else if !errors.Is(err, handler.ErrClosed) {
+			t.Errorf("offset %d: %v, want handler.ErrClosed", off, err)
 		}
 	}
 	h.Handle(context.Background(), testMessage(10), acks.ack(10))
