@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,7 @@ type at struct {
 // produceAt writes one record per key to partition p of topic, in order.
 func produceAt(t testing.TB, c *kfake.Cluster, topic string, p int32, keys ...string) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(append(brokers(c), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,63 +119,67 @@ func TestExtraAcksAreIgnored(t *testing.T) {
 // The Ack of a failed attempt, called again while the retry runs, is not the
 // retry's outcome.
 func TestAckOfAnEarlierAttemptIsIgnored(t *testing.T) {
-	h := newHarness(t, 1)
-	produce(t, h.c, testTopic, 3, 3)
-	acks := make(chan handler.Ack, 2)
-	var calls atomic.Int64
-	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-		if m.Offset != 0 {
-			ack.Done(nil)
-			return
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 3, 3)
+		acks := make(chan handler.Ack, 2)
+		var calls atomic.Int64
+		hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+			if m.Offset != 0 {
+				ack.Done(nil)
+				return
+			}
+			if calls.Add(1) == 1 {
+				ack.Done(handler.Classed(handler.Transient, errors.New("503")))
+			}
+			acks <- ack // the retry is answered by the test
+		})
+		r := h.receiver("g-late-attempt", hd, 16, func(o *Options) {
+			o.DeadLetter.Enabled = false // held and retried
+			o.RetryBackoff = 200 * time.Millisecond
+		})
+		first, second := <-acks, <-acks
+		first.Done(nil) // late, and of the failed attempt
+		time.Sleep(300 * time.Millisecond)
+		if committed, _ := h.offsets("g-late-attempt"); committed[0] > 0 {
+			t.Fatalf("committed %d while the retry of offset 0 was unanswered: the first attempt's Ack was taken as its outcome", committed[0])
 		}
-		if calls.Add(1) == 1 {
-			ack.Done(handler.Classed(handler.Transient, errors.New("503")))
-		}
-		acks <- ack // the retry is answered by the test
+		second.Done(nil)
+		waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-late-attempt") })
+		stop(t, r)
 	})
-	r := h.receiver("g-late-attempt", hd, 16, func(o *Options) {
-		o.DeadLetter.Enabled = false // held and retried
-		o.RetryBackoff = 200 * time.Millisecond
-	})
-	first, second := <-acks, <-acks
-	first.Done(nil) // late, and of the failed attempt
-	time.Sleep(300 * time.Millisecond)
-	if committed, _ := h.offsets("g-late-attempt"); committed[0] > 0 {
-		t.Fatalf("committed %d while the retry of offset 0 was unanswered: the first attempt's Ack was taken as its outcome", committed[0])
-	}
-	second.Done(nil)
-	waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-late-attempt") })
-	stop(t, r)
 }
 
 // A stop whose deadline passes with a record unfinished still commits what
 // finished before it, and everything of the other partitions.
 func TestStopCommitsWhatFinishedWhenSomethingIsUnfinished(t *testing.T) {
-	h := newHarness(t, 2)
-	produceAt(t, h.c, testTopic, 0, distinctKeys("a", 10)...)
-	produceAt(t, h.c, testTopic, 1, distinctKeys("b", 10)...)
-	var handled atomic.Int64
-	hung := make(chan handler.Ack, 1)
-	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-		if m.Partition == 0 && m.Offset == 5 {
-			hung <- ack // not answered before the stop, not even on cancellation
-			return
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 2)
+		produceAt(t, h.c, testTopic, 0, distinctKeys("a", 10)...)
+		produceAt(t, h.c, testTopic, 1, distinctKeys("b", 10)...)
+		var handled atomic.Int64
+		hung := make(chan handler.Ack, 1)
+		hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+			if m.Partition == 0 && m.Offset == 5 {
+				hung <- ack // not answered before the stop, not even on cancellation
+				return
+			}
+			handled.Add(1)
+			ack.Done(nil)
+		})
+		r := h.receiver("g-stop-commit", hd, 64, func(o *Options) { o.CommitInterval = time.Hour })
+		waitUntil(t, 10*time.Second, "the other 19 records handled", func() bool { return handled.Load() == 19 })
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		if err := r.Stop(ctx); err == nil || !strings.Contains(err.Error(), "1 records unfinished") {
+			t.Fatalf("Stop: %v, want the unfinished record reported", err)
 		}
-		handled.Add(1)
-		ack.Done(nil)
+		committed, _ := h.offsets("g-stop-commit")
+		if committed[0] != 5 || committed[1] != 10 {
+			t.Fatalf("committed %v, want partition 0 at 5 (its unfinished record) and partition 1 at 10", committed)
+		}
+		(<-hung).Done(nil) // lets the executor close
 	})
-	r := h.receiver("g-stop-commit", hd, 64, func(o *Options) { o.CommitInterval = time.Hour })
-	waitUntil(t, 10*time.Second, "the other 19 records handled", func() bool { return handled.Load() == 19 })
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if err := r.Stop(ctx); err == nil || !strings.Contains(err.Error(), "1 records unfinished") {
-		t.Fatalf("Stop: %v, want the unfinished record reported", err)
-	}
-	committed, _ := h.offsets("g-stop-commit")
-	if committed[0] != 5 || committed[1] != 10 {
-		t.Fatalf("committed %v, want partition 0 at 5 (its unfinished record) and partition 1 at 10", committed)
-	}
-	(<-hung).Done(nil) // lets the executor close
 }
 
 // A span pause lifted by a completion that races the partition's loss must
@@ -276,53 +281,55 @@ func TestPanicFailsTheMessageNotTheProcess(t *testing.T) {
 // acknowledgement is ignored. A try that reports a retry gets a new
 // deadline after the retry's wait.
 func TestHandlerTimeout(t *testing.T) {
-	h := newHarness(t, 1)
-	produce(t, h.c, testTopic, 6, 6)
-	late := make(chan handler.Ack, 1)
-	var rcv atomic.Pointer[Receiver]
-	var handled atomic.Int64
-	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-		switch m.Offset {
-		case 2:
-			late <- ack // never answered in time
-		case 4:
-			// A try that takes 1.5 timeouts, but reports a retry after one
-			// half and answers within the next: no deadline passes.
-			go func() {
-				time.Sleep(150 * time.Millisecond)
-				rcv.Load().Retrying(m, 1, errors.New("503"), 100*time.Millisecond)
-				time.Sleep(300 * time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 6, 6)
+		late := make(chan handler.Ack, 1)
+		var rcv atomic.Pointer[Receiver]
+		var handled atomic.Int64
+		hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+			switch m.Offset {
+			case 2:
+				late <- ack // never answered in time
+			case 4:
+				// A try that takes 1.5 timeouts, but reports a retry after one
+				// half and answers within the next: no deadline passes.
+				go func() {
+					time.Sleep(150 * time.Millisecond)
+					rcv.Load().Retrying(m, 1, errors.New("503"), 100*time.Millisecond)
+					time.Sleep(300 * time.Millisecond)
+					handled.Add(1)
+					ack.Done(nil)
+				}()
+			default:
 				handled.Add(1)
 				ack.Done(nil)
-			}()
-		default:
-			handled.Add(1)
-			ack.Done(nil)
+			}
+		})
+		m := metrics.New("test")
+		r := h.receiver("g-timeout", hd, 16, func(o *Options) {
+			o.HandlerTimeout = 300 * time.Millisecond
+			o.Metrics = m
+		})
+		rcv.Store(r)
+		waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-timeout") })
+		(<-late).Done(nil) // too late: ignored
+		stop(t, r)
+		if n := r.InFlight(); n != 0 {
+			t.Fatalf("%d records in flight after the late acknowledgement", n)
+		}
+		dl := dlqRecords(t, h.c, testTopic+".dlq", 1)
+		if len(dl) != 1 || header(dl[0], HeaderSourceOffset) != "2" || header(dl[0], HeaderErrorClass) != "transient" ||
+			!strings.Contains(header(dl[0], HeaderErrorMessage), "did not acknowledge in time") {
+			t.Fatalf("%d dead letters, want offset 2 failed by its deadline", len(dl))
+		}
+		if handled.Load() != 5 {
+			t.Fatalf("handled %d, want 5 (offset 4's try reported a retry in time)", handled.Load())
+		}
+		if n := counterValue(t, m.Registry, "wowd_handler_timeouts_total"); n != 1 {
+			t.Fatalf("wowd_handler_timeouts_total %v, want 1", n)
 		}
 	})
-	m := metrics.New("test")
-	r := h.receiver("g-timeout", hd, 16, func(o *Options) {
-		o.HandlerTimeout = 300 * time.Millisecond
-		o.Metrics = m
-	})
-	rcv.Store(r)
-	waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-timeout") })
-	(<-late).Done(nil) // too late: ignored
-	stop(t, r)
-	if n := r.InFlight(); n != 0 {
-		t.Fatalf("%d records in flight after the late acknowledgement", n)
-	}
-	dl := dlqRecords(t, h.c, testTopic+".dlq", 1)
-	if len(dl) != 1 || header(dl[0], HeaderSourceOffset) != "2" || header(dl[0], HeaderErrorClass) != "transient" ||
-		!strings.Contains(header(dl[0], HeaderErrorMessage), "did not acknowledge in time") {
-		t.Fatalf("%d dead letters, want offset 2 failed by its deadline", len(dl))
-	}
-	if handled.Load() != 5 {
-		t.Fatalf("handled %d, want 5 (offset 4's try reported a retry in time)", handled.Load())
-	}
-	if n := counterValue(t, m.Registry, "wowd_handler_timeouts_total"); n != 1 {
-		t.Fatalf("wowd_handler_timeouts_total %v, want 1", n)
-	}
 }
 
 // Readiness follows the group membership: a member that lost it is not

@@ -37,6 +37,37 @@ func newCluster(t testing.TB, partitions int, topics ...string) *kfake.Cluster {
 	return c
 }
 
+// virtualNets maps a cluster made by newVirtualCluster to its network.
+var virtualNets sync.Map
+
+// newVirtualCluster is newCluster on kfake's in-memory network, for tests
+// that run in a testing/synctest bubble: their waits and backoffs take no
+// real time.
+func newVirtualCluster(t testing.TB, partitions int, topics ...string) *kfake.Cluster {
+	t.Helper()
+	vn := new(kfake.VirtualNetwork)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(9092), kfake.ListenFn(vn.Listen),
+		kfake.SeedTopics(int32(partitions), topics...), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(partitions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	virtualNets.Store(c, vn)
+	t.Cleanup(func() {
+		c.Close()
+		virtualNets.Delete(c)
+	})
+	return c
+}
+
+// brokers returns the client options that reach c.
+func brokers(c *kfake.Cluster) []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	if vn, ok := virtualNets.Load(c); ok {
+		opts = append(opts, kgo.Dialer(vn.(*kfake.VirtualNetwork).DialContext))
+	}
+	return opts
+}
+
 // produce writes n records over keys aggregates; each record's value is its
 // sequence number within its key (8 bytes, big endian).
 func produce(t testing.TB, c *kfake.Cluster, topic string, n, keys int) {
@@ -53,7 +84,7 @@ func produce(t testing.TB, c *kfake.Cluster, topic string, n, keys int) {
 // to key i%keys with the value value(k) returns.
 func produceValues(t testing.TB, c *kfake.Cluster, topic string, n, keys int, value func(k int) []byte) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(5*time.Millisecond))
+	cl, err := kgo.NewClient(append(brokers(c), kgo.ProducerLinger(5*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,14 +188,13 @@ func (h *harness) receiver(group string, hd handler.Handler, window int, extra .
 		Handler:        hd,
 		HandlerType:    "test",
 		DeadLetter:     DeadLetter{Enabled: true, Topic: func(s string) string { return s + ".dlq" }},
-		ClientOpts: []kgo.Opt{
-			kgo.SeedBrokers(h.c.ListenAddrs()...),
-			kgo.FetchMaxWait(100 * time.Millisecond),
+		ClientOpts: append(brokers(h.c),
+			kgo.FetchMaxWait(100*time.Millisecond),
 			kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-			kgo.HeartbeatInterval(200 * time.Millisecond),
-			kgo.FetchMaxBytes(1 << 20),
-		},
+			kgo.HeartbeatInterval(200*time.Millisecond),
+			kgo.FetchMaxBytes(1<<20),
+		),
 		Logger: zaptest.NewLogger(h.t),
 	}
 	for _, f := range extra {
@@ -179,7 +209,16 @@ func (h *harness) receiver(group string, hd handler.Handler, window int, extra .
 }
 
 func newHarness(t *testing.T, partitions int) *harness {
-	h := &harness{t: t, c: newCluster(t, partitions, testTopic), ex: executor.New(executor.Options{Workers: 4})}
+	return harnessOn(t, newCluster(t, partitions, testTopic))
+}
+
+// newVirtualHarness is newHarness for a test in a testing/synctest bubble.
+func newVirtualHarness(t *testing.T, partitions int) *harness {
+	return harnessOn(t, newVirtualCluster(t, partitions, testTopic))
+}
+
+func harnessOn(t *testing.T, c *kfake.Cluster) *harness {
+	h := &harness{t: t, c: c, ex: executor.New(executor.Options{Workers: 4})}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -237,7 +276,7 @@ func (h *harness) requireCommittedAtEnd(group string) {
 // committed returns the group's committed offsets and the topic's end offsets.
 func (h *harness) offsets(group string) (committed, end map[int32]int64) {
 	h.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.c.ListenAddrs()...))
+	cl, err := kgo.NewClient(brokers(h.c)...)
 	if err != nil {
 		h.t.Fatal(err)
 	}
