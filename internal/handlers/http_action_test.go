@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,9 +18,9 @@ import (
 	"github.com/wowd/wowd/handler"
 )
 
-// TestHTTPResponseTable checks every row of the response → action table of
-// the package documentation, the status rows for every class of status and
-// the Wowd-Action rows over statuses that say otherwise.
+// TestHTTPResponseTable checks every row of the response → action table
+// (responseRules, shown in HTTP.md), the status rows for every class of
+// status and the Wowd-Action rows over statuses that say otherwise.
 func TestHTTPResponseTable(t *testing.T) {
 	const none = handler.Class(255) // done: a nil outcome
 	for _, tc := range []struct {
@@ -239,5 +240,80 @@ func TestHTTPSlowResponses(t *testing.T) {
 	}
 	if timeouts != 1 {
 		t.Errorf("retries %+v, want one after a timeout", obs.list())
+	}
+}
+
+// TestResponseRules checks the table the sink decides by: every status
+// decided as the sink always has (2xx done; 408, 429 and 5xx and above
+// retried; anything else dead-lettered), every row reachable, the rows
+// decided elsewhere present once (their behaviour is checked by
+// TestHTTPResponseTable, TestHTTPRedirects, TestHTTPConnectionRefusedIsTransient
+// and TestHTTPTimeoutIsRetried), and ResponseActions naming outcomes as
+// handler.Class does.
+func TestResponseRules(t *testing.T) {
+	for code := 100; code <= 999; code++ {
+		want := actionDeadLetter
+		switch {
+		case code >= 200 && code <= 299:
+			want = actionDone
+		case code == 408 || code == 429 || code >= 500:
+			want = actionRetry
+		}
+		if got := statusAction(code); got != want {
+			t.Errorf("status %d: %v, want %v", code, got, want)
+		}
+	}
+	kinds := map[ruleKind]int{}
+	for i, r := range responseRules {
+		kinds[r.kind]++
+		if r.response == "" {
+			t.Errorf("row %d has no response text", i)
+		}
+		decides := r.kind != byUnknownHeader && r.kind != byRedirect
+		if decides != (r.act != 0) {
+			t.Errorf("row %q: action %v", r.response, r.act)
+		}
+		switch r.kind {
+		case byActionHeader:
+			if a, ok := parseAction(strings.ToUpper(r.header)); !ok || a != r.act || a.String() != r.header {
+				t.Errorf("row %q: parseAction gives %v, %v", r.response, a, ok)
+			}
+		case byStatus:
+			reached := false
+			for code := 100; code <= 999 && !reached; code++ {
+				reached = r.matchesStatus(code) && statusAction(code) == r.act &&
+					slices.IndexFunc(responseRules[:i], func(p responseRule) bool { return p.kind == byStatus && p.matchesStatus(code) }) < 0
+			}
+			if !reached {
+				t.Errorf("row %q decides no status: an earlier row takes them all", r.response)
+			}
+		}
+	}
+	for _, k := range []ruleKind{byUnknownHeader, byRedirect, byNoResponse} {
+		if kinds[k] != 1 {
+			t.Errorf("%d rows of kind %d, want 1", kinds[k], k)
+		}
+	}
+	if kinds[byActionHeader] != 4 {
+		t.Errorf("%d Wowd-Action rows, want one for each action", kinds[byActionHeader])
+	}
+	if noResponseAction() != actionRetry {
+		t.Error("a request without a response is not retried")
+	}
+	names := map[string]bool{"done": true}
+	for _, c := range []handler.Class{handler.Transient, handler.Permanent, handler.Skip} {
+		names[c.String()] = true
+	}
+	rows := ResponseActions()
+	if len(rows) != len(responseRules) {
+		t.Fatalf("%d rows, want %d", len(rows), len(responseRules))
+	}
+	for _, r := range rows {
+		if r.Outcome != "" && !names[r.Outcome] {
+			t.Errorf("row %q: outcome %q", r.Response, r.Outcome)
+		}
+		if r.Outcome == "" && r.Note == "" {
+			t.Errorf("row %q says nothing of what follows", r.Response)
+		}
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.uber.org/zap"
-
 	"github.com/wowd/wowd/handler"
 )
 
@@ -26,8 +24,8 @@ const (
 
 // post makes the running attempt c. It returns nil when the response says
 // the message is done; otherwise an error classed as the response → action
-// table of the package documentation says (unclassified meaning transient),
-// carrying the wait a Retry-After response header asked for, if any (see
+// table (responseRules) says, unclassified meaning transient, carrying the
+// wait a Retry-After response header asked for, if any (see
 // retryAfterError).
 func (s *httpSink) post(c *call) error {
 	ctx, cancel := context.WithTimeout(c.ctx, s.cfg.RequestTimeout)
@@ -47,94 +45,21 @@ func (s *httpSink) post(c *call) error {
 		if errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil {
 			err = fmt.Errorf("timeout after %s: %w", s.cfg.RequestTimeout, err)
 		}
-		return s.wrap(err)
+		return noResponseAction().failure(s.wrap(err))
 	}
 	defer drainClose(resp.Body)
 	act, override := s.action(resp)
-	switch act {
-	case actionDone:
+	if act == actionDone {
 		return nil
-	case actionSkip:
-		return handler.Classed(handler.Skip, s.wrap(responseError(resp, act, override)))
-	case actionDeadLetter:
-		return handler.Classed(handler.Permanent, s.wrap(responseError(resp, act, override)))
 	}
-	err = s.wrap(responseError(resp, act, override))
+	err = act.failure(s.wrap(responseError(resp, act, override)))
+	if act != actionRetry {
+		return err
+	}
 	if wait, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 		return &retryAfterError{err: err, wait: wait}
 	}
 	return err
-}
-
-// ActionHeader is the response header by which a sink decides what follows
-// its response, whatever the status: retry, dead-letter, skip or done
-// (case-insensitive).
-const ActionHeader = "Wowd-Action"
-
-// action is what follows a response.
-type action uint8
-
-const (
-	actionDone       action = iota + 1 // the message is handled
-	actionRetry                        // transient: retry, honouring Retry-After
-	actionDeadLetter                   // permanent: to the dead-letter topic
-	actionSkip                         // acknowledged without handling
-)
-
-// String returns the value of ActionHeader that asks for a.
-func (a action) String() string {
-	switch a {
-	case actionDone:
-		return "done"
-	case actionRetry:
-		return "retry"
-	case actionDeadLetter:
-		return "dead-letter"
-	case actionSkip:
-		return "skip"
-	}
-	return fmt.Sprintf("action(%d)", uint8(a))
-}
-
-// parseAction reads a value of ActionHeader.
-func parseAction(v string) (action, bool) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "done":
-		return actionDone, true
-	case "retry":
-		return actionRetry, true
-	case "dead-letter":
-		return actionDeadLetter, true
-	case "skip":
-		return actionSkip, true
-	}
-	return 0, false
-}
-
-// statusAction is what follows a response with status code when it has no
-// ActionHeader: 2xx done; 408, 429 and 5xx retry; anything else (3xx not
-// followed, other 4xx) dead-letter.
-func statusAction(code int) action {
-	switch {
-	case code >= 200 && code <= 299:
-		return actionDone
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		return actionRetry
-	}
-	return actionDeadLetter
-}
-
-// action decides what follows resp: its ActionHeader when it holds a known
-// value (override is then true), else its status.
-func (s *httpSink) action(resp *http.Response) (a action, override bool) {
-	if v := resp.Header.Get(ActionHeader); v != "" {
-		if a, ok := parseAction(v); ok {
-			return a, true
-		}
-		s.log.Debug("ignoring an unknown "+ActionHeader+" response header; deciding by the status",
-			zap.String("value", truncate(v, 64)), zap.Int("status", resp.StatusCode))
-	}
-	return statusAction(resp.StatusCode), false
 }
 
 // responseError describes a response that is not a success, quoting at

@@ -54,13 +54,17 @@ func (t HTTPTLSConfig) config() (*tls.Config, error) {
 	return tc, nil
 }
 
+// maxRedirects bounds the requests of one attempt: the first and the
+// redirects followed.
+const maxRedirects = 10
+
 // checkRedirect follows only redirects that keep the method and the body
 // (307, 308) and stay on the origin (scheme and host) of the sink's URL:
 // after a 301, 302 or 303 the client would send a GET without the message,
 // and another origin must not get the sink's headers (tokens). Any other
 // 3xx response is the outcome, a permanent failure.
 func checkRedirect(req *http.Request, via []*http.Request) error {
-	if req.Response == nil || len(via) >= 10 {
+	if req.Response == nil || len(via) >= maxRedirects {
 		return http.ErrUseLastResponse
 	}
 	switch req.Response.StatusCode {
