@@ -1,7 +1,10 @@
 // Command docgen writes the generated references docs/configuration.md and
-// docs/metrics.md from the code's own definitions: the configuration key
-// table (config.Keys), the handler registry (handler.Fields) and the metric
-// descriptors (metrics.Catalog). `make docs` runs it:
+// docs/metrics.md, and the generated sections of hand-written documents
+// (the response → action table of internal/handlers/HTTP.md), from the
+// code's own definitions: the configuration key table (config.Keys), the
+// handler registry (handler.Fields), the metric descriptors
+// (metrics.Catalog) and the http sink's response rules
+// (handlers.ResponseActions). `make docs` runs it from the repository root:
 //
 //	go run ./internal/docgen -out docs
 //
@@ -10,6 +13,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -18,7 +22,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
-	_ "github.com/wowd/wowd/internal/handlers" // the built-in handlers register themselves
+	"github.com/wowd/wowd/internal/handlers" // the built-in handlers register themselves
 	"github.com/wowd/wowd/internal/metrics"
 )
 
@@ -31,10 +35,30 @@ var generated = []struct {
 	{"metrics.md", metricsDoc},
 }
 
+// section is a generated part of a hand-written file: docgen replaces the
+// lines between its begin and end marker lines, which the file holds once
+// each, and leaves the rest of the file alone.
+type section struct {
+	path   string // from the repository root, slash-separated
+	name   string // in the markers
+	source string // what it is generated from, for the begin marker
+	gen    func() []byte
+}
+
+// sections names the generated sections of hand-written files.
+var sections = []section{
+	{"internal/handlers/HTTP.md", "response-actions", "the http sink's responseRules (internal/handlers/http_action.go)", responseActionsTable},
+}
+
 func main() {
 	out := flag.String("out", "docs", "directory to write configuration.md and metrics.md to")
+	root := flag.String("root", ".", "repository root, where the files with generated sections are")
 	flag.Parse()
 	if err := write(*out); err != nil {
+		fmt.Fprintln(os.Stderr, "docgen:", err)
+		os.Exit(1)
+	}
+	if err := writeSections(*root); err != nil {
 		fmt.Fprintln(os.Stderr, "docgen:", err)
 		os.Exit(1)
 	}
@@ -51,6 +75,105 @@ func write(dir string) error {
 		}
 	}
 	return nil
+}
+
+// writeSections regenerates the sections of the files under root.
+func writeSections(root string) error {
+	for _, sec := range sections {
+		path := filepath.Join(root, filepath.FromSlash(sec.path))
+		old, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("%w (run docgen from the repository root, or pass -root)", err)
+		}
+		doc, err := sec.splice(old)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sec.path, err)
+		}
+		if bytes.Equal(doc, old) {
+			continue
+		}
+		if err := os.WriteFile(path, doc, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// begin and end are the marker lines of sec.
+func (sec section) begin() string {
+	return "<!-- BEGIN GENERATED " + sec.name + ": written by `make docs` from " + sec.source +
+		". Do not edit: change the code and run make docs. -->"
+}
+
+func (sec section) end() string { return "<!-- END GENERATED " + sec.name + " -->" }
+
+// splice returns doc with the lines between the markers of sec replaced by
+// what sec generates, and its begin marker written out in full.
+func (sec section) splice(doc []byte) ([]byte, error) {
+	lines := strings.SplitAfter(string(doc), "\n")
+	begin, end := -1, -1
+	for i, l := range lines {
+		l = strings.TrimRight(l, "\r\n")
+		switch {
+		case isMarker(l, "<!-- BEGIN GENERATED "+sec.name):
+			if begin >= 0 {
+				return nil, fmt.Errorf("section %s begins twice (lines %d and %d)", sec.name, begin+1, i+1)
+			}
+			begin = i
+		case isMarker(l, "<!-- END GENERATED "+sec.name):
+			if end >= 0 {
+				return nil, fmt.Errorf("section %s ends twice (lines %d and %d)", sec.name, end+1, i+1)
+			}
+			end = i
+		}
+	}
+	switch {
+	case begin < 0:
+		return nil, fmt.Errorf("no line %q", "<!-- BEGIN GENERATED "+sec.name+" -->")
+	case end < 0:
+		return nil, fmt.Errorf("no line %q", sec.end())
+	case end < begin:
+		return nil, errors.New("section " + sec.name + " ends before it begins")
+	}
+	var b bytes.Buffer
+	b.WriteString(strings.Join(lines[:begin], ""))
+	b.WriteString(sec.begin() + "\n")
+	b.Write(sec.gen())
+	b.WriteString(sec.end() + "\n")
+	b.WriteString(strings.Join(lines[end+1:], ""))
+	return b.Bytes(), nil
+}
+
+// isMarker reports whether line is the marker that starts with prefix: the
+// prefix alone, or followed by a space or a colon and more.
+func isMarker(line, prefix string) bool {
+	rest, ok := strings.CutPrefix(line, prefix)
+	return ok && (rest == "" || rest[0] == ' ' || rest[0] == ':')
+}
+
+// responseActionsTable is the http sink's response → action table, for
+// internal/handlers/HTTP.md: its rows are Markdown already.
+func responseActionsTable() []byte {
+	var b bytes.Buffer
+	b.WriteString("| Response | Outcome |\n")
+	b.WriteString("|---|---|\n")
+	for _, r := range handlers.ResponseActions() {
+		outcome := r.Note
+		if r.Outcome != "" {
+			outcome = "**" + r.Outcome + "**"
+			if r.Note != "" {
+				outcome += ": " + r.Note
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", markdownCell(r.Response), markdownCell(outcome))
+	}
+	return b.Bytes()
+}
+
+// markdownCell keeps Markdown text inside one table cell: a pipe would split
+// the cell, a line break end the row.
+func markdownCell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
 }
 
 const header = "<!-- Generated by `make docs` (go run ./internal/docgen) from the code's own definitions. Do not edit: change the code and run make docs. -->\n\n"

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/handlers"
 	"github.com/wowd/wowd/internal/metrics"
 )
 
@@ -32,6 +33,50 @@ func TestDocsAreCurrent(t *testing.T) {
 		}
 		if !bytes.Equal(have, want) {
 			t.Errorf("docs/%s is stale: run make docs\n%s", g.name, firstDifference(string(have), string(want)))
+		}
+	}
+	for _, sec := range sections {
+		have, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(sec.path)))
+		if err != nil {
+			t.Errorf("%s is missing: %v", sec.path, err)
+			continue
+		}
+		want, err := sec.splice(have)
+		if err != nil {
+			t.Errorf("%s: %v", sec.path, err)
+			continue
+		}
+		if !bytes.Equal(have, want) {
+			t.Errorf("%s is stale (section %s): run make docs\n%s", sec.path, sec.name, firstDifference(string(have), string(want)))
+		}
+	}
+}
+
+// TestSplice replaces what lies between the markers, whatever it was, and
+// refuses a file whose markers are missing or out of order.
+func TestSplice(t *testing.T) {
+	sec := section{path: "x.md", name: "table", source: "the test", gen: func() []byte { return []byte("| a |\n") }}
+	doc := "# Title\n\n<!-- BEGIN GENERATED table -->\nold\nrows\n<!-- END GENERATED table -->\nafter\n"
+	got, err := sec.splice([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# Title\n\n" + sec.begin() + "\n| a |\n" + sec.end() + "\nafter\n"
+	if string(got) != want {
+		t.Fatalf("spliced\n%s\nwant\n%s", got, want)
+	}
+	if again, err := sec.splice(got); err != nil || !bytes.Equal(again, got) {
+		t.Fatalf("splicing again changed the file (%v):\n%s", err, again)
+	}
+	for name, bad := range map[string]string{
+		"no begin":      "<!-- END GENERATED table -->\n",
+		"no end":        "<!-- BEGIN GENERATED table -->\n",
+		"end first":     "<!-- END GENERATED table -->\n<!-- BEGIN GENERATED table -->\n",
+		"begins twice":  "<!-- BEGIN GENERATED table -->\n<!-- BEGIN GENERATED table -->\n<!-- END GENERATED table -->\n",
+		"another table": "<!-- BEGIN GENERATED tables -->\n<!-- END GENERATED tables -->\n",
+	} {
+		if _, err := sec.splice([]byte(bad)); err == nil {
+			t.Errorf("%s: spliced", name)
 		}
 	}
 }
@@ -88,6 +133,12 @@ func TestEverythingIsDocumented(t *testing.T) {
 	for _, d := range metrics.Catalog() {
 		if !strings.Contains(met, "| `"+d.Name+"` | "+d.Type+" |") {
 			t.Errorf("metrics.md lacks %s (%s)", d.Name, d.Type)
+		}
+	}
+	table := string(responseActionsTable())
+	for _, r := range handlers.ResponseActions() {
+		if !strings.Contains(table, "| "+r.Response+" | ") {
+			t.Errorf("the response → action table lacks the row %q", r.Response)
 		}
 	}
 	for _, s := range []string{"wowd_kafka", "client_id", "Label cardinality"} {
