@@ -56,6 +56,7 @@ func (p *blockingPool) loop() {
 		if len(p.q) == 0 || p.stopped {
 			p.started--
 			p.mu.Unlock()
+			p.ex.changed.Notify()
 			return
 		}
 		j := p.q[0]

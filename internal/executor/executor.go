@@ -84,6 +84,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/wowd/wowd/internal/signal"
 )
 
 // ErrClosed is returned by Submit once Close has begun.
@@ -156,6 +158,9 @@ type Executor struct {
 	stopCh      chan struct{} // closed with stopping set: wakes parked workers, stops the janitor
 	janitorDone chan struct{} // closed when the janitor returns
 	live        atomic.Int32  // workers not yet returned
+	// changed is notified when a mailbox goes idle and when a worker or a
+	// blocking goroutine returns: what Close waits for.
+	changed signal.Signal
 }
 
 // New starts an executor with its workers.
@@ -212,19 +217,8 @@ func (e *Executor) close(ctx context.Context) error {
 		sh.closed = true
 		sh.mu.Unlock()
 	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	var abandoned int64
-	for {
-		abandoned = e.Stats().Mailboxes
-		if abandoned == 0 || ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-	}
+	_ = e.changed.Wait(ctx, func() bool { return e.Stats().Mailboxes == 0 })
+	abandoned := e.Stats().Mailboxes
 	e.stopping.Store(true)
 	close(e.stopCh)
 	e.blocking.stop()
@@ -232,13 +226,15 @@ func (e *Executor) close(ctx context.Context) error {
 
 	// Workers finish their current turn and return; blocking goroutines
 	// finish their current task. Neither can be interrupted inside user
-	// code, so wait for them only as long as ctx allows.
-	for (e.live.Load() > 0 || e.blocking.live() > 0) && ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
+	// code, so wait for them only as long as ctx allows, or a moment when
+	// it is over already: those outside user code return at once.
+	wctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
 	}
+	_ = e.changed.Wait(wctx, func() bool { return e.live.Load() == 0 && e.blocking.live() == 0 })
 	var stuck []string
 	if n := e.live.Load(); n > 0 {
 		stuck = append(stuck, fmt.Sprintf("%d workers still in a task", n))

@@ -51,6 +51,7 @@ func (e *Executor) settle(mb *mailbox, finished int64) bool {
 		mb.li = 0
 	}
 	if finished > 0 && mb.pending.Add(-finished) == 0 {
+		e.changed.Notify()
 		return false // idle: it stays in the table until swept or reactivated
 	}
 	sh.mu.Lock()

@@ -303,7 +303,10 @@ func (w *worker) steal() *mailbox {
 }
 
 func (w *worker) loop() {
-	defer w.ex.live.Add(-1)
+	defer func() {
+		w.ex.live.Add(-1)
+		w.ex.changed.Notify()
+	}()
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {

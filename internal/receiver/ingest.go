@@ -3,7 +3,6 @@ package receiver
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -65,19 +64,26 @@ func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error)
 	if len(rec.Key) == 0 {
 		return Admitted{}, errors.New("record has no key (the aggregate ID)")
 	}
-	for {
-		if r.stopping.Load() {
-			return Admitted{}, ErrStopping
+	// Take a slot of the window, waiting for one to free up.
+	admitted := false
+	err := r.changed.Wait(ctx, func() bool {
+		for !r.stopping.Load() {
+			n := r.inFlight.Load()
+			if n >= r.window {
+				return false
+			}
+			if r.inFlight.CompareAndSwap(n, n+1) {
+				admitted = true
+				return true
+			}
 		}
-		n := r.inFlight.Load()
-		if n < r.window && r.inFlight.CompareAndSwap(n, n+1) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return Admitted{}, context.Cause(ctx)
-		case <-time.After(time.Millisecond):
-		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return Admitted{}, context.Cause(ctx)
+	case !admitted:
+		return Admitted{}, ErrStopping
 	}
 	p := r.local
 	p.pending.Add(1)

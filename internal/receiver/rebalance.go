@@ -2,7 +2,6 @@ package receiver
 
 import (
 	"context"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
@@ -136,20 +135,16 @@ func (r *Receiver) recheckShares() {
 // drain waits until the partitions have no unfinished records, or the revoke
 // deadline passes.
 func (r *Receiver) drain(ps []*partition) {
-	deadline := time.Now().Add(r.o.RevokeTimeout)
-	for {
-		var left int64
+	ctx, cancel := context.WithTimeout(context.Background(), r.o.RevokeTimeout)
+	defer cancel()
+	left := func() (n int64) {
 		for _, p := range ps {
-			left += p.pending.Load()
+			n += p.pending.Load()
 		}
-		if left == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.log.Warn("revoke deadline passed; dropping unfinished records, the next owner gets them again",
-				zap.Int64("records", left), zap.Duration("revoke_timeout", r.o.RevokeTimeout))
-			return
-		}
-		time.Sleep(time.Millisecond)
+		return n
+	}
+	if r.changed.Wait(ctx, func() bool { return left() == 0 }) != nil {
+		r.log.Warn("revoke deadline passed; dropping unfinished records, the next owner gets them again",
+			zap.Int64("records", left()), zap.Duration("revoke_timeout", r.o.RevokeTimeout))
 	}
 }

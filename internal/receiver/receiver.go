@@ -83,6 +83,7 @@ import (
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/executor"
 	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/signal"
 )
 
 // Route tells where records of one topic go.
@@ -159,6 +160,7 @@ type Receiver struct {
 	epoch    time.Time // anchors since
 	fails    streak    // recent handler outcomes: backs off while a sink is down
 	inFlight atomic.Int64
+	changed  signal.Signal // notified when a record leaves the window, and when admission stops
 	nparts   atomic.Int32  // partitions assigned; written under partsMu
 	room     chan struct{} // poll loop wake-up: window space or a partition to resume
 	paused   atomic.Bool   // topics paused because the window is full
@@ -301,6 +303,7 @@ func (r *Receiver) Stop(ctx context.Context) error {
 
 func (r *Receiver) stop(ctx context.Context) error {
 	r.stopping.Store(true)
+	r.changed.Notify() // ingest admissions waiting for room give up
 	if !r.started {
 		r.cl.Close()
 		return nil
@@ -309,14 +312,7 @@ func (r *Receiver) stop(ctx context.Context) error {
 	<-r.pollDone // PollRecords returns at once on cancel; the loop never blocks on anything else
 
 	// Drain what was admitted.
-	tick := time.NewTicker(2 * time.Millisecond)
-	for r.inFlight.Load() > 0 && ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-	}
-	tick.Stop()
+	_ = r.changed.Wait(ctx, func() bool { return r.inFlight.Load() == 0 })
 	var errs []error
 	if n := r.inFlight.Load(); n > 0 {
 		errs = append(errs, fmt.Errorf("%d records unfinished at the shutdown deadline: dropped, to be redelivered", n))
@@ -476,6 +472,7 @@ func (r *Receiver) release() {
 	if r.inFlight.Add(-1) == r.window-r.batch {
 		r.notify() // the window just got enough room to poll again
 	}
+	r.changed.Notify() // drains and ingest admissions wait for room
 }
 
 // shareCap is the most unfinished records one partition may hold: half the
