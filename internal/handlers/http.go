@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/ring"
 )
 
 // maxRetryAfter caps the wait a Retry-After response header can ask for.
@@ -59,10 +60,10 @@ type httpSink struct {
 
 	workers sync.WaitGroup
 
-	mu     sync.Mutex // guards queue, closed and the state of every call
-	work   sync.Cond  // signaled, with mu, when a call is queued or the sink closes
-	queue  callQueue  // attempts to make, in order; may hold abandoned calls, skipped
-	closed bool       // set by Close; nothing is queued after it
+	mu     sync.Mutex       // guards queue, closed and the state of every call
+	work   sync.Cond        // signaled, with mu, when a call is queued or the sink closes
+	queue  ring.Ring[*call] // attempts to make, in order; may hold abandoned calls, skipped
+	closed bool             // set by Close; nothing is queued after it
 }
 
 var (
@@ -199,7 +200,7 @@ func (s *httpSink) enqueue(ctx context.Context, m *handler.Message, attempt int,
 		return
 	}
 	c.state = callQueued
-	s.queue.push(c)
+	s.queue.Push(c)
 	s.mu.Unlock()
 	s.work.Signal()
 }
@@ -216,7 +217,7 @@ func (s *httpSink) shutdown(ctx context.Context) error {
 	s.closed = true
 	close(s.stopping)
 	var dropped []*call
-	for c := s.queue.pop(); c != nil; c = s.queue.pop() {
+	for c := s.pop(); c != nil; c = s.pop() {
 		if c.state == callQueued {
 			c.state = callDone
 			dropped = append(dropped, c)
@@ -259,12 +260,22 @@ func (s *httpSink) worker() {
 	}
 }
 
+// pop takes the oldest queued call, nil when none is queued; an emptied
+// queue that grew in a burst gives its memory back. Called with mu held.
+func (s *httpSink) pop() *call {
+	c, _ := s.queue.Pop()
+	if s.queue.Len() == 0 && s.queue.Cap() > 1024 {
+		s.queue.Release()
+	}
+	return c
+}
+
 // next takes the next queued attempt, waiting for one; nil means stop.
 func (s *httpSink) next() *call {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		for c := s.queue.pop(); c != nil; c = s.queue.pop() {
+		for c := s.pop(); c != nil; c = s.pop() {
 			if c.state == callQueued { // others were abandoned while queued
 				c.state = callRunning
 				return c

@@ -623,32 +623,6 @@ func TestHTTPCloseLetsRequestsFinish(t *testing.T) {
 	}
 }
 
-func TestCallQueue(t *testing.T) {
-	var q callQueue
-	calls := make([]*call, 100)
-	for i := range calls {
-		calls[i] = &call{attempt: i}
-	}
-	next := 0
-	for i, c := range calls { // interleave pushes and pops so the ring wraps and grows
-		q.push(c)
-		if i%3 == 2 {
-			if got := q.pop(); got != calls[next] {
-				t.Fatalf("pop %d: got attempt %d", next, got.attempt)
-			}
-			next++
-		}
-	}
-	for ; next < len(calls); next++ {
-		if got := q.pop(); got != calls[next] {
-			t.Fatalf("pop %d: got %v", next, got)
-		}
-	}
-	if q.pop() != nil || q.len() != 0 {
-		t.Fatal("queue not empty")
-	}
-}
-
 // TestHTTPWowHeaders: a decoded Wow message gives its id as ce-id, a
 // command's name as ce-type, its creation time as ce-time, and its routing
 // fields, event names and header map as wow-* headers.
