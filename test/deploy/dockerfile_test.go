@@ -1,10 +1,8 @@
 package deploy
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
-	"encoding/json"
 	"io"
 	"io/fs"
 	"os"
@@ -15,116 +13,144 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/linter"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
 )
 
-// instruction is one Dockerfile instruction, continuation lines joined.
-type instruction struct {
-	cmd  string // upper case: FROM, RUN, COPY...
-	args string
-	line int
-}
-
-// stage is one FROM and the instructions after it.
-type stage struct {
-	from, name string
-	ins        []instruction
-}
-
-// parseDockerfile splits a Dockerfile into stages. ARGs before the first
-// FROM are kept in a stage with an empty from.
-func parseDockerfile(t *testing.T, text string) []stage {
+// readDockerfile parses the Dockerfile with BuildKit's own parser and
+// returns its stages. Any parser or lint warning BuildKit would print fails
+// the test. The words of each command are expanded as a build without
+// --build-arg expands them: quotes removed, $VAR replaced from the ARG
+// defaults and ENV values in scope.
+func readDockerfile(t *testing.T) []instructions.Stage {
 	t.Helper()
-	stages := []stage{{}}
-	var cur strings.Builder
-	start := 0
-	sc := bufio.NewScanner(strings.NewReader(text))
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue // comments may sit between continuation lines too
-		}
-		if cur.Len() == 0 {
-			start = n
-		}
-		if cont, ok := strings.CutSuffix(line, `\`); ok {
-			cur.WriteString(cont + " ")
-			continue
-		}
-		cur.WriteString(line)
-		full := cur.String()
-		cur.Reset()
-		cmd, args, _ := strings.Cut(full, " ")
-		in := instruction{cmd: strings.ToUpper(cmd), args: strings.TrimSpace(args), line: start}
-		if in.cmd == "FROM" {
-			f := strings.Fields(in.args)
-			s := stage{from: f[0]}
-			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
-				s.name = f[2]
+	f, err := os.Open(path("Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	res, err := parser.Parse(f)
+	if err != nil {
+		t.Fatalf("Dockerfile: %v", err)
+	}
+	for _, w := range res.Warnings {
+		t.Errorf("Dockerfile:%d: %s", w.Location.Start.Line, w.Short)
+	}
+	lint := linter.New(&linter.Config{Warn: func(rule, _, _, msg string, loc []parser.Range) {
+		t.Errorf("Dockerfile:%d: %s: %s", lineOf(loc), rule, msg)
+	}})
+	stages, metaArgs, err := instructions.Parse(res.AST, lint)
+	if err != nil {
+		t.Fatalf("Dockerfile: %v", err)
+	}
+	if len(stages) < 2 {
+		t.Fatalf("Dockerfile has %d stages, want a multi-stage build (build, then a minimal runtime)", len(stages))
+	}
+
+	lex := shell.NewLex(res.EscapeToken)
+	expand := func(env map[string]string, loc []parser.Range) instructions.SingleWordExpander {
+		return func(word string) (string, error) {
+			vars := make([]string, 0, len(env))
+			for k, v := range env {
+				vars = append(vars, k+"="+v)
 			}
-			stages = append(stages, s)
-			continue
+			out, unset, err := lex.ProcessWord(word, shell.EnvsFromSlice(vars))
+			for v := range unset {
+				t.Errorf("Dockerfile:%d: %s uses $%s, which no ARG or ENV before it sets", lineOf(loc), word, v)
+			}
+			return out, err
 		}
-		stages[len(stages)-1].ins = append(stages[len(stages)-1].ins, in)
 	}
-	if cur.Len() > 0 {
-		t.Fatal("Dockerfile ends with a continuation line")
+	meta := map[string]string{}
+	for _, a := range metaArgs {
+		for _, kv := range a.Args {
+			meta[kv.Key] = ""
+			if kv.Value != nil {
+				v, err := expand(meta, a.Location())(*kv.Value)
+				if err != nil {
+					t.Fatalf("Dockerfile:%d: %v", lineOf(a.Location()), err)
+				}
+				meta[kv.Key] = v
+			}
+		}
 	}
-	return stages[1:]
+	for i := range stages {
+		s := &stages[i]
+		if s.BaseName, err = expand(meta, s.Location)(s.BaseName); err != nil {
+			t.Fatalf("Dockerfile:%d: %v", lineOf(s.Location), err)
+		}
+		env := map[string]string{}
+		for _, c := range s.Commands {
+			x := expand(env, c.Location())
+			if a, ok := c.(*instructions.ArgCommand); ok {
+				for _, kv := range a.Args {
+					v := meta[kv.Key] // an ARG without a default takes the global one
+					if kv.Value != nil {
+						if v, err = x(*kv.Value); err != nil {
+							t.Fatalf("Dockerfile:%d: %v", lineOf(c.Location()), err)
+						}
+					}
+					env[kv.Key] = v
+				}
+				continue
+			}
+			if e, ok := c.(instructions.SupportsSingleWordExpansion); ok {
+				if err := e.Expand(x); err != nil {
+					t.Fatalf("Dockerfile:%d: %v", lineOf(c.Location()), err)
+				}
+			}
+			if e, ok := c.(*instructions.EnvCommand); ok {
+				for _, kv := range e.Env {
+					env[kv.Key] = kv.Value
+				}
+			}
+		}
+	}
+	return stages
 }
 
-func (s stage) all(cmd string) []instruction {
-	var out []instruction
-	for _, in := range s.ins {
-		if in.cmd == cmd {
-			out = append(out, in)
+// lineOf is the first line of a location in the Dockerfile.
+func lineOf(loc []parser.Range) int {
+	if len(loc) == 0 {
+		return 0
+	}
+	return loc[0].Start.Line
+}
+
+// commands returns a stage's commands of type T, in order.
+func commands[T instructions.Command](s instructions.Stage) []T {
+	var out []T
+	for _, c := range s.Commands {
+		if c, ok := c.(T); ok {
+			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// last returns the stage's last instruction cmd, as Docker applies it.
-func (s stage) last(cmd string) (instruction, bool) {
-	all := s.all(cmd)
+// last returns the stage's last command of type T, the one Docker applies.
+func last[T instructions.Command](s instructions.Stage) (T, bool) {
+	all := commands[T](s)
 	if len(all) == 0 {
-		return instruction{}, false
+		var zero T
+		return zero, false
 	}
 	return all[len(all)-1], true
 }
 
-// execForm decodes the JSON array form of ENTRYPOINT and CMD.
-func execForm(t *testing.T, in instruction) []string {
+// execForm returns the argv of ENTRYPOINT or CMD, which must be in the exec
+// (JSON array) form.
+func execForm(t *testing.T, c instructions.Command, cl instructions.ShellDependantCmdLine) []string {
 	t.Helper()
-	var v []string
-	if err := json.Unmarshal([]byte(in.args), &v); err != nil {
-		t.Fatalf("line %d: %s %s: want the exec (JSON array) form so signals reach wowd: %v", in.line, in.cmd, in.args, err)
+	if cl.PrependShell {
+		t.Fatalf("Dockerfile:%d: %s: want the exec (JSON array) form so signals reach wowd", lineOf(c.Location()), c)
 	}
-	return v
-}
-
-// keyValues parses LABEL and ENV arguments: key=value pairs, values
-// optionally double-quoted.
-func keyValues(s string) map[string]string {
-	out := map[string]string{}
-	re := regexp.MustCompile(`([A-Za-z0-9_.\-]+)=("(?:[^"\\]|\\.)*"|\S+)`)
-	for _, m := range re.FindAllStringSubmatch(s, -1) {
-		out[m[1]] = strings.Trim(m[2], `"`)
-	}
-	return out
-}
-
-func readDockerfile(t *testing.T) []stage {
-	t.Helper()
-	b, err := os.ReadFile(path("Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stages := parseDockerfile(t, string(b))
-	if len(stages) < 2 {
-		t.Fatalf("Dockerfile has %d stages, want a multi-stage build (build, then a minimal runtime)", len(stages))
-	}
-	return stages
+	return cl.CmdLine
 }
 
 // TestDockerfile checks the image's invariants without a Docker engine.
@@ -133,71 +159,71 @@ func TestDockerfile(t *testing.T) {
 	final := stages[len(stages)-1]
 
 	// The build stage builds exactly as `make build` does.
-	var build *stage
+	var build *instructions.Stage
+	var makeBuild *instructions.RunCommand
 	for i := range stages[:len(stages)-1] {
-		for _, in := range stages[i].all("RUN") {
-			if regexp.MustCompile(`(^|\s)make build(\s|$)`).MatchString(in.args) {
-				build = &stages[i]
+		for _, run := range commands[*instructions.RunCommand](stages[i]) {
+			if regexp.MustCompile(`(^|\s)make build(\s|$)`).MatchString(strings.Join(run.CmdLine, " ")) {
+				build, makeBuild = &stages[i], run
 			}
 		}
 	}
 	if build == nil {
 		t.Fatal("no build stage runs `make build` (the flags must be the Makefile's: CGO_ENABLED=0, -trimpath, the version ldflags)")
 	}
-	if build.name == "" {
-		t.Errorf("the build stage (FROM %s) has no name", build.from)
+	if build.Name == "" {
+		t.Errorf("the build stage (FROM %s) has no name", build.BaseName)
 	}
-	if !regexp.MustCompile(`VERSION=`).MatchString(build.all("RUN")[len(build.all("RUN"))-1].args) {
+	if !strings.Contains(strings.Join(makeBuild.CmdLine, " "), "VERSION=") {
 		t.Errorf("the build stage's make build does not pass VERSION: the build context has no .git for git describe")
 	}
 
 	// A minimal base.
-	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") && final.from != "scratch" {
-		t.Errorf("final base %s: want a minimal base (distroless static or scratch) for a static binary", final.from)
+	if !strings.HasPrefix(final.BaseName, "gcr.io/distroless/static") && final.BaseName != "scratch" {
+		t.Errorf("final base %s: want a minimal base (distroless static or scratch) for a static binary", final.BaseName)
 	}
 
 	// The binary comes from the build stage, from where make build puts it.
 	var binary string
-	for _, in := range final.all("COPY") {
-		f := strings.Fields(in.args)
-		if len(f) == 3 && f[0] == "--from="+build.name && f[1] == "/src/bin/wowd" {
-			binary = f[2]
+	for _, c := range commands[*instructions.CopyCommand](final) {
+		if strings.EqualFold(c.From, build.Name) && len(c.SourcePaths) == 1 && c.SourcePaths[0] == "/src/bin/wowd" {
+			binary = c.DestPath
 		}
 	}
 	if binary == "" {
-		t.Fatalf("the final stage does not COPY --from=%s the binary make build writes (bin/wowd)", build.name)
+		t.Fatalf("the final stage does not COPY --from=%s the binary make build writes (bin/wowd)", build.Name)
 	}
-	if wd := build.all("WORKDIR"); len(wd) == 0 || wd[len(wd)-1].args != "/src" {
+	if wd, ok := last[*instructions.WorkdirCommand](*build); !ok || wd.Path != "/src" {
 		t.Errorf("the build stage's WORKDIR is not /src, where the COPY of bin/wowd expects it")
 	}
 
 	// Non-root, numerically.
-	user, ok := final.last("USER")
+	user, ok := last[*instructions.UserCommand](final)
 	if !ok {
 		t.Fatal("the final stage sets no USER: the image would run as root")
 	}
-	uid, _, _ := strings.Cut(user.args, ":")
+	uid, _, _ := strings.Cut(user.User, ":")
 	if !regexp.MustCompile(`^[1-9][0-9]*$`).MatchString(uid) {
-		t.Errorf("USER %s: want a numeric non-zero uid, so Kubernetes' runAsNonRoot can verify it", user.args)
+		t.Errorf("USER %s: want a numeric non-zero uid, so Kubernetes' runAsNonRoot can verify it", user.User)
 	}
 
 	// The entry point runs wowd; the default command is `run` with the
 	// configuration at /etc/wowd/wowd.yaml.
-	ep, ok := final.last("ENTRYPOINT")
+	ep, ok := last[*instructions.EntrypointCommand](final)
 	if !ok {
 		t.Fatal("no ENTRYPOINT")
 	}
-	argv := execForm(t, ep)
+	argv := execForm(t, ep, ep.ShellDependantCmdLine)
 	if len(argv) == 0 || argv[0] != binary {
 		t.Errorf("ENTRYPOINT %v: want the copied binary %s first", argv, binary)
 	}
-	if cmd, ok := final.last("CMD"); ok {
-		argv = append(argv, execForm(t, cmd)...)
+	if cmd, ok := last[*instructions.CmdCommand](final); ok {
+		argv = append(argv, execForm(t, cmd, cmd.ShellDependantCmdLine)...)
 	}
 	env := map[string]string{}
-	for _, in := range final.all("ENV") {
-		for k, v := range keyValues(in.args) {
-			env[k] = v
+	for _, c := range commands[*instructions.EnvCommand](final) {
+		for _, kv := range c.Env {
+			env[kv.Key] = kv.Value
 		}
 	}
 	if len(argv) < 2 || argv[1] != "run" {
@@ -221,10 +247,9 @@ func TestDockerfile(t *testing.T) {
 
 	// The configuration the image carries, and the port it exposes.
 	var configSrc string
-	for _, in := range final.all("COPY") {
-		f := strings.Fields(in.args)
-		if len(f) == 2 && f[1] == configPath {
-			configSrc = f[0]
+	for _, c := range commands[*instructions.CopyCommand](final) {
+		if c.From == "" && len(c.SourcePaths) == 1 && c.DestPath == configPath {
+			configSrc = c.SourcePaths[0]
 		}
 	}
 	if configSrc == "" {
@@ -234,8 +259,8 @@ func TestDockerfile(t *testing.T) {
 	readYAML(t, path(configSrc), &cfg)
 	port := cfg.metricsPort(t)
 	exposed := map[string]bool{}
-	for _, in := range final.all("EXPOSE") {
-		for _, p := range strings.Fields(in.args) {
+	for _, c := range commands[*instructions.ExposeCommand](final) {
+		for _, p := range c.Ports {
 			exposed[strings.TrimSuffix(p, "/tcp")] = true
 		}
 	}
@@ -246,9 +271,9 @@ func TestDockerfile(t *testing.T) {
 
 	// OCI labels.
 	labels := map[string]string{}
-	for _, in := range final.all("LABEL") {
-		for k, v := range keyValues(in.args) {
-			labels[k] = v
+	for _, c := range commands[*instructions.LabelCommand](final) {
+		for _, kv := range c.Labels {
+			labels[kv.Key] = kv.Value
 		}
 	}
 	for _, k := range []string{"title", "description", "source", "version"} {
@@ -262,8 +287,11 @@ func TestDockerfile(t *testing.T) {
 // runs as the image's user.
 func TestDockerfileUserMatchesChart(t *testing.T) {
 	stages := readDockerfile(t)
-	user, _ := stages[len(stages)-1].last("USER")
-	uid, _, _ := strings.Cut(user.args, ":")
+	var user string
+	if c, ok := last[*instructions.UserCommand](stages[len(stages)-1]); ok {
+		user = c.User
+	}
+	uid, _, _ := strings.Cut(user, ":")
 	var values struct {
 		PodSecurityContext struct {
 			RunAsUser int `yaml:"runAsUser"`
@@ -271,7 +299,7 @@ func TestDockerfileUserMatchesChart(t *testing.T) {
 	}
 	readYAML(t, path("deploy/helm/wowd/values.yaml"), &values)
 	if got := values.PodSecurityContext.RunAsUser; strings.TrimSpace(uid) != strconv.Itoa(got) {
-		t.Errorf("chart podSecurityContext.runAsUser %d, image USER %s", got, user.args)
+		t.Errorf("chart podSecurityContext.runAsUser %d, image USER %s", got, user)
 	}
 }
 
@@ -282,37 +310,8 @@ func TestDockerfileUserMatchesChart(t *testing.T) {
 func TestDockerBuildStage(t *testing.T) {
 	needTool(t, "make", "apt-get install make")
 	wowdBinary(t) // compiles the packages with make build's flags first
-	patterns := dockerignore(t)
 	ctxDir := t.TempDir()
-	copied := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		if ignored(patterns, rel) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		dst := filepath.Join(ctxDir, filepath.FromSlash(rel))
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(dst, 0o755)
-		case d.Type().IsRegular():
-			copied++
-			return copyFile(p, dst)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	copied := buildContext(t, root, ctxDir)
 	for _, need := range []string{"go.mod", "go.sum", "Makefile", "cmd/wowd", "deploy/wowd.container.yaml"} {
 		if _, err := os.Stat(filepath.Join(ctxDir, need)); err != nil {
 			t.Fatalf(".dockerignore leaves %s out of the build context", need)
@@ -357,67 +356,59 @@ func TestDockerBuildStage(t *testing.T) {
 	}
 }
 
-// dockerignore reads the patterns of .dockerignore.
-func dockerignore(t *testing.T) []string {
+// buildContext copies the directory src to dst as Docker sends it as a build
+// context: without what src/.dockerignore excludes, read and matched by the
+// code the Docker CLI and BuildKit use. It returns the number of files
+// copied.
+func buildContext(t *testing.T, src, dst string) int {
 	t.Helper()
-	b, err := os.ReadFile(path(".dockerignore"))
+	f, err := os.Open(filepath.Join(src, ".dockerignore"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		l = strings.TrimSpace(l)
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		out = append(out, l)
+	patterns, err := ignorefile.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatalf(".dockerignore: %v", err)
 	}
-	return out
-}
-
-// ignored applies .dockerignore patterns to a slash-separated path relative
-// to the context, as Docker does: the last matching pattern decides, "!"
-// re-includes, and a pattern matching a directory excludes what is in it.
-func ignored(patterns []string, rel string) bool {
-	res := false
-	for _, p := range patterns {
-		neg := strings.HasPrefix(p, "!")
-		p = strings.TrimPrefix(strings.TrimPrefix(p, "!"), "/")
-		re := patternRegexp(p)
-		match := re.MatchString(rel)
-		for i := 0; !match && i < len(rel); i++ {
-			if rel[i] == '/' {
-				match = re.MatchString(rel[:i])
-			}
-		}
-		if match {
-			res = !neg
-		}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		t.Fatalf(".dockerignore: %v", err)
 	}
-	return res
-}
-
-func patternRegexp(p string) *regexp.Regexp {
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(p); i++ {
-		switch c := p[i]; {
-		case strings.HasPrefix(p[i:], "**/"):
-			b.WriteString("(.*/)?")
-			i += 2
-		case strings.HasPrefix(p[i:], "**"):
-			b.WriteString(".*")
-			i++
-		case c == '*':
-			b.WriteString("[^/]*")
-		case c == '?':
-			b.WriteString("[^/]")
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
+	copied := 0
+	dirs := map[string]patternmatcher.MatchInfo{} // by directory
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == src {
+			return err
 		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		ignored, info, err := pm.MatchesUsingParentResults(filepath.ToSlash(rel), dirs[filepath.Dir(p)])
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs[p] = info
+		}
+		out := filepath.Join(dst, rel)
+		switch {
+		case ignored && d.IsDir() && !pm.Exclusions():
+			return filepath.SkipDir
+		case ignored: // a "!" pattern may bring back something below
+		case d.IsDir():
+			return os.MkdirAll(out, 0o755)
+		case d.Type().IsRegular():
+			copied++
+			return copyFile(p, out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	b.WriteString("$")
-	return regexp.MustCompile(b.String())
+	return copied
 }
 
 func copyFile(src, dst string) error {
@@ -428,6 +419,9 @@ func copyFile(src, dst string) error {
 	defer in.Close()
 	st, err := in.Stat()
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, st.Mode().Perm())
@@ -441,10 +435,16 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
+// TestDockerignorePatterns checks buildContext on a tree of its own: the
+// last matching pattern decides, "!" re-includes (even below an excluded
+// directory), and a pattern matching a directory excludes what is in it.
 func TestDockerignorePatterns(t *testing.T) {
-	ps := []string{".git", "**/*.test", "*.md", "deploy/helm", "!deploy/helm/keep"}
-	for rel, want := range map[string]bool{
-		".git":                  true,
+	src, dst := t.TempDir(), t.TempDir()
+	ignore := "# a comment\n.git\n**/*.test\n\n*.md\ndeploy/helm\n!deploy/helm/keep\n"
+	if err := os.WriteFile(filepath.Join(src, ".dockerignore"), []byte(ignore), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{ // path: ignored
 		".git/config":           true,
 		"x.test":                true,
 		"a/b/x.test":            true,
@@ -454,9 +454,22 @@ func TestDockerignorePatterns(t *testing.T) {
 		"deploy/helm/keep":      false,
 		"deploy/wowd.container": false,
 		"go.mod":                false,
-	} {
-		if got := ignored(ps, rel); got != want {
-			t.Errorf("ignored(%s) = %v, want %v", rel, got, want)
+	}
+	for rel := range want {
+		p := filepath.Join(src, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want[".git"] = true
+	buildContext(t, src, dst)
+	for rel, ignored := range want {
+		_, err := os.Stat(filepath.Join(dst, filepath.FromSlash(rel)))
+		if got := err != nil; got != ignored {
+			t.Errorf("%s ignored = %v, want %v", rel, got, ignored)
 		}
 	}
 }
