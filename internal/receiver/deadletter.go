@@ -114,7 +114,7 @@ func (r *Receiver) deadLetter(j *job) {
 				j.finish(metrics.DeadLetterFailed)
 				return
 			}
-			wait := backoff(j.tries, r.o.RetryBackoff)
+			wait := r.holdBackoff(j.tries)
 			r.log.Error("dead-letter write failed; retrying, the source offset stays uncommitted",
 				append(at, zap.Int("attempt", j.tries), zap.Int("of", deadLetterAttempts), zap.Duration("wait", wait), zap.Error(err))...)
 			j.after(wait, func() { r.deadLetter(j) })

@@ -77,7 +77,7 @@ func (r *Receiver) overdue(late []lateAttempt, cutoff time.Duration) []lateAttem
 	return late
 }
 
-// timedOut settles an attempt that ran past its deadline: a transient
+// timedOut concludes an attempt that ran past its deadline: a transient
 // failure, like a timeout of the sink.
 func (r *Receiver) timedOut(j *job) {
 	r.m.Timeout()
@@ -85,7 +85,7 @@ func (r *Receiver) timedOut(j *job) {
 		zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
 		zap.Duration("timeout", r.o.HandlerTimeout))
 	j.kept = true // the handler still has the message: never give the job another record
-	j.settle(handler.Classed(handler.Transient, fmt.Errorf("%w (timeout %v)", ErrHandlerTimeout, r.o.HandlerTimeout)))
+	j.conclude(handler.Classed(handler.Transient, fmt.Errorf("%w (timeout %v)", ErrHandlerTimeout, r.o.HandlerTimeout)))
 }
 
 // extend moves the deadline of m's armed attempt to HandlerTimeout after

@@ -3,9 +3,7 @@ package receiver
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,98 +143,10 @@ func (j *job) Run(res executor.Resume) executor.Status {
 	j.res = res
 	j.start = j.r.since()
 	j.tried = j.start
-	if j.admit() {
+	if j.screen() {
 		j.call()
 	}
 	return executor.Pending // the Ack (or admit) completes it, possibly already done
-}
-
-// admit decides whether the record goes to the handler: a record this
-// service already handled locally first, one no filter wants, or one that is
-// not a valid Wow message of its topic is finished here instead.
-func (j *job) admit() bool {
-	r := j.r
-	for _, h := range j.rec.Headers {
-		if j.local == nil && h.Key == HeaderHandledBy && string(h.Value) == r.o.Service {
-			j.finish(metrics.Local) // handled when it was ingested; this is its copy coming back
-			return false
-		}
-	}
-	if !r.o.Wow {
-		return true
-	}
-	if j.ws == nil {
-		j.ws = new(wowState)
-	}
-	if err := j.ws.m.Decode(j.kind, j.rec.Value); err != nil {
-		j.reject("undecodable", err)
-		return false
-	}
-	if err := j.ws.m.Check(j.rec.Key, j.route.Context, j.route.Aggregate); err != nil {
-		j.reject("mismatch", err)
-		return false
-	}
-	if !j.wanted() {
-		j.finish(metrics.Skipped)
-		return false
-	}
-	j.fillWow()
-	j.msg.Wow = &j.ws.pub
-	return true
-}
-
-// wanted applies the dispatcher's filters and the compensation rule.
-func (j *job) wanted() bool {
-	r, m := j.r, &j.ws.m
-	switch j.kind {
-	case handler.KindCommand:
-		if len(r.o.Commands) > 0 && !r.o.Commands[m.Name] {
-			return false
-		}
-	case handler.KindEvent, handler.KindState:
-		if len(r.o.Events) > 0 && !slices.ContainsFunc(m.Events, func(e string) bool { return r.o.Events[e] }) {
-			return false
-		}
-	}
-	// A state event resent as a compensation goes only to the processor it
-	// names: here, the dispatcher of that name in this service.
-	if c, ok := m.Compensation(); ok && j.kind == handler.KindState {
-		if c.Processor != r.o.Dispatcher {
-			return false
-		}
-	}
-	return true
-}
-
-func (j *job) fillWow() {
-	m := &j.ws.m
-	j.ws.pub = handler.Wow{
-		ID: m.ID, Name: m.Name, ContextName: m.ContextName, AggregateName: m.AggregateName,
-		AggregateID: m.AggregateID, TenantID: m.TenantID, RequestID: m.RequestID, CommandID: m.CommandID,
-		Version: m.Version, HasVersion: m.HasVersion, Events: m.Events,
-		// Same fields: view the decoded header as the public type.
-		Header: unsafe.Slice((*handler.WowHeader)(unsafe.Pointer(unsafe.SliceData(m.Header))), len(m.Header)),
-	}
-	if m.CreateTime != 0 {
-		j.ws.pub.CreateTime = time.UnixMilli(m.CreateTime)
-	}
-}
-
-// reject handles a record that is not a valid Wow message of its topic:
-// dead-lettered with the reason, or, with dead letters disabled, logged,
-// counted and skipped (retrying cannot fix it, and it must not stall the
-// partition).
-func (j *job) reject(class string, err error) {
-	r := j.r
-	if !r.o.DeadLetter.Enabled {
-		r.log.Warn("record is not a valid Wow message of its topic; skipped (dead letters are disabled)",
-			zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
-			zap.String("class", class), zap.Error(err))
-		j.finish(metrics.Unroutable)
-		return
-	}
-	j.failure = failure{class: class, reason: err.Error(), attempts: 0}
-	r.deadLetter(j)
 }
 
 // retry makes another attempt at a held message.
@@ -275,7 +185,7 @@ func (j *job) call() {
 				return
 			}
 			j.kept = true // goroutines the handler started may still read the message
-			j.settle(err)
+			j.conclude(err)
 		}
 	}()
 	r.o.Handler.Handle(j.p.ctx, &j.msg, handler.NewAck(j, token))
@@ -299,11 +209,12 @@ func (j *job) Complete(token uint64, err error) {
 	if !j.take(token) {
 		return
 	}
-	j.settle(err)
+	j.conclude(err)
 }
 
-// settle acts on the outcome of the attempt whose outcome the caller took.
-func (j *job) settle(err error) {
+// conclude acts on the outcome of a try whose outcome the caller took:
+// finish the record, hold it and try again, dead-letter it, or abandon it.
+func (j *job) conclude(err error) {
 	r := j.r
 	if err == nil {
 		r.m.HandlerDuration(r.since() - j.start)
@@ -332,7 +243,7 @@ func (j *job) settle(err error) {
 		// into the dead-letter topic. Hold the message (not the worker) and
 		// try again.
 		j.tries++
-		wait := backoff(j.tries, r.o.RetryBackoff)
+		wait := r.holdBackoff(j.tries)
 		r.m.Count(metrics.Retried, 1)
 		r.log.Warn("handler failed; holding the message and retrying",
 			zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
@@ -353,14 +264,14 @@ func (j *job) settle(err error) {
 // after runs fn after d unless the partition goes first, in which case the
 // record is abandoned at once. Exactly one of the two happens.
 func (j *job) after(d time.Duration, fn func()) {
-	var settled atomic.Bool // separate from j: j is reused once abandoned
+	var decided atomic.Bool // separate from j: j is reused once abandoned
 	stop := context.AfterFunc(j.p.ctx, func() {
-		if settled.CompareAndSwap(false, true) {
+		if decided.CompareAndSwap(false, true) {
 			j.abandon()
 		}
 	})
 	time.AfterFunc(d, func() {
-		if settled.CompareAndSwap(false, true) {
+		if decided.CompareAndSwap(false, true) {
 			stop()
 			fn()
 		}
@@ -372,7 +283,7 @@ func (j *job) after(d time.Duration, fn func()) {
 func (j *job) finish(o metrics.Outcome) {
 	r, p, res, local := j.r, j.p, j.res, j.local
 	r.m.Count(o, 1)
-	r.done(p, j.seq)
+	r.finished(p, j.seq)
 	inMailbox := res != (executor.Resume{})
 	j.free()
 	if local != nil {
@@ -420,15 +331,11 @@ func (j *job) unroutable(reason string) {
 	r.deadLetter(j)
 }
 
-// backoff returns the wait before attempt n+1: exponential from 200ms,
-// capped, with equal jitter (half of it fixed, half random).
-func backoff(n int, limit time.Duration) time.Duration {
-	d := 200 * time.Millisecond
-	for i := 1; i < n && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	return d/2 + rand.N(d/2+1)
+// holdBackoff returns the wait before attempt n+1 of a held record (or of
+// its dead-letter write): the SDK's retry backoff, from 200ms to
+// RetryBackoff.
+func (r *Receiver) holdBackoff(n int) time.Duration {
+	return handler.RetryPolicy{Initial: 200 * time.Millisecond, Max: r.o.RetryBackoff}.Backoff(n)
 }
 
 // Retrying is told by the handler that an attempt of m failed and will be
@@ -443,7 +350,7 @@ func (r *Receiver) Retrying(m *handler.Message, attempt int, err error, wait tim
 
 // outcome feeds the failure streak with one handler attempt.
 func (r *Receiver) outcome(failed bool) {
-	if !failed && r.fails.recordSuccess() {
+	if !failed && r.fails.unchangedBySuccess() {
 		return // nothing failed lately: the common case takes no lock
 	}
 	started, ended := r.fails.record(failed, time.Now())

@@ -102,9 +102,10 @@ func (r *Receiver) unpauseLocked(p *partition, why pauseReason) {
 	}
 }
 
-// done records the completion of seq in its incarnation and lifts the
-// partition's pauses that no longer hold.
-func (r *Receiver) done(p *partition, seq int64) {
+// finished records that the record seq of p finished, in its incarnation's
+// tracker, lifts the partition's pauses that no longer hold and releases
+// its window slot.
+func (r *Receiver) finished(p *partition, seq int64) {
 	lifted := false
 	p.mu.Lock()
 	if !p.closed.Load() {
@@ -126,7 +127,7 @@ func (r *Receiver) done(p *partition, seq int64) {
 	r.release()
 }
 
-// testHookDone, when a test sets it, runs after done updated a partition,
+// testHookDone, when a test sets it, runs after finished updated a partition,
 // with whether the update lifted one of its pauses.
 var testHookDone func(r *Receiver, p *partition, lifted bool)
 

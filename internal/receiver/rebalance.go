@@ -14,7 +14,7 @@ func (r *Receiver) onAssigned(_ context.Context, _ *kgo.Client, assigned map[str
 	r.joined.Store(true)
 	r.rebalancing.Store(false)
 	select {
-	case r.settled <- struct{}{}:
+	case r.assignedSig <- struct{}{}:
 	default:
 	}
 	n := 0

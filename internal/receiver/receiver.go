@@ -54,6 +54,31 @@
 // records included), and only then closes the partitions and leaves the
 // group.
 //
+// # Words
+//
+// Each verb below means one thing in this package:
+//
+//   - admit: take a record into the window: one fetched (admitPartition) or
+//     one handed over by the ingest endpoint (Admit). An admitted record
+//     counts in flight until it is finished or dropped.
+//   - screen: decide whether the handler gets an admitted record (its
+//     local-first copy, the Wow checks, the dispatcher's filters).
+//   - try: one call of the handler for a record. A try is armed with a
+//     token; the first Ack (or the deadline watcher) takes its outcome.
+//   - conclude: act on a try's outcome: finish the record, hold it, send
+//     it to the dead-letter topic, or abandon it.
+//   - hold: keep a failed record and try again after a backoff, holding its
+//     aggregate but no worker.
+//   - finish: a record is done for good (handled, skipped, dead-lettered or
+//     given up after its dead-letter write was refused): it counts toward
+//     the watermark, and its mailbox moves on.
+//   - drop: give up a record that is not finished (its partition went, the
+//     executor is closing): it leaves the window and is delivered again
+//     later. Abandon is a drop of a record whose try ran, whose mailbox
+//     must also move on.
+//   - release: give a slot of the window back (on finish and drop).
+//   - commit: send partitions' watermarks to the group coordinator.
+//
 // # Goroutines and locks
 //
 // The receiver owns three goroutines, the poll loop, the committer and the
@@ -169,7 +194,7 @@ type Receiver struct {
 	// the group is (re)joining, and a commit would only wait for the join
 	// (kgo holds commits during JoinGroup and SyncGroup) or fail.
 	rebalancing atomic.Bool
-	settled     chan struct{} // signaled by every assignment
+	assignedSig chan struct{} // signaled by every assignment
 	stopping    atomic.Bool   // admission stopped: records polled from now on are not admitted
 	closing     atomic.Bool   // revokes no longer wait: Stop already drained
 
@@ -221,22 +246,22 @@ func New(o Options) (*Receiver, error) {
 		o.Logger = zap.NewNop()
 	}
 	r := &Receiver{
-		o:          o,
-		log:        o.Logger,
-		window:     int64(o.MaxInFlight),
-		batch:      max(1, int64(o.MaxInFlight)/16),
-		spanCap:    4 * o.MaxInFlight,
-		epoch:      time.Now(),
-		room:       make(chan struct{}, 1),
-		settled:    make(chan struct{}, 1),
-		parts:      make(map[tp]*partition),
-		local:      newPartition("", -1),
-		pollDone:   make(chan struct{}),
-		commitMu:   make(chanLock, 1),
-		commitStop: make(chan struct{}),
-		commitDone: make(chan struct{}),
-		watchStop:  make(chan struct{}),
-		watchDone:  make(chan struct{}),
+		o:           o,
+		log:         o.Logger,
+		window:      int64(o.MaxInFlight),
+		batch:       max(1, int64(o.MaxInFlight)/16),
+		spanCap:     4 * o.MaxInFlight,
+		epoch:       time.Now(),
+		room:        make(chan struct{}, 1),
+		assignedSig: make(chan struct{}, 1),
+		parts:       make(map[tp]*partition),
+		local:       newPartition("", -1),
+		pollDone:    make(chan struct{}),
+		commitMu:    make(chanLock, 1),
+		commitStop:  make(chan struct{}),
+		commitDone:  make(chan struct{}),
+		watchStop:   make(chan struct{}),
+		watchDone:   make(chan struct{}),
 	}
 	r.routes = make(map[string]*Route, len(o.Routes))
 	for t, rt := range o.Routes {
@@ -329,7 +354,7 @@ func (r *Receiver) stop(ctx context.Context) error {
 	for r.rebalancing.Load() && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-		case <-r.settled:
+		case <-r.assignedSig:
 		case <-wait.C:
 		}
 	}

@@ -27,7 +27,7 @@ type streak struct {
 
 	// quiet is set while the ring is full of successes and the receiver is
 	// not backing off: then another success changes nothing, and the
-	// receiver records it without the lock or the clock (see recordSuccess).
+	// receiver skips it, without the lock or the clock (see unchangedBySuccess).
 	quiet atomic.Bool
 }
 
@@ -78,9 +78,10 @@ func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
 	return false, false
 }
 
-// recordSuccess records a success if that changes nothing (see quiet) and
-// reports whether it did; else the caller records it with record.
-func (s *streak) recordSuccess() bool { return s.quiet.Load() }
+// unchangedBySuccess reports whether recording a success would change
+// nothing (see quiet), so the caller can skip it; when false, the caller
+// records it with record.
+func (s *streak) unchangedBySuccess() bool { return s.quiet.Load() }
 
 func (s *streak) reset() {
 	s.ring = [streakWindow]bool{}

@@ -72,7 +72,7 @@ func TestStreakQuietSuccessChangesNothing(t *testing.T) {
 		now = now.Add(50 * time.Millisecond)
 		s1, e1 := full.record(failed, now)
 		var s2, e2 bool
-		if !failed && fast.recordSuccess() {
+		if !failed && fast.unchangedBySuccess() {
 			skipped++
 		} else {
 			s2, e2 = fast.record(failed, now)

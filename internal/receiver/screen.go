@@ -1,0 +1,102 @@
+package receiver
+
+import (
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/metrics"
+	"go.uber.org/zap"
+)
+
+// The screening of a record before its handler: the local-first copy, the
+// Wow checks and the dispatcher's filters.
+
+// screen decides whether the record goes to the handler: a record this
+// service already handled locally first, one no filter wants, or one that is
+// not a valid Wow message of its topic is finished here instead.
+func (j *job) screen() bool {
+	r := j.r
+	for _, h := range j.rec.Headers {
+		if j.local == nil && h.Key == HeaderHandledBy && string(h.Value) == r.o.Service {
+			j.finish(metrics.Local) // handled when it was ingested; this is its copy coming back
+			return false
+		}
+	}
+	if !r.o.Wow {
+		return true
+	}
+	if j.ws == nil {
+		j.ws = new(wowState)
+	}
+	if err := j.ws.m.Decode(j.kind, j.rec.Value); err != nil {
+		j.reject("undecodable", err)
+		return false
+	}
+	if err := j.ws.m.Check(j.rec.Key, j.route.Context, j.route.Aggregate); err != nil {
+		j.reject("mismatch", err)
+		return false
+	}
+	if !j.wanted() {
+		j.finish(metrics.Skipped)
+		return false
+	}
+	j.fillWow()
+	j.msg.Wow = &j.ws.pub
+	return true
+}
+
+// wanted applies the dispatcher's filters and the compensation rule.
+func (j *job) wanted() bool {
+	r, m := j.r, &j.ws.m
+	switch j.kind {
+	case handler.KindCommand:
+		if len(r.o.Commands) > 0 && !r.o.Commands[m.Name] {
+			return false
+		}
+	case handler.KindEvent, handler.KindState:
+		if len(r.o.Events) > 0 && !slices.ContainsFunc(m.Events, func(e string) bool { return r.o.Events[e] }) {
+			return false
+		}
+	}
+	// A state event resent as a compensation goes only to the processor it
+	// names: here, the dispatcher of that name in this service.
+	if c, ok := m.Compensation(); ok && j.kind == handler.KindState {
+		if c.Processor != r.o.Dispatcher {
+			return false
+		}
+	}
+	return true
+}
+
+func (j *job) fillWow() {
+	m := &j.ws.m
+	j.ws.pub = handler.Wow{
+		ID: m.ID, Name: m.Name, ContextName: m.ContextName, AggregateName: m.AggregateName,
+		AggregateID: m.AggregateID, TenantID: m.TenantID, RequestID: m.RequestID, CommandID: m.CommandID,
+		Version: m.Version, HasVersion: m.HasVersion, Events: m.Events,
+		// Same fields: view the decoded header as the public type.
+		Header: unsafe.Slice((*handler.WowHeader)(unsafe.Pointer(unsafe.SliceData(m.Header))), len(m.Header)),
+	}
+	if m.CreateTime != 0 {
+		j.ws.pub.CreateTime = time.UnixMilli(m.CreateTime)
+	}
+}
+
+// reject handles a record that is not a valid Wow message of its topic:
+// dead-lettered with the reason, or, with dead letters disabled, logged,
+// counted and skipped (retrying cannot fix it, and it must not stall the
+// partition).
+func (j *job) reject(class string, err error) {
+	r := j.r
+	if !r.o.DeadLetter.Enabled {
+		r.log.Warn("record is not a valid Wow message of its topic; skipped (dead letters are disabled)",
+			zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
+			zap.String("class", class), zap.Error(err))
+		j.finish(metrics.Unroutable)
+		return
+	}
+	j.failure = failure{class: class, reason: err.Error(), attempts: 0}
+	r.deadLetter(j)
+}
