@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -326,3 +327,31 @@ func TestStragglerOfAnOutageIsRetried(t *testing.T) {
 type handlerFunc func(ctx context.Context, m *handler.Message, ack handler.Ack)
 
 func (f handlerFunc) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) { f(ctx, m, ack) }
+
+// Tries that fail because their partition went (lost here, revoked or
+// stopping alike) are no news about the sink: they do not make the receiver
+// back off.
+func TestCanceledTriesDoNotStartABackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const records = 40
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, records, records)
+		var running atomic.Int64
+		hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+			running.Add(1)
+			go func() {
+				<-ctx.Done() // answers only when its partition goes
+				ack.Done(fmt.Errorf("request canceled: %w", ctx.Err()))
+			}()
+		})
+		r := h.receiver("g-canceled", hd, 64)
+		waitUntil(t, 10*time.Second, "every record in a try", func() bool { return running.Load() == records })
+		r.onLost(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
+		time.Sleep(100 * time.Millisecond) // the canceled tries report
+		if r.Snapshot().BackingOff {
+			t.Fatal("backing off after tries were canceled by the partition's loss")
+		}
+		r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0}}) // as the rejoin would
+		stop(t, r)
+	})
+}

@@ -226,7 +226,9 @@ func (j *job) conclude(err error) {
 		r.panicked(j.position(), err)
 	}
 	class, _ := handler.Classify(err)
-	if class == handler.Transient {
+	if class == handler.Transient && j.p.ctx.Err() == nil {
+		// A try ended by its partition going (revoked, lost, stopping) is
+		// no news about the sink: it must not count toward a backoff.
 		r.outcome(true)
 	}
 	switch {
