@@ -17,6 +17,7 @@
 //	WOWD_REQUIRE_KAFKA=1        fail instead of skipping without a broker, or without kcat
 //	WOWD_REALKAFKA_LOGS=DIR     keep each test's wowd configurations and logs under DIR
 //	WOWD_REALKAFKA_KNOWN_ISSUES=1  also run the tests of known, unfixed wowd issues
+//	WOWD_SOAK=10m               how long TestSoak runs (default 1m; `make soak` sets SOAK, default 10m)
 //
 // The package holds no code but this comment: everything is in its tests.
 package realkafka
