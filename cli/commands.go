@@ -12,10 +12,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/configs"
-	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/daemon"
 	"github.com/wowd/wowd/internal/devbroker"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 func (a *app) runCmd() *cobra.Command {
@@ -210,7 +210,7 @@ func (a *app) handlersCmd() *cobra.Command {
 			for _, name := range a.reg.Names() {
 				spec, _ := a.reg.Lookup(name)
 				fmt.Fprintf(tw, "%s\t%s\n", name, spec.Summary)
-				for _, f := range handler.Fields(spec) {
+				for _, f := range handlerconfig.Fields(spec) {
 					var notes []string
 					if f.Required {
 						notes = append(notes, "required")

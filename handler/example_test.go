@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/handler/handlertest"
 )
 
 // ShoutConfig is the configuration of the shout plugin. The struct tags
@@ -64,10 +65,7 @@ func Example_plugin() {
 	reg.Register(shoutSpec())
 
 	spec, _ := reg.Lookup("shout")
-	for _, f := range handler.Fields(spec) {
-		fmt.Printf("%s (%s, default %q, secret %v): %s\n", f.Name, f.Type, f.Default, f.Secret, f.Description)
-	}
-	cfg, err := handler.Decode(spec, map[string]any{"upper": true})
+	cfg, err := handlertest.Decode(spec, map[string]any{"upper": true}) // as wowd reads the dispatcher's mapping
 	if err != nil {
 		panic(err)
 	}
@@ -78,15 +76,12 @@ func Example_plugin() {
 	ack := handler.AckFunc(func(err error) { fmt.Println("outcome:", err) })
 	h.Handle(context.Background(), &handler.Message{AggregateID: "cart-1", Value: []byte("item added")}, ack)
 
-	_, err = handler.Decode(spec, map[string]any{"uper": true})
-	fmt.Println("unknown key rejected:", err != nil)
+	_, err = handlertest.Decode(spec, map[string]any{"uper": true})
+	fmt.Println(err)
 	// Output:
-	// prefix (string, default "> ", secret false): Written before each message.
-	// upper (bool, default "", secret false): Write the value in upper case.
-	// token (string, default "", secret true): Masked by wowd config print.
 	// > cart-1: ITEM ADDED
 	// outcome: <nil>
-	// unknown key rejected: true
+	// uper: unknown key
 }
 
 // sender stands in for a client library with a callback API, such as a
@@ -142,7 +137,7 @@ func (printRetries) Retrying(m *handler.Message, attempt int, err error, _ time.
 // failures.
 func ExampleWithRetry() {
 	attempts := 0
-	flaky := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+	flaky := handler.Sync(func(ctx context.Context, m *handler.Message) error {
 		attempts++
 		if attempts <= 2 {
 			return errors.New("connection refused") // unclassified: transient
@@ -168,7 +163,7 @@ func ExampleWithRetry() {
 // Permanent goes to the dead-letter topic, Skip is acknowledged without
 // handling; other errors are transient.
 func ExampleClassed() {
-	project := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+	project := handler.Sync(func(ctx context.Context, m *handler.Message) error {
 		var ev struct{ Type string }
 		if err := json.Unmarshal(m.Value, &ev); err != nil {
 			return handler.Classed(handler.Permanent, fmt.Errorf("decoding: %w", err))

@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/wowd/wowd/internal/ack"
 )
 
 // Kind is the kind of Wow message a topic carries.
@@ -127,56 +129,39 @@ func (w *Wow) HeaderValue(key string) (string, bool) {
 	return "", false
 }
 
-// Ack reports the outcome of one message. Call Done exactly once; on the
-// Acks wowd gives out, calls after the first are ignored, and so are calls
-// made after the message's try ended otherwise (its handler.timeout passed).
-// A nil error means the message is handled; errors are classified by
-// [Classify].
+// Ack reports the outcome of one message: call its Done method exactly
+// once, with nil when the message is handled or an error classified by
+// [Classify]. On the Acks wowd gives out, calls after the first are ignored,
+// and so are calls made after the message's try ended otherwise (its
+// handler.timeout passed).
 //
 // An Ack is a small value: copying it is cheap and building it allocates
-// nothing.
-type Ack struct {
-	c     Completer
-	token uint64
-}
-
-// Completer receives the outcome behind an Ack. wowd implements it; handler
-// tests and wrappers can use [AckFunc].
-type Completer interface {
-	Complete(token uint64, err error)
-}
-
-// NewAck returns an Ack that reports to c with token.
-func NewAck(c Completer, token uint64) Ack { return Ack{c: c, token: token} }
+// nothing. Its machinery is internal to wowd; tests and wrappers make their
+// own with [AckFunc].
+type Ack = ack.Ack
 
 // AckFunc returns an Ack that calls fn with every outcome reported through
 // it, so that a test can catch a second acknowledgement (for wrappers and
 // tests; it allocates). The Acks wowd gives handlers ignore calls after the
 // first.
-func AckFunc(fn func(error)) Ack { return Ack{c: funcCompleter(fn)} }
+func AckFunc(fn func(error)) Ack { return ack.New(funcCompleter(fn), 0) }
 
 type funcCompleter func(error)
 
 func (f funcCompleter) Complete(_ uint64, err error) { f(err) }
-
-// Done reports the outcome of the message.
-func (a Ack) Done(err error) {
-	if a.c != nil {
-		a.c.Complete(a.token, err)
-	}
-}
 
 // Handler handles messages. See the package documentation for the contract.
 type Handler interface {
 	Handle(ctx context.Context, m *Message, ack Ack)
 }
 
-// HandlerFunc adapts a synchronous function to a Handler: the function's
-// return value is reported as the outcome before Handle returns.
-type HandlerFunc func(ctx context.Context, m *Message) error
+// Sync adapts a synchronous function to a Handler: the function's return
+// value is reported as the outcome before Handle returns. (It is not a
+// HandlerFunc: Handle's signature has an Ack, this function's does not.)
+type Sync func(ctx context.Context, m *Message) error
 
 // Handle calls f and acknowledges with its result.
-func (f HandlerFunc) Handle(ctx context.Context, m *Message, ack Ack) { ack.Done(f(ctx, m)) }
+func (f Sync) Handle(ctx context.Context, m *Message, ack Ack) { ack.Done(f(ctx, m)) }
 
 // Blocker is implemented by handlers whose Handle blocks. wowd runs them on
 // its bounded blocking pool.

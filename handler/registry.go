@@ -42,8 +42,18 @@ type Spec struct {
 	// Summary is one line for documentation and `wowd handlers`.
 	Summary string
 	// Config returns a new configuration value: a pointer to a struct holding
-	// the defaults. Its fields are described by struct tags (see [Fields]);
-	// nil means the handler takes no configuration.
+	// the defaults; nil means the handler takes no configuration. Its fields
+	// are the keys of the dispatcher's handler mapping, described by struct
+	// tags:
+	//
+	//	URL     string        `config:"url" required:"true" desc:"Where to POST messages."`
+	//	Timeout time.Duration `config:"request-timeout" desc:"Per-request timeout."`
+	//	Token   string        `config:"token" secret:"true" desc:"Bearer token."`
+	//
+	// The same tags drive strict decoding (an unknown key is an error),
+	// `wowd config validate`, secret masking in `wowd config print` and the
+	// generated reference. A nested struct is a nested mapping. A value that
+	// implements [Validator] is checked after decoding.
 	Config func() any
 	// New builds a handler from a decoded, validated configuration (the value
 	// Config returned, filled from YAML).

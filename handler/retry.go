@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/wowd/wowd/internal/ack"
 )
 
 // RetryPolicy says how [WithRetry] retries transient failures. The zero
@@ -223,13 +225,13 @@ func (c *retryCall) try() {
 		}
 	}()
 	if c.r.numbered != nil {
-		c.r.numbered.HandleAttempt(c.ctx, c.m, int(n), NewAck(c, uint64(n)))
+		c.r.numbered.HandleAttempt(c.ctx, c.m, int(n), ack.New(c, uint64(n)))
 		return
 	}
-	c.r.h.Handle(c.ctx, c.m, NewAck(c, uint64(n)))
+	c.r.h.Handle(c.ctx, c.m, ack.New(c, uint64(n)))
 }
 
-// Complete implements Completer: the outcome of attempt token.
+// Complete implements ack.Completer: the outcome of attempt token.
 func (c *retryCall) Complete(token uint64, err error) {
 	n := int64(token)
 	if !c.acked.CompareAndSwap(n-1, n) {

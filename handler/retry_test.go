@@ -294,7 +294,7 @@ func TestWithRetryConformance(t *testing.T) {
 // recover it, fails the message permanently with ErrPanicked and the stack.
 func TestWithRetryRecoversAPanickingRetry(t *testing.T) {
 	var calls atomic.Int32
-	h := handler.WithRetry(handler.HandlerFunc(func(context.Context, *handler.Message) error {
+	h := handler.WithRetry(handler.Sync(func(context.Context, *handler.Message) error {
 		if calls.Add(1) == 1 {
 			return errors.New("503")
 		}

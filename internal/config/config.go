@@ -10,9 +10,10 @@ package config
 
 import (
 	"fmt"
-	"github.com/wowd/wowd/internal/wow"
 	"os"
 	"time"
+
+	"github.com/wowd/wowd/internal/wow"
 
 	"github.com/wowd/wowd/handler"
 )

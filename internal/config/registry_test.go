@@ -19,7 +19,7 @@ type logConfig struct {
 }
 
 func newNothing(any, handler.Deps) (handler.Handler, error) {
-	return handler.HandlerFunc(func(context.Context, *handler.Message) error { return nil }), nil
+	return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil
 }
 
 // testRegistry holds the handler types the tests configure: discard (no

@@ -14,6 +14,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 var (
@@ -267,7 +268,7 @@ func (d *decoder) validateHandler(path string, h *Handler) {
 	if raw == nil {
 		raw = map[string]any{}
 	}
-	decoded, err := handler.Decode(spec, raw)
+	decoded, err := handlerconfig.Decode(spec, raw)
 	if err != nil {
 		d.handlerErrors(path, spec, raw, err)
 		return
@@ -286,7 +287,7 @@ func (d *decoder) knownHandlers() string {
 // the handler key it names.
 func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]any, err error) {
 	keys := map[string]bool{}
-	for _, f := range handler.Fields(spec) {
+	for _, f := range handlerconfig.Fields(spec) {
 		keys[f.Name] = true
 	}
 	for k := range raw {
@@ -297,7 +298,7 @@ func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]a
 		problems = joined.Unwrap() // handler.Decode joins one error per problem
 	}
 	for _, e := range problems {
-		var uk *handler.UnknownKeyError
+		var uk *handlerconfig.UnknownKeyError
 		if errors.As(e, &uk) {
 			d.errorf(path+"."+uk.Key, "unknown key")
 			continue

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 // mask replaces the value of every secret that is set.
@@ -133,7 +134,7 @@ func handlerFields(m *yaml.Node, h Handler, reg *handler.Registry) error {
 		return fmt.Errorf("unknown handler type %q: cannot tell its secrets", h.Type)
 	}
 	secret := map[string]bool{}
-	for _, f := range handler.Fields(spec) {
+	for _, f := range handlerconfig.Fields(spec) {
 		if f.Secret {
 			secret[f.Name] = true
 		}

@@ -32,7 +32,7 @@ type recorder struct {
 
 func (r *recorder) spec() handler.Spec {
 	return handler.Spec{Name: "record", New: func(_ any, d handler.Deps) (handler.Handler, error) {
-		return handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		return handler.Sync(func(_ context.Context, m *handler.Message) error {
 			c := *m
 			c.Value = slices.Clone(m.Value)
 			if m.Wow != nil {

@@ -27,7 +27,7 @@ type counter struct {
 
 func (c *counter) spec() handler.Spec {
 	return handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
-		return handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		return handler.Sync(func(_ context.Context, m *handler.Message) error {
 			c.mu.Lock()
 			c.n[m.Wow.ID]++
 			c.mu.Unlock()
@@ -245,7 +245,7 @@ func TestIngestNeverMarksWhatWasNotHandled(t *testing.T) {
 	started := make(chan struct{}, 1)
 	var holding handler.Registry
 	holding.Register(handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
-		return handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		return handler.Sync(func(ctx context.Context, m *handler.Message) error {
 			started <- struct{}{}
 			<-ctx.Done() // holds the message until the partition or the receiver goes
 			return ctx.Err()

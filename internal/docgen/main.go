@@ -22,6 +22,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/handlerconfig"
 	"github.com/wowd/wowd/internal/handlers" // the built-in handlers register themselves
 	"github.com/wowd/wowd/internal/metrics"
 )
@@ -223,7 +224,7 @@ syntax: ` + "`500ms`, `30s`, `1m`, `1h30m`" + `.
 		if spec.Summary != "" {
 			b.WriteString(spec.Summary + "\n\n")
 		}
-		fields := handler.Fields(spec)
+		fields := handlerconfig.Fields(spec)
 		if len(fields) == 0 {
 			b.WriteString("Takes no configuration.\n")
 			continue
@@ -348,7 +349,7 @@ func keyDefault(s string) string {
 
 // fieldDefault formats a handler field's default. handler.Fields leaves the
 // default empty when it is the type's zero value.
-func fieldDefault(f handler.Field) string {
+func fieldDefault(f handlerconfig.Field) string {
 	switch {
 	case f.Default != "":
 		return code(f.Default)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/handlerconfig"
 	"github.com/wowd/wowd/internal/handlers"
 	"github.com/wowd/wowd/internal/metrics"
 )
@@ -123,7 +124,7 @@ func TestEverythingIsDocumented(t *testing.T) {
 			t.Errorf("configuration.md lacks handler type %s", name)
 		}
 		spec, _ := reg.Lookup(name)
-		for _, f := range handler.Fields(spec) {
+		for _, f := range handlerconfig.Fields(spec) {
 			if !strings.Contains(conf, "| `"+f.Name+"` |") {
 				t.Errorf("configuration.md lacks %s's key %s", name, f.Name)
 			}

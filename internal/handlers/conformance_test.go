@@ -5,6 +5,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/handler/handlertest"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 // newConformance builds the handler name with raw for the conformance suite,
@@ -12,7 +13,7 @@ import (
 func newConformance(t *testing.T, name string, raw map[string]any) handler.Handler {
 	t.Helper()
 	spec, _ := handler.Default().Lookup(name)
-	cfg, err := handler.Decode(spec, raw)
+	cfg, err := handlerconfig.Decode(spec, raw)
 	if err != nil {
 		t.Fatal(err)
 	}

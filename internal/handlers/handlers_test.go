@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -134,7 +135,7 @@ func TestDecodeErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec, _ := handler.Default().Lookup(strings.Fields(tc.name)[0])
-			_, err := handler.Decode(spec, tc.raw)
+			_, err := handlerconfig.Decode(spec, tc.raw)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -152,8 +153,8 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestHTTPConfigFields(t *testing.T) {
 	spec, _ := handler.Default().Lookup("http")
-	byName := map[string]handler.Field{}
-	for _, f := range handler.Fields(spec) {
+	byName := map[string]handlerconfig.Field{}
+	for _, f := range handlerconfig.Fields(spec) {
 		byName[f.Name] = f
 	}
 	for name, def := range map[string]string{
@@ -184,7 +185,7 @@ func build(t *testing.T, name string, raw map[string]any, deps handler.Deps) han
 	if !ok {
 		t.Fatalf("no handler %q", name)
 	}
-	cfg, err := handler.Decode(spec, raw)
+	cfg, err := handlerconfig.Decode(spec, raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 const secretToken = "Bearer s3cr3t-t0ken"
@@ -60,7 +61,7 @@ func TestHTTPHeaderFromEnv(t *testing.T) {
 	t.Setenv("WOWD_TEST_SINK_TOKEN", "  "+secretToken+"\n")
 	srv, url := headerServer(t, "Authorization")
 	spec, _ := handler.Default().Lookup("http")
-	cfg, err := handler.Decode(spec, sinkConfig(url, map[string]any{
+	cfg, err := handlerconfig.Decode(spec, sinkConfig(url, map[string]any{
 		"headers-from-env": map[string]any{"authorization": "WOWD_TEST_SINK_TOKEN"},
 	}))
 	if err != nil {
@@ -223,7 +224,7 @@ func TestHTTPHeaderSourceErrors(t *testing.T) {
 		if tc.file != nil {
 			raw["headers-from-file"] = tc.file
 		}
-		cfg, err := handler.Decode(spec, raw)
+		cfg, err := handlerconfig.Decode(spec, raw)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +248,7 @@ func TestHTTPHeaderSourceErrors(t *testing.T) {
 func TestHTTPHeaderSourcesInSpec(t *testing.T) {
 	t.Setenv("WOWD_TEST_SINK_TOKEN", secretToken)
 	spec, _ := handler.Default().Lookup("http")
-	for _, f := range handler.Fields(spec) {
+	for _, f := range handlerconfig.Fields(spec) {
 		if strings.Contains(f.Default, "s3cr3t") || strings.Contains(f.Description, "s3cr3t") {
 			t.Errorf("field %+v shows the value", f)
 		}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 // newServer starts a test server on 127.0.0.1, closed at the end of the test
@@ -553,7 +554,7 @@ func TestHTTPCloseAcksOutstanding(t *testing.T) {
 	})
 	obs := &retries{}
 	spec, _ := handler.Default().Lookup("http")
-	cfg, err := handler.Decode(spec, sinkConfig(srv.URL, map[string]any{
+	cfg, err := handlerconfig.Decode(spec, sinkConfig(srv.URL, map[string]any{
 		"backoff-initial": "1h", "backoff-max": "1h", "max-concurrency": 2,
 	}))
 	if err != nil {
@@ -600,7 +601,7 @@ func TestHTTPCloseLetsRequestsFinish(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	})
 	spec, _ := handler.Default().Lookup("http")
-	cfg, err := handler.Decode(spec, sinkConfig(srv.URL, nil))
+	cfg, err := handlerconfig.Decode(spec, sinkConfig(srv.URL, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -671,7 +672,7 @@ func TestHTTPWowHeaders(t *testing.T) {
 // is refused when the sink is built: every slow request would fail its try.
 func TestRequestTimeoutMustFitTheHandlerTimeout(t *testing.T) {
 	spec, _ := handler.Default().Lookup("http")
-	cfg, err := handler.Decode(spec, map[string]any{"url": "http://127.0.0.1:1/wow", "request-timeout": "30s"})
+	cfg, err := handlerconfig.Decode(spec, map[string]any{"url": "http://127.0.0.1:1/wow", "request-timeout": "30s"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 // testCA is a certificate authority for tests.
@@ -270,7 +271,7 @@ func TestHTTPTLSFileErrors(t *testing.T) {
 		{map[string]any{"cert-file": keyFile, "key-file": keyFile}, "tls.cert-file, tls.key-file: "},
 	} {
 		spec, _ := handler.Default().Lookup("http")
-		cfg, err := handler.Decode(spec, map[string]any{"url": "https://127.0.0.1:1/", "tls": tc.tls})
+		cfg, err := handlerconfig.Decode(spec, map[string]any{"url": "https://127.0.0.1:1/", "tls": tc.tls})
 		if err != nil {
 			t.Fatal(err)
 		}

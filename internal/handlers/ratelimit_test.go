@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 // TestLimiter counts on a fake clock: n requests at once at r/s with burst
@@ -106,7 +107,7 @@ func TestHTTPRateLimitWaitEnds(t *testing.T) {
 	var requests atomic.Int32
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { requests.Add(1) })
 	spec, _ := handler.Default().Lookup("http")
-	cfg, err := handler.Decode(spec, sinkConfig(srv.URL, map[string]any{"rate-limit": 0.001, "max-concurrency": 3}))
+	cfg, err := handlerconfig.Decode(spec, sinkConfig(srv.URL, map[string]any{"rate-limit": 0.001, "max-concurrency": 3}))
 	if err != nil {
 		t.Fatal(err)
 	}

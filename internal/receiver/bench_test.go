@@ -103,7 +103,7 @@ func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, grou
 	h := &harness{t: b, c: c, ex: ex}
 	var handled atomic.Int64
 	done := make(chan struct{})
-	noop := handler.HandlerFunc(func(context.Context, *handler.Message) error {
+	noop := handler.Sync(func(context.Context, *handler.Message) error {
 		if handled.Add(1) == int64(records) {
 			close(done)
 		}

@@ -239,7 +239,7 @@ func TestPanicFailsTheMessageNotTheProcess(t *testing.T) {
 			h := newHarness(t, 1)
 			produce(t, h.c, testTopic, 10, 10)
 			var handled atomic.Int64
-			var inner handler.Handler = handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+			var inner handler.Handler = handler.Sync(func(_ context.Context, m *handler.Message) error {
 				if m.Offset == 3 {
 					panic("boom at offset 3")
 				}

@@ -59,7 +59,7 @@ func TestPermanentFailuresAreDeadLettered(t *testing.T) {
 		produce(t, h.c, testTopic, records, keys)
 		var handled atomic.Int64
 		// Every 100th record (value seq 5 of some keys) fails permanently.
-		hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
 			if m.Offset%100 == 7 {
 				return handler.WithAttempts(3, handler.Classed(handler.Permanent, errors.New("422 from sink")))
 			}
@@ -98,7 +98,7 @@ func TestFailedDeadLetterWriteBlocksTheCommit(t *testing.T) {
 		// Writes to the dead-letter topic are refused until the fault goes.
 		fault := h.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic + ".dlq",
 			Err: kerr.TopicAuthorizationFailed, Count: -1})
-		hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
 			if m.Offset == 3 {
 				return handler.Classed(handler.Permanent, errors.New("rejected"))
 			}
@@ -133,7 +133,7 @@ func TestDeadLetterWriteRefusedForGoodIsGivenUp(t *testing.T) {
 		produce(t, h.c, testTopic, 10, 1)
 		fault := h.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic + ".dlq",
 			Err: kerr.TopicAuthorizationFailed, Count: -1})
-		hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
 			if m.Offset == 3 {
 				return handler.Classed(handler.Permanent, errors.New("rejected"))
 			}
@@ -177,7 +177,7 @@ func TestDeadLetterTooLargeIsWrittenWithoutItsValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.Close()
-	hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+	hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
 		return handler.Classed(handler.Permanent, errors.New("rejected"))
 	})
 	r := h.receiver("g-dlq-large", hd, 16)
@@ -228,7 +228,7 @@ func TestSinkOutageBacksOffWithoutDeadLetters(t *testing.T) {
 		var down atomic.Bool
 		down.Store(true)
 		var attempts, handled atomic.Int64
-		hd := handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
 			attempts.Add(1)
 			if down.Load() {
 				return handler.Classed(handler.Transient, errors.New("503"))

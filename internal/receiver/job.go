@@ -13,13 +13,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/ack"
 	"github.com/wowd/wowd/internal/executor"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/wow"
 )
 
 // job is one record on its way through a mailbox to the handler. It is the
-// executor task and the handler's Completer.
+// executor task and the completer of its Acks (ack.Completer).
 //
 // Jobs are pooled. What identifies one handler attempt is (job, token): the
 // token grows with every attempt and survives pooling, so an Ack of an
@@ -188,7 +189,7 @@ func (j *job) call() {
 			j.conclude(err)
 		}
 	}()
-	r.o.Handler.Handle(j.p.ctx, &j.msg, handler.NewAck(j, token))
+	r.o.Handler.Handle(j.p.ctx, &j.msg, ack.New(j, token))
 }
 
 func (j *job) position() position {
@@ -202,7 +203,7 @@ type position struct {
 	offset    int64
 }
 
-// Complete implements handler.Completer: the outcome of the attempt token.
+// Complete implements ack.Completer: the outcome of the attempt token.
 // Only the first outcome of the armed attempt counts; a second Ack, the Ack
 // of an earlier attempt and an Ack after the deadline are ignored.
 func (j *job) Complete(token uint64, err error) {

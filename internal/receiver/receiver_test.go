@@ -415,7 +415,7 @@ func TestCrashRedeliversAfterLastCommit(t *testing.T) {
 	rec := newRecorder()
 	var calls atomic.Int64
 	gate := make(chan struct{})
-	blocking := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+	blocking := handler.Sync(func(ctx context.Context, m *handler.Message) error {
 		if calls.Add(1) > records/2 {
 			select { // stall the second half: the crash happens mid-stream
 			case <-gate:
@@ -453,7 +453,7 @@ func TestCrashRedeliversAfterLastCommit(t *testing.T) {
 }
 
 // asyncHandler runs a blocking function off the caller's goroutine.
-type asyncHandler struct{ f handler.HandlerFunc }
+type asyncHandler struct{ f handler.Sync }
 
 func (a asyncHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
 	go func() { ack.Done(a.f(ctx, m)) }()

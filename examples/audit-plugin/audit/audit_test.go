@@ -50,7 +50,7 @@ func TestAppendsLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := Spec()
-	cfg, err := handler.Decode(spec, map[string]any{"path": path, "fsync": true})
+	cfg, err := handlertest.Decode(spec, map[string]any{"path": path, "fsync": true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +121,11 @@ func TestConfigErrors(t *testing.T) {
 		{map[string]any{"path": "/x", "max-attempts": -1}, "max-attempts"},
 		{map[string]any{"path": "/x", "sync": true}, "sync"},
 	} {
-		if _, err := handler.Decode(spec, tc.raw); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := handlertest.Decode(spec, tc.raw); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.raw, err, tc.want)
 		}
 	}
-	cfg, err := handler.Decode(spec, map[string]any{"path": filepath.Join(t.TempDir(), "no", "such", "dir")})
+	cfg, err := handlertest.Decode(spec, map[string]any{"path": filepath.Join(t.TempDir(), "no", "such", "dir")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package handler_test
+package handlerconfig_test
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 type testConfig struct {
@@ -24,7 +25,7 @@ func testSpec() handler.Spec {
 }
 
 func TestDecodeFillsDefaultsAndValues(t *testing.T) {
-	cfg, err := handler.Decode(testSpec(), map[string]any{"url": "http://x", "timeout": "2s"})
+	cfg, err := handlerconfig.Decode(testSpec(), map[string]any{"url": "http://x", "timeout": "2s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestDecodeFillsDefaultsAndValues(t *testing.T) {
 }
 
 func TestDecodeReportsEveryProblem(t *testing.T) {
-	_, err := handler.Decode(testSpec(), map[string]any{"urll": "x", "max-attempts": "many"})
+	_, err := handlerconfig.Decode(testSpec(), map[string]any{"urll": "x", "max-attempts": "many"})
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -47,14 +48,14 @@ func TestDecodeReportsEveryProblem(t *testing.T) {
 }
 
 func TestFields(t *testing.T) {
-	fs := handler.Fields(testSpec())
+	fs := handlerconfig.Fields(testSpec())
 	if len(fs) != 4 || fs[0].Name != "url" || !fs[0].Required || fs[1].Default != "5s" || !fs[2].Secret || fs[1].Type != "duration" {
 		t.Fatalf("fields %+v", fs)
 	}
 }
 
 func TestDecodeNamesUnknownKeys(t *testing.T) {
-	_, err := handler.Decode(testSpec(), map[string]any{"url": "http://x", "uper": 1, "timout": "1s"})
+	_, err := handlerconfig.Decode(testSpec(), map[string]any{"url": "http://x", "uper": 1, "timout": "1s"})
 	if err == nil {
 		t.Fatal("no error")
 	}

@@ -1,0 +1,202 @@
+// Package handlerconfig reads a handler's configuration from its
+// handler.Spec: the fields its configuration struct declares in `config`
+// tags (for validation, `wowd handlers`, secret masking and the generated
+// reference), and the strict decoding of a dispatcher's handler mapping
+// into a new value of that struct. Plugin authors only write the tags; this
+// is wowd's side of them.
+package handlerconfig
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+
+	"github.com/wowd/wowd/handler"
+)
+
+// Field describes one configuration field of a handler, read from the struct
+// tags of the value its Spec.Config returns:
+//
+//	URL     string        `config:"url" required:"true" desc:"Where to POST messages."`
+//	Timeout time.Duration `config:"timeout" desc:"Per-request timeout."`
+//	Token   string        `config:"token" secret:"true" desc:"Bearer token."`
+//
+// The same tags drive strict decoding, `wowd config validate`, secret masking
+// in `wowd config print` and the generated handler reference.
+type Field struct {
+	Name        string
+	Type        string
+	Default     string
+	Description string
+	Required    bool
+	Secret      bool
+}
+
+// Fields returns the configuration fields of spec, in declaration order.
+func Fields(spec handler.Spec) []Field {
+	if spec.Config == nil {
+		return nil
+	}
+	v := reflect.ValueOf(spec.Config())
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	return fieldsOf(v, "")
+}
+
+func fieldsOf(v reflect.Value, prefix string) []Field {
+	t := v.Type()
+	var out []Field
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name, ok := sf.Tag.Lookup("config")
+		if !ok || name == "-" {
+			continue
+		}
+		name = strings.Split(name, ",")[0]
+		fv := v.Field(i)
+		if sf.Type.Kind() == reflect.Struct && sf.Type != reflect.TypeFor[time.Duration]() {
+			out = append(out, fieldsOf(fv, prefix+name+".")...)
+			continue
+		}
+		out = append(out, Field{
+			Name:        prefix + name,
+			Type:        typeName(sf.Type),
+			Default:     defaultString(fv),
+			Description: sf.Tag.Get("desc"),
+			Required:    sf.Tag.Get("required") == "true",
+			Secret:      sf.Tag.Get("secret") == "true",
+		})
+	}
+	return out
+}
+
+func typeName(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return "duration"
+	case t.Kind() == reflect.Slice:
+		return "list of " + typeName(t.Elem())
+	case t.Kind() == reflect.Map:
+		return "map of " + typeName(t.Elem())
+	}
+	return t.Kind().String()
+}
+
+func defaultString(v reflect.Value) string {
+	if v.IsZero() {
+		return ""
+	}
+	if d, ok := v.Interface().(time.Duration); ok {
+		return d.String()
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// Decode fills a new configuration value of spec from raw (the handler's YAML
+// mapping without its `type` key). Unknown keys, wrong types, missing
+// required fields and Validate failures are all reported, each naming its
+// key: the error is an errors.Join of one error per problem.
+func Decode(spec handler.Spec, raw map[string]any) (any, error) {
+	if spec.Config == nil {
+		if len(raw) > 0 {
+			var errs []error
+			for k := range raw {
+				errs = append(errs, fmt.Errorf("%s: unknown key (handler %q takes no configuration)", k, spec.Name))
+			}
+			return nil, errors.Join(errs...)
+		}
+		return nil, nil
+	}
+	cfg := spec.Config()
+	var md mapstructure.Metadata
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		TagName:     "config",
+		ErrorUnused: true,
+		Metadata:    &md,
+		DecodeHook:  mapstructure.StringToTimeDurationHookFunc(),
+		Result:      cfg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("handler %q: building decoder: %w", spec.Name, err)
+	}
+	var errs []error
+	if err := dec.Decode(raw); err != nil {
+		for _, e := range leaves(err) {
+			errs = append(errs, unknownKeys(e)...)
+		}
+	}
+	set := make(map[string]bool, len(md.Keys))
+	for _, k := range md.Keys {
+		set[k] = true
+	}
+	for _, f := range Fields(spec) {
+		if f.Required && !set[f.Name] {
+			errs = append(errs, fmt.Errorf("%s: required", f.Name))
+		}
+	}
+	if len(errs) == 0 {
+		if v, ok := cfg.(handler.Validator); ok {
+			if err := v.Validate(); err != nil {
+				errs = append(errs, leaves(err)...)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return cfg, nil
+}
+
+// UnknownKeyError reports a configuration key the handler does not take.
+type UnknownKeyError struct {
+	Key string // dotted path within the handler's configuration
+}
+
+func (e *UnknownKeyError) Error() string { return e.Key + ": unknown key" }
+
+// unknownKeys turns the decoder's "has invalid keys: a, b" into one
+// UnknownKeyError per key; other errors pass unchanged.
+func unknownKeys(err error) []error {
+	var de *mapstructure.DecodeError
+	if !errors.As(err, &de) {
+		return []error{err}
+	}
+	list, ok := strings.CutPrefix(de.Unwrap().Error(), "has invalid keys: ")
+	if !ok {
+		return []error{err}
+	}
+	var errs []error
+	for _, k := range strings.Split(list, ", ") {
+		if de.Name() != "" {
+			k = de.Name() + "." + k
+		}
+		errs = append(errs, &UnknownKeyError{Key: k})
+	}
+	return errs
+}
+
+// leaves returns the leaves of a tree of joined errors, looking through the
+// wrapping the decoder puts around its list.
+func leaves(err error) []error {
+	if multi, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range multi.Unwrap() {
+			out = append(out, leaves(e)...)
+		}
+		return out
+	}
+	if _, leaf := err.(*mapstructure.DecodeError); !leaf {
+		if inner, ok := errors.Unwrap(err).(interface{ Unwrap() []error }); ok {
+			return leaves(inner.(error))
+		}
+	}
+	return []error{err}
+}
