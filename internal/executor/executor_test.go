@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wowd/wowd/internal/testwait"
 	"go.uber.org/goleak"
 )
 
@@ -180,10 +181,10 @@ func TestOrderPerKey(t *testing.T) {
 			}
 			// Workers publish their counts every 64 turns and when they
 			// park: the figures settle once the workers are idle.
-			waitFor(t, func() bool {
+			testwait.For(t, 10*time.Second, "mailboxes to drain and counts to settle", func() bool {
 				st := e.Stats()
 				return st.Mailboxes == 0 && st.Completed+st.Failed == messages
-			}, "mailboxes to drain and counts to settle")
+			})
 			if st := e.Stats(); st.Submitted != messages || st.Failed == 0 {
 				t.Fatalf("stats %+v", st)
 			}
@@ -200,17 +201,6 @@ func waitOrFail(t *testing.T, wg *sync.WaitGroup, d time.Duration) {
 	case <-done:
 	case <-time.After(d):
 		t.Fatalf("tasks did not finish within %v", d)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -299,7 +289,7 @@ func TestWaitingHoldsNoWorker(t *testing.T) {
 	}
 	close(release)
 	<-aCompleted
-	waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "A's second message")
+	testwait.For(t, 10*time.Second, "A's second message", func() bool { return e.Stats().Mailboxes == 0 })
 	if aNextStartedEarly.Load() {
 		t.Fatal("A's second message started before its first completed")
 	}
@@ -405,7 +395,7 @@ func TestBlockingGroupRunsOffTheWorkers(t *testing.T) {
 		}
 	}
 	waitOrFail(t, &nwg, 10*time.Second)
-	waitFor(t, func() bool { return conc.Load() == 4 }, "the blocking pool to fill")
+	testwait.For(t, 10*time.Second, "the blocking pool to fill", func() bool { return conc.Load() == 4 })
 	close(release)
 	waitOrFail(t, &bwg, 10*time.Second)
 	if m := maxConc.Load(); m != 4 {
@@ -491,7 +481,7 @@ func TestTopBacklogs(t *testing.T) {
 		t.Fatalf("top backlogs %+v", top)
 	}
 	release()
-	waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "drain")
+	testwait.For(t, 10*time.Second, "drain", func() bool { return e.Stats().Mailboxes == 0 })
 	if top := TopBacklogs(2, g, other); len(top) != 0 {
 		t.Fatalf("backlogs after drain: %+v", top)
 	}
@@ -550,7 +540,7 @@ func TestAsyncCompletionRightAfterRelease(t *testing.T) {
 		}
 		waitOrFail(t, &wg, 10*time.Second)
 	}
-	waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "mailboxes to drain")
+	testwait.For(t, 10*time.Second, "mailboxes to drain", func() bool { return e.Stats().Mailboxes == 0 })
 }
 
 // QueuedMailboxes counts mailboxes placed on a worker that have not started
@@ -578,7 +568,7 @@ func TestStatsQueuedMailboxes(t *testing.T) {
 	}
 	release()
 	waitOrFail(t, &wg, 10*time.Second)
-	waitFor(t, func() bool { st := e.Stats(); return st.QueuedMailboxes == 0 && st.Mailboxes == 0 }, "the queue to drain")
+	testwait.For(t, 10*time.Second, "the queue to drain", func() bool { st := e.Stats(); return st.QueuedMailboxes == 0 && st.Mailboxes == 0 })
 }
 
 // Workers park and wake all the time when messages trickle in: every push

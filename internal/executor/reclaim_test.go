@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // tableFigures sums the shards' tables: mailboxes held (active or idle) and
@@ -61,7 +63,7 @@ func TestIdleMailboxReused(t *testing.T) {
 	defer closeOK(t, e)
 	g := e.Group(false)
 	runAll(t, g, []string{"cart-1"})
-	waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "the mailbox to go idle")
+	testwait.For(t, 10*time.Second, "the mailbox to go idle", func() bool { return e.Stats().Mailboxes == 0 })
 	first := lookup(g, "cart-1")
 	if first == nil {
 		t.Fatal("the idle mailbox is not in the table")
@@ -135,7 +137,7 @@ func TestJanitorReclaimsIdleMailboxes(t *testing.T) {
 	for _, r := range resumes {
 		r.Complete(false)
 	}
-	waitFor(t, func() bool { return e.Stats().Mailboxes == 0 }, "the burst to drain")
+	testwait.For(t, 10*time.Second, "the burst to drain", func() bool { return e.Stats().Mailboxes == 0 })
 
 	e.reclaimIdle() // the burst's keys were active since the last round: spared
 	if held, _, _ := tableFigures(e); held != len(keys) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/handlerconfig"
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // newServer starts a test server on 127.0.0.1, closed at the end of the test
@@ -94,16 +95,6 @@ func (r *retries) list() []retry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]retry(nil), r.got...)
-}
-
-// waitFor polls cond until it holds, failing the test after 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 func wantClass(t *testing.T, err error, want handler.Class) {
@@ -472,7 +463,7 @@ func TestHTTPCancel(t *testing.T) {
 			<-started
 		}
 	}
-	waitFor(t, "the retry of offset 1", func() bool { return len(obs.list()) == 1 })
+	testwait.For(t, 10*time.Second, "the retry of offset 1", func() bool { return len(obs.list()) == 1 })
 	for _, off := range []int64{1, 3, 2} { // waiting, queued, running
 		cancels[off]()
 		if err := acks.wait(t, off); !errors.Is(err, context.Canceled) {
@@ -568,7 +559,7 @@ func TestHTTPCloseAcksOutstanding(t *testing.T) {
 	for off := range int64(10) {
 		h.Handle(context.Background(), testMessage(off), acks.ack(off))
 	}
-	waitFor(t, "a retry and two stalled requests", func() bool {
+	testwait.For(t, 10*time.Second, "a retry and two stalled requests", func() bool {
 		return len(obs.list()) == 1 && inHandler.Load() == 2
 	})
 
@@ -613,7 +604,7 @@ func TestHTTPCloseLetsRequestsFinish(t *testing.T) {
 	for off := range int64(3) {
 		h.Handle(context.Background(), testMessage(off), acks.ack(off))
 	}
-	waitFor(t, "three requests", func() bool { return inHandler.Load() == 3 })
+	testwait.For(t, 10*time.Second, "three requests", func() bool { return inHandler.Load() == 3 })
 	if err := h.(handler.Closer).Close(context.Background()); err != nil {
 		t.Fatalf("close: %v", err)
 	}

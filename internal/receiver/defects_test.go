@@ -22,6 +22,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // at is a record's position.
@@ -99,7 +100,7 @@ func TestExtraAcksAreIgnored(t *testing.T) {
 		stale.Done(nil) // the Ack of an earlier message, long acknowledged
 	})
 	r := h.receiver("g-extra-acks", hd, 64)
-	waitUntil(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-extra-acks") })
+	testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-extra-acks") })
 	stop(t, r)
 	if n := r.InFlight(); n != 0 {
 		t.Fatalf("%d records in flight after every record finished: the window counters drifted", n)
@@ -145,7 +146,7 @@ func TestAckOfAnEarlierAttemptIsIgnored(t *testing.T) {
 			t.Fatalf("committed %d while the retry of offset 0 was unanswered: the first attempt's Ack was taken as its outcome", committed[0])
 		}
 		second.Done(nil)
-		waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-late-attempt") })
+		testwait.For(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-late-attempt") })
 		stop(t, r)
 	})
 }
@@ -168,7 +169,7 @@ func TestStopCommitsWhatFinishedWhenSomethingIsUnfinished(t *testing.T) {
 			ack.Done(nil)
 		})
 		r := h.receiver("g-stop-commit", hd, 64, func(o *Options) { o.CommitInterval = time.Hour })
-		waitUntil(t, 10*time.Second, "the other 19 records handled", func() bool { return handled.Load() == 19 })
+		testwait.For(t, 10*time.Second, "the other 19 records handled", func() bool { return handled.Load() == 19 })
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		if err := r.Stop(ctx); err == nil || !strings.Contains(err.Error(), "1 records unfinished") {
@@ -203,7 +204,7 @@ func TestPauseEndsWithItsAssignment(t *testing.T) {
 		ack.Done(nil)
 	})
 	r := h.receiver("g-pause-reassign", hd, 4) // span cap 16
-	waitUntil(t, 10*time.Second, "the span pause", func() bool { return r.Snapshot().PausedPartitions == 1 })
+	testwait.For(t, 10*time.Second, "the span pause", func() bool { return r.Snapshot().PausedPartitions == 1 })
 	var once sync.Once
 	testHookDone = func(r *Receiver, p *partition, lifted bool) {
 		if !lifted {
@@ -219,7 +220,7 @@ func TestPauseEndsWithItsAssignment(t *testing.T) {
 	}
 	t.Cleanup(func() { testHookDone = nil })
 	(<-head).Done(nil)
-	waitUntil(t, 10*time.Second, "every record handled after the partition came back", func() bool {
+	testwait.For(t, 10*time.Second, "every record handled after the partition came back", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(handled) == records
@@ -259,7 +260,7 @@ func TestPanicFailsTheMessageNotTheProcess(t *testing.T) {
 			}
 			m := metrics.New("test")
 			r := h.receiver("g-panic", inner, 16, func(o *Options) { o.Metrics = m })
-			waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-panic") })
+			testwait.For(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-panic") })
 			stop(t, r)
 			dl := dlqRecords(t, h.c, testTopic+".dlq", 1)
 			if len(dl) != 1 || header(dl[0], HeaderErrorClass) != "panic" || header(dl[0], HeaderSourceOffset) != "3" ||
@@ -312,7 +313,7 @@ func TestHandlerTimeout(t *testing.T) {
 			o.Metrics = m
 		})
 		rcv.Store(r)
-		waitUntil(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-timeout") })
+		testwait.For(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-timeout") })
 		(<-late).Done(nil) // too late: ignored
 		stop(t, r)
 		if n := r.InFlight(); n != 0 {
@@ -337,14 +338,14 @@ func TestHandlerTimeout(t *testing.T) {
 func TestReadinessFollowsMembership(t *testing.T) {
 	h := newHarness(t, 2)
 	r := h.receiver("g-ready", newRecorder(), 16)
-	waitUntil(t, 10*time.Second, "ready", r.Ready)
+	testwait.For(t, 10*time.Second, "ready", r.Ready)
 	// The next heartbeat says the member is gone, and joining again fails
 	// until the fault is removed.
 	join := h.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Err: kerr.CoordinatorNotAvailable, TopLevel: true, Count: -1})
 	h.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Err: kerr.UnknownMemberID, TopLevel: true})
-	waitUntil(t, 10*time.Second, "not ready after losing the membership", func() bool { return !r.Ready() })
+	testwait.For(t, 10*time.Second, "not ready after losing the membership", func() bool { return !r.Ready() })
 	join.Remove()
-	waitUntil(t, 30*time.Second, "ready again after joining", r.Ready)
+	testwait.For(t, 30*time.Second, "ready again after joining", r.Ready)
 	stop(t, r)
 }
 
@@ -377,20 +378,20 @@ func TestStuckAggregateHoldsOnlyItsPartition(t *testing.T) {
 	})
 	r := h.receiver("g-stuck-hot", hd, window)
 	ack := <-stuck
-	waitUntil(t, 10*time.Second, "the hot aggregate's backlog to build up", func() bool {
+	testwait.For(t, 10*time.Second, "the hot aggregate's backlog to build up", func() bool {
 		return r.Snapshot().PausedPartitions > 0 || r.InFlight() >= window-2
 	})
 	for p := int32(1); p < 4; p++ {
 		produceAt(t, h.c, testTopic, p, distinctKeys("p"+strconv.Itoa(int(p)), 100)...)
 	}
-	waitUntil(t, 20*time.Second, "the other partitions handled while the aggregate is stuck", func() bool {
+	testwait.For(t, 20*time.Second, "the other partitions handled while the aggregate is stuck", func() bool {
 		return others.Load() == 300
 	})
 	if s := r.Snapshot(); s.PausedPartitions != 1 || s.Paused {
 		t.Fatalf("paused partitions %d, receiver paused %v: want only the stuck partition", s.PausedPartitions, s.Paused)
 	}
 	ack.Done(nil)
-	waitUntil(t, 20*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-stuck-hot") })
+	testwait.For(t, 20*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-stuck-hot") })
 	stop(t, r)
 }
 
@@ -431,7 +432,7 @@ func TestRewoundPartitionStartsOver(t *testing.T) {
 		return fp
 	}
 	r.admitPartition(records(0, 10))
-	waitUntil(t, 5*time.Second, "the first pass", func() bool { return r.InFlight() == 1 })
+	testwait.For(t, 5*time.Second, "the first pass", func() bool { return r.InFlight() == 1 })
 	old := r.parts[tp{testTopic, 0}]
 	if wm, _, _ := old.tr.watermark(); wm != 3 {
 		t.Fatalf("watermark %d before the rewind, want 3", wm)
@@ -442,7 +443,7 @@ func TestRewoundPartitionStartsOver(t *testing.T) {
 	}
 	(<-held).Done(nil) // the old incarnation's record: its completion changes nothing now
 	(<-held).Done(nil)
-	waitUntil(t, 5*time.Second, "the second pass", func() bool { return r.InFlight() == 0 })
+	testwait.For(t, 5*time.Second, "the second pass", func() bool { return r.InFlight() == 0 })
 	np := r.parts[tp{testTopic, 0}]
 	if wm, _, _ := np.tr.watermark(); wm != 10 {
 		t.Fatalf("watermark %d after the second pass, want 10", wm)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // dlqRecords reads every record of topic.
@@ -72,7 +73,7 @@ func TestPermanentFailuresAreDeadLettered(t *testing.T) {
 		for _, e := range end {
 			poison += (e + 92) / 100 // offsets 7, 107, 207, ... below e
 		}
-		waitUntil(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-dlq") })
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-dlq") })
 		stop(t, r)
 		if got := handled.Load() + poison; got != records {
 			t.Fatalf("handled %d + dead-lettered %d != %d", handled.Load(), poison, records)
@@ -105,7 +106,7 @@ func TestFailedDeadLetterWriteBlocksTheCommit(t *testing.T) {
 			return nil
 		})
 		r := h.receiver("g-dlq-fail", hd, 16, func(o *Options) { o.RetryBackoff = time.Second })
-		waitUntil(t, 10*time.Second, "two refused writes", func() bool { return fault.Hits() >= 2 })
+		testwait.For(t, 10*time.Second, "two refused writes", func() bool { return fault.Hits() >= 2 })
 		time.Sleep(200 * time.Millisecond) // commits run every 50ms
 		committed, _ := h.offsets("g-dlq-fail")
 		if committed[0] > 3 {
@@ -113,7 +114,7 @@ func TestFailedDeadLetterWriteBlocksTheCommit(t *testing.T) {
 		}
 		// Once writes go through, the commit moves on.
 		fault.Remove()
-		waitUntil(t, 30*time.Second, "the commit to reach the end", func() bool {
+		testwait.For(t, 30*time.Second, "the commit to reach the end", func() bool {
 			c, end := h.offsets("g-dlq-fail")
 			return c[0] == end[0]
 		})
@@ -144,7 +145,7 @@ func TestDeadLetterWriteRefusedForGoodIsGivenUp(t *testing.T) {
 			o.RetryBackoff = 20 * time.Millisecond
 			o.Metrics = m
 		})
-		waitUntil(t, 30*time.Second, "the commit to reach the end", func() bool { return h.committedAtEnd("g-dlq-refused") })
+		testwait.For(t, 30*time.Second, "the commit to reach the end", func() bool { return h.committedAtEnd("g-dlq-refused") })
 		stop(t, r)
 		if hits := fault.Hits(); hits < deadLetterAttempts {
 			t.Fatalf("%d writes refused, want %d attempts before giving up", hits, deadLetterAttempts)
@@ -181,7 +182,7 @@ func TestDeadLetterTooLargeIsWrittenWithoutItsValue(t *testing.T) {
 		return handler.Classed(handler.Permanent, errors.New("rejected"))
 	})
 	r := h.receiver("g-dlq-large", hd, 16)
-	waitUntil(t, 30*time.Second, "the commit to reach the end", func() bool { return h.committedAtEnd("g-dlq-large") })
+	testwait.For(t, 30*time.Second, "the commit to reach the end", func() bool { return h.committedAtEnd("g-dlq-large") })
 	stop(t, r)
 	dl := dlqRecords(t, h.c, testTopic+".dlq", 2)
 	if len(dl) != 2 {
@@ -237,11 +238,11 @@ func TestSinkOutageBacksOffWithoutDeadLetters(t *testing.T) {
 			return nil
 		})
 		r := h.receiver("g-outage", asyncHandler{hd}, 64, func(o *Options) { o.RetryBackoff = 300 * time.Millisecond })
-		waitUntil(t, 10*time.Second, "the receiver to back off", func() bool { return r.Snapshot().BackingOff })
+		testwait.For(t, 10*time.Second, "the receiver to back off", func() bool { return r.Snapshot().BackingOff })
 		time.Sleep(2 * time.Second)
 		duringOutage := attempts.Load()
 		down.Store(false)
-		waitUntil(t, 60*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-outage") })
+		testwait.For(t, 60*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-outage") })
 		if r.Snapshot().BackingOff {
 			t.Fatal("still backing off after recovery")
 		}
@@ -309,11 +310,11 @@ func TestStragglerOfAnOutageIsRetried(t *testing.T) {
 		})
 		r := h.receiver("g-straggler", hd, 64, func(o *Options) { o.RetryBackoff = 100 * time.Millisecond })
 		ack := <-held
-		waitUntil(t, 10*time.Second, "the receiver to back off", func() bool { return r.Snapshot().BackingOff })
+		testwait.For(t, 10*time.Second, "the receiver to back off", func() bool { return r.Snapshot().BackingOff })
 		down.Store(false)
-		waitUntil(t, 30*time.Second, "a success to end the backoff", func() bool { return !r.Snapshot().BackingOff })
+		testwait.For(t, 30*time.Second, "a success to end the backoff", func() bool { return !r.Snapshot().BackingOff })
 		ack.Done(transient) // the attempt from the outage fails now
-		waitUntil(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-straggler") })
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-straggler") })
 		stop(t, r)
 		mu.Lock()
 		defer mu.Unlock()
@@ -345,7 +346,7 @@ func TestCanceledTriesDoNotStartABackoff(t *testing.T) {
 			}()
 		})
 		r := h.receiver("g-canceled", hd, 64)
-		waitUntil(t, 10*time.Second, "every record in a try", func() bool { return running.Load() == records })
+		testwait.For(t, 10*time.Second, "every record in a try", func() bool { return running.Load() == records })
 		r.onLost(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
 		time.Sleep(100 * time.Millisecond) // the canceled tries report
 		if r.Snapshot().BackingOff {

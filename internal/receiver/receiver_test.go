@@ -20,6 +20,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -238,17 +239,6 @@ func stop(t testing.TB, r *Receiver) {
 	}
 }
 
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // committedAtEnd reports whether group has committed every partition up to
 // its end.
 func (h *harness) committedAtEnd(group string) bool {
@@ -307,7 +297,7 @@ func TestEveryRecordInOrderAndCommitted(t *testing.T) {
 	rec := newRecorder()
 	rec.randomly = true
 	r := h.receiver("g-all", rec, 512)
-	waitUntil(t, 60*time.Second, "every record handled", func() bool { return rec.total.Load() >= records })
+	testwait.For(t, 60*time.Second, "every record handled", func() bool { return rec.total.Load() >= records })
 	stop(t, r)
 	if dups := rec.check(t, keys, records/keys); dups != 0 {
 		t.Fatalf("%d duplicates without any rebalance", dups)
@@ -329,7 +319,7 @@ func TestWindowBoundsUnfinishedRecords(t *testing.T) {
 	r := h.receiver("g-window", countingHandler{rec, &inFlight}, window)
 	var maxSeen, maxBuffered int64
 	var sawPaused, sawResumed bool
-	waitUntil(t, 60*time.Second, "every record handled", func() bool {
+	testwait.For(t, 60*time.Second, "every record handled", func() bool {
 		maxSeen = max(maxSeen, inFlight.Load(), int64(r.InFlight()))
 		maxBuffered = max(maxBuffered, r.cl.BufferedFetchRecords())
 		if r.Snapshot().Paused {
@@ -378,12 +368,12 @@ func TestRebalanceLosesNothing(t *testing.T) {
 	rec := newRecorder()
 	rec.delay = 200 * time.Microsecond
 	a := h.receiver("g-rebalance", rec, 256)
-	waitUntil(t, 30*time.Second, "a quarter handled", func() bool { return rec.total.Load() >= records/4 })
+	testwait.For(t, 30*time.Second, "a quarter handled", func() bool { return rec.total.Load() >= records/4 })
 	b := h.receiver("g-rebalance", rec, 256)
-	waitUntil(t, 30*time.Second, "b to get partitions", func() bool { return b.Snapshot().AssignedPartitions > 0 })
-	waitUntil(t, 30*time.Second, "three quarters handled", func() bool { return rec.total.Load() >= 3*records/4 })
+	testwait.For(t, 30*time.Second, "b to get partitions", func() bool { return b.Snapshot().AssignedPartitions > 0 })
+	testwait.For(t, 30*time.Second, "three quarters handled", func() bool { return rec.total.Load() >= 3*records/4 })
 	stop(t, b) // b leaves: a takes everything back
-	waitUntil(t, 60*time.Second, "every record handled", func() bool {
+	testwait.For(t, 60*time.Second, "every record handled", func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		n := 0
@@ -426,7 +416,7 @@ func TestCrashRedeliversAfterLastCommit(t *testing.T) {
 		return nil
 	})
 	a := h.receiver("g-crash", asyncHandler{blocking}, 128, func(o *Options) { o.CommitInterval = 20 * time.Millisecond })
-	waitUntil(t, 30*time.Second, "half handled", func() bool { return calls.Load() > records/2 })
+	testwait.For(t, 30*time.Second, "half handled", func() bool { return calls.Load() > records/2 })
 	time.Sleep(200 * time.Millisecond) // let a commit land
 	// Crash: the client goes away without a final commit.
 	a.crash()
@@ -439,7 +429,7 @@ func TestCrashRedeliversAfterLastCommit(t *testing.T) {
 	for p, e := range end {
 		expected += e - committedBefore[p]
 	}
-	waitUntil(t, 30*time.Second, "redelivery", func() bool { return rec.total.Load() >= expected })
+	testwait.For(t, 30*time.Second, "redelivery", func() bool { return rec.total.Load() >= expected })
 	time.Sleep(100 * time.Millisecond)
 	stop(t, b)
 	if got := rec.total.Load(); got != expected {

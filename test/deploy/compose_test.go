@@ -17,6 +17,7 @@ import (
 	"github.com/wowd/wowd/internal/daemon"
 	_ "github.com/wowd/wowd/internal/handlers" // the built-in handler types, for config.Load
 	"github.com/wowd/wowd/internal/proctest"
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // composeFile is the part of a Compose file the test reads.
@@ -263,7 +264,7 @@ func TestComposeDemoSink(t *testing.T) {
 	port := proctest.FreePort(t)
 	start(t, "demo-sink", []string{bin, "sink", "-listen", fmt.Sprintf("127.0.0.1:%d", port), "-latency", "0", "-fail", "0", "-reject", "0"}, nil)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitFor(t, "the demo sink", 10*time.Second, func() error { return httpOK(base + "/healthz") })
+	testwait.NoError(t, 10*time.Second, 200*time.Millisecond, "the demo sink", func() error { return httpOK(base + "/healthz") })
 	req, _ := http.NewRequest(http.MethodPost, base+"/wow", strings.NewReader(`{"n":1}`))
 	req.Header.Set("ce-specversion", "1.0")
 	req.Header.Set("ce-type", "demo.cartChanged")

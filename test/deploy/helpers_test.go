@@ -206,22 +206,6 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// waitFor polls cond every 200ms until it returns nil or timeout passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // httpOK returns nil when GET url answers 200.
 func httpOK(url string) error {
 	c := http.Client{Timeout: 2 * time.Second}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/wowd/wowd/internal/proctest"
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // TestMetricsAgainstPrometheus runs a real Prometheus server scraping
@@ -80,14 +81,14 @@ func TestMetricsAgainstPrometheus(t *testing.T) {
 `, brokerPort, contexts, sink.URL, metricsB))
 
 	a := start(t, "wowd-dev", []string{bin, "dev", "--demo", "--config", cfgA}, nil)
-	waitFor(t, "wowd dev to be ready", 30*time.Second, func() error {
+	testwait.NoError(t, 30*time.Second, 200*time.Millisecond, "wowd dev to be ready", func() error {
 		if a.exited() {
 			t.Fatal("wowd dev exited")
 		}
 		return httpOK(fmt.Sprintf("http://127.0.0.1:%d/readyz", metricsA))
 	})
 	b := start(t, "wowd-run", []string{bin, "run", "--config", cfgB}, nil)
-	waitFor(t, "wowd run to be ready", 30*time.Second, func() error {
+	testwait.NoError(t, 30*time.Second, 200*time.Millisecond, "wowd run to be ready", func() error {
 		if b.exited() {
 			t.Fatal("wowd run exited")
 		}
@@ -111,12 +112,12 @@ scrape_configs:
 		"--web.listen-address=127.0.0.1:" + strconv.Itoa(promPort),
 	}, nil)
 	api := fmt.Sprintf("http://127.0.0.1:%d/api/v1/", promPort)
-	waitFor(t, "Prometheus to be ready", 30*time.Second, func() error {
+	testwait.NoError(t, 30*time.Second, 200*time.Millisecond, "Prometheus to be ready", func() error {
 		return httpOK(fmt.Sprintf("http://127.0.0.1:%d/-/ready", promPort))
 	})
 
 	// Both targets up, and B has handled and fetched something.
-	waitFor(t, "both wowd targets up with data", 60*time.Second, func() error {
+	testwait.NoError(t, 60*time.Second, 200*time.Millisecond, "both wowd targets up with data", func() error {
 		up, err := instantQuery(api, `sum(up{job="wowd"})`)
 		if err != nil {
 			return err
@@ -136,13 +137,13 @@ scrape_configs:
 	})
 
 	// The rules loaded, and evaluate against real series without errors.
-	waitFor(t, "the alert rules to be evaluated", 30*time.Second, func() error {
+	testwait.NoError(t, 30*time.Second, 200*time.Millisecond, "the alert rules to be evaluated", func() error {
 		return rulesHealthy(api, len(ruleExprs(t)))
 	})
 
 	// A broker outage, for the client's error counters.
 	a.kill()
-	waitFor(t, "the Kafka client's error counters", 60*time.Second, func() error {
+	testwait.NoError(t, 60*time.Second, 200*time.Millisecond, "the Kafka client's error counters", func() error {
 		for _, m := range []string{"wowd_kafka_connect_errors_total", "wowd_kafka_read_errors_total", "wowd_kafka_disconnects_total"} {
 			if n, err := seriesCount(api, m, began); err != nil || n == 0 {
 				return fmt.Errorf("%s: %d series (%v)", m, n, err)
