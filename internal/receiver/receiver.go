@@ -600,10 +600,12 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 		return
 	}
 	p.mu.Lock()
-	last := p.tr.last
+	last, unfinished := p.tr.last, p.tr.firstUnfinished()
 	p.mu.Unlock()
 	if first := fp.Records[0].Offset; last >= 0 && first <= last {
-		p = r.rewind(p, first, last)
+		if p = r.rewind(p, first, last, unfinished); p == nil {
+			return // the client goes back further first; these come again
+		}
 	}
 	route := r.routes[fp.Topic]
 	n := int64(len(fp.Records))
@@ -666,16 +668,26 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 
 // rewind starts a new incarnation of p, whose client went back from last to
 // first: the broker reported that records the client had read were lost
-// (truncated), and the client reset the partition to wow.kafka's start
-// offset. The records read before the rewind may not be what the log holds
-// now, so their finished prefix is committed no more: the old incarnation
-// is closed (its unfinished records dropped), and the new one counts from
-// first. Everything from first is delivered again. It runs in the poll
-// loop, between a poll and AllowRebalance; it waits for a commit under way
-// so that none of the old incarnation can be sent after it.
-func (r *Receiver) rewind(p *partition, first, last int64) *partition {
-	r.log.Warn("the Kafka client rewound the partition (the broker reported lost records); delivering again from the reset offset",
-		zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int64("from", last), zap.Int64("to", first))
+// (the log was truncated), and the client resumed where the log diverged
+// (or at wow.kafka's start offset). The records read before the rewind may
+// not be what the log holds now, so their finished prefix is committed no
+// more: the old incarnation is closed (its unfinished records dropped), and
+// the new one counts from where the client resumed. If the old incarnation
+// had an unfinished record below first (unfinished, -1 when none), the
+// client is sent back to it first, so that nothing the old incarnation left
+// unfinished is skipped; rewind then returns nil and the fetch in hand is
+// not admitted (it comes again). It runs in the poll loop, between a poll
+// and AllowRebalance, and waits for a commit under way so that none of the
+// old incarnation can be sent after it.
+func (r *Receiver) rewind(p *partition, first, last, unfinished int64) *partition {
+	back := unfinished >= 0 && unfinished < first
+	to := first
+	if back {
+		to = unfinished
+	}
+	r.log.Warn("the Kafka client rewound the partition (the broker reported lost records); delivering again from there",
+		zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int64("from", last),
+		zap.Int64("client_resumed_at", first), zap.Int64("delivering_from", to))
 	r.m.Rewind()
 	np := newPartition(p.topic, p.partition)
 	r.commitMu.lock()
@@ -684,5 +696,9 @@ func (r *Receiver) rewind(p *partition, first, last int64) *partition {
 	r.partsMu.Unlock()
 	r.closePartition(p)
 	r.commitMu.unlock()
+	if back {
+		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: -1, Offset: to}}})
+		return nil
+	}
 	return np
 }

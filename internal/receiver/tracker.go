@@ -83,6 +83,15 @@ func (t *tracker) jobs(fn func(*job)) {
 	}
 }
 
+// firstUnfinished returns the offset of the oldest record that has not
+// finished, or -1 when every delivered record has.
+func (t *tracker) firstUnfinished() int64 {
+	if t.q.Len() == 0 {
+		return -1
+	}
+	return t.q.At(0).offset
+}
+
 // watermark returns the offset to commit and its epoch, if any record has
 // completed.
 func (t *tracker) watermark() (next int64, epoch int32, ok bool) { return t.next, t.epoch, t.ok }
