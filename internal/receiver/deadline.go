@@ -1,8 +1,10 @@
 package receiver
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -39,6 +41,7 @@ func (r *Receiver) watchDeadlines() {
 			// Ack, or this. A job finished and reused meanwhile carries
 			// another token, so take fails.
 			if a.j.take(a.token) {
+				a.try.end(context.DeadlineExceeded)
 				r.timedOut(a.j)
 			}
 		}
@@ -50,30 +53,53 @@ func (r *Receiver) watchDeadlines() {
 type lateAttempt struct {
 	j     *job
 	token uint64
+	try   *tryContext
 }
 
-// overdue appends the armed attempts that started before cutoff.
+// overdue appends the armed attempts that started before cutoff: of the
+// owned partitions, the local records, and the closed incarnations whose
+// tries still run.
 func (r *Receiver) overdue(late []lateAttempt, cutoff time.Duration) []lateAttempt {
 	check := func(p *partition) {
 		p.mu.Lock()
-		if !p.closed.Load() {
-			p.tr.jobs(func(j *job) {
-				// The token first: attemptStart is written before the
-				// token is armed, so if the token read here is still
-				// armed when take succeeds, the start read after it
-				// belongs to that attempt.
-				token := j.token.Load()
-				if token&1 == 1 && time.Duration(j.attemptStart.Load()) < cutoff {
-					late = append(late, lateAttempt{j, token})
-				}
-			})
-		}
+		p.tr.jobs(func(j *job) {
+			// The token first: try and attemptStart are written before the
+			// token is armed, so if the token read here is still armed
+			// when take succeeds, what is read after it belongs to that
+			// attempt. A job dropped here and reused elsewhere has a try
+			// of another partition.
+			token := j.token.Load()
+			if token&1 == 0 {
+				return
+			}
+			tc := j.try.Load()
+			if tc == nil || tc.p != p {
+				return
+			}
+			if time.Duration(j.attemptStart.Load()) < cutoff {
+				late = append(late, lateAttempt{j, token, tc})
+			}
+		})
 		p.mu.Unlock()
 	}
 	for _, p := range r.active() {
 		check(p)
 	}
 	check(r.local)
+	r.retireMu.Lock()
+	retiring := r.retiring[:0]
+	for _, p := range r.retiring {
+		if p.pending.Load() > 0 {
+			retiring = append(retiring, p)
+		}
+	}
+	clear(r.retiring[len(retiring):])
+	r.retiring = retiring
+	keep := slices.Clone(retiring)
+	r.retireMu.Unlock()
+	for _, p := range keep {
+		check(p)
+	}
 	return late
 }
 
@@ -103,7 +129,9 @@ func (r *Receiver) extend(m *handler.Message, wait time.Duration) {
 		p.mu.Lock()
 		p.tr.jobs(func(j *job) {
 			if &j.msg == m && j.token.Load()&1 == 1 {
-				j.attemptStart.Store(start)
+				if tc := j.try.Load(); tc != nil && tc.p == p {
+					j.attemptStart.Store(start)
+				}
 			}
 		})
 		p.mu.Unlock()

@@ -512,7 +512,7 @@ func TestRewindAboveAnUnfinishedRecordGoesBack(t *testing.T) {
 	if n := np.tr.span(); n != 0 {
 		t.Fatalf("%d records of the fetch above the unfinished record were admitted", n)
 	}
-	(<-held).Done(nil) // the old try ends: changes nothing now
+	(<-held).Done(nil)                    // the old try ends: changes nothing now
 	r.admitPartition(records(3, 10, key)) // the client, sent back, fetches from 3
 	testwait.For(t, 5*time.Second, "the second pass", func() bool { return r.InFlight() == 0 })
 	if wm, _, _ := np.tr.watermark(); wm != 10 {

@@ -34,6 +34,9 @@ type job struct {
 	// attemptStart is when the armed attempt started (Receiver.since), for
 	// the deadline watcher. Written before the token is armed.
 	attemptStart atomic.Int64
+	// try is the context of the latest attempt, stored before the token is
+	// armed; the deadline watcher and closePartition end it.
+	try atomic.Pointer[tryContext]
 	jobState
 }
 
@@ -126,6 +129,7 @@ func (j *job) free() {
 	if j.kept {
 		return
 	}
+	j.try.Store(nil)
 	ws := j.ws
 	j.jobState = jobState{}
 	if ws != nil {
@@ -173,7 +177,14 @@ func (j *job) take(token uint64) bool {
 // recovered here and becomes the attempt's outcome: a permanent failure of
 // class panic.
 func (j *job) call() {
+	tc := newTry(j.p)
+	j.try.Store(tc)
 	r, token := j.r, j.arm()
+	if j.p.ctx.Err() != nil {
+		// Closed while the try was being made: closePartition may have
+		// looked at the job before try was stored, so end it here.
+		tc.end(context.Canceled)
+	}
 	at := j.position()
 	defer func() {
 		if v := recover(); v != nil {
@@ -189,7 +200,7 @@ func (j *job) call() {
 			j.conclude(err)
 		}
 	}()
-	r.o.Handler.Handle(j.p.ctx, &j.msg, ack.New(j, token))
+	r.o.Handler.Handle(tc, &j.msg, ack.New(j, token))
 }
 
 func (j *job) position() position {

@@ -50,6 +50,14 @@ const (
 	pauseShare
 )
 
+// newLocalPartition returns the pseudo-partition of the records the ingest
+// admits: they have no offsets and finish in any order.
+func newLocalPartition() *partition {
+	p := newPartition("", -1)
+	p.tr = newUnorderedTracker()
+	return p
+}
+
 func newPartition(topic string, p int32) *partition {
 	ctx, cancel := context.WithCancel(context.Background())
 	pt := &partition{topic: topic, partition: p, ctx: ctx, cancel: cancel, since: time.Now(), tr: newTracker(), first: -1}
@@ -67,7 +75,8 @@ func (p *partition) isClosed() bool { return p.closed.Load() }
 // p.mu while p is open, so a pause never outlives its incarnation.
 func (r *Receiver) closePartition(p *partition) {
 	p.mu.Lock()
-	if !p.closed.Load() {
+	closing := !p.closed.Load()
+	if closing {
 		if p.paused != 0 && p.partition >= 0 {
 			r.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 		}
@@ -76,6 +85,25 @@ func (r *Receiver) closePartition(p *partition) {
 	}
 	p.mu.Unlock()
 	p.cancel()
+	if !closing {
+		return
+	}
+	// End the tries in its handlers (after the cancel: a try made from now
+	// on sees the partition's context canceled and ends itself), and keep
+	// watching their deadlines while any runs: a try that ignores its end
+	// would otherwise hold its aggregate's mailbox forever.
+	p.mu.Lock()
+	p.tr.jobs(func(j *job) {
+		if tc := j.try.Load(); tc != nil && tc.p == p {
+			tc.end(context.Canceled)
+		}
+	})
+	p.mu.Unlock()
+	if p.pending.Load() > 0 {
+		r.retireMu.Lock()
+		r.retiring = append(r.retiring, p)
+		r.retireMu.Unlock()
+	}
 }
 
 // pauseLocked adds why to p's pause reasons, pausing p in the client if it

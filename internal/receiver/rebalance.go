@@ -45,6 +45,8 @@ func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	// Set before taking commitMu: a periodic commit that takes it after
 	// this revoke returned must not run into the join that follows.
 	r.rebalancing.Store(true)
+	r.revoking.Add(1)
+	defer r.revoking.Add(-1)
 	r.commitMu.lock()
 	defer r.commitMu.unlock()
 	gone := r.take(revoked)
@@ -53,7 +55,11 @@ func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	}
 	if !r.closing.Load() {
 		// Commit everything owned now, the revoked partitions included:
-		// this is the last chance for the revoked ones.
+		// this is the last chance for the revoked ones. While stopping, no
+		// later than the stop's deadline.
+		ctx, cancel := context.WithCancel(ctx)
+		defer context.AfterFunc(r.stopExpired, cancel)()
+		defer cancel()
 		if err := r.commitParts(ctx, append(r.active(), gone...)); err != nil {
 			r.log.Warn("commit on revoke", zap.Error(err))
 		}
@@ -133,9 +139,9 @@ func (r *Receiver) recheckShares() {
 }
 
 // drain waits until the partitions have no unfinished records, or the revoke
-// deadline passes.
+// deadline passes (the stop's deadline, if that comes first).
 func (r *Receiver) drain(ps []*partition) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.o.RevokeTimeout)
+	ctx, cancel := context.WithTimeout(r.stopExpired, r.o.RevokeTimeout)
 	defer cancel()
 	left := func() (n int64) {
 		for _, p := range ps {

@@ -194,11 +194,20 @@ type Receiver struct {
 	// the group is (re)joining, and a commit would only wait for the join
 	// (kgo holds commits during JoinGroup and SyncGroup) or fail.
 	rebalancing atomic.Bool
+	revoking    atomic.Int32  // revoke callbacks under way (waiting for commitMu or running)
+	// stopExpired is canceled when Stop's context is done: revoke drains
+	// and their commits end with it, so a revoke never holds Stop past
+	// its deadline.
+	stopExpired context.Context
+	expireStop  context.CancelFunc
 	assignedSig chan struct{} // signaled by every assignment
 	stopping    atomic.Bool   // admission stopped: records polled from now on are not admitted
 	closing     atomic.Bool   // revokes no longer wait: Stop already drained
 
 	panicLogged atomic.Bool // the stack of a handler panic was logged
+
+	retireMu sync.Mutex   // guards retiring
+	retiring []*partition // closed incarnations with records still in a try: the deadline watcher keeps watching them
 
 	commitMu chanLock // serializes commits and rebalance callbacks
 
@@ -255,7 +264,7 @@ func New(o Options) (*Receiver, error) {
 		room:        make(chan struct{}, 1),
 		assignedSig: make(chan struct{}, 1),
 		parts:       make(map[tp]*partition),
-		local:       newPartition("", -1),
+		local:       newLocalPartition(),
 		pollDone:    make(chan struct{}),
 		commitMu:    make(chanLock, 1),
 		commitStop:  make(chan struct{}),
@@ -263,6 +272,7 @@ func New(o Options) (*Receiver, error) {
 		watchStop:   make(chan struct{}),
 		watchDone:   make(chan struct{}),
 	}
+	r.stopExpired, r.expireStop = context.WithCancel(context.Background())
 	r.routes = make(map[string]*Route, len(o.Routes))
 	for t, rt := range o.Routes {
 		r.topics = append(r.topics, t)
@@ -327,6 +337,7 @@ func (r *Receiver) Stop(ctx context.Context) error {
 }
 
 func (r *Receiver) stop(ctx context.Context) error {
+	defer context.AfterFunc(ctx, r.expireStop)() // before stopping: a revoke that sees stopping is bounded by it
 	r.stopping.Store(true)
 	r.changed.Notify() // ingest admissions waiting for room give up
 	if !r.started {
@@ -351,16 +362,25 @@ func (r *Receiver) stop(ctx context.Context) error {
 	close(r.commitStop)
 	<-r.commitDone
 	wait := time.NewTicker(10 * time.Millisecond)
-	for r.rebalancing.Load() && ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-r.assignedSig:
-		case <-wait.C:
+	for {
+		for r.rebalancing.Load() && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-r.assignedSig:
+			case <-wait.C:
+			}
 		}
+		r.commitMu.lock()
+		// A revoke that started meanwhile and waits for commitMu is no
+		// join: a commit is fine now. Without one, a join may be under
+		// way: wait for it while the deadline allows.
+		if !r.rebalancing.Load() || r.revoking.Load() > 0 || ctx.Err() != nil {
+			break
+		}
+		r.commitMu.unlock()
 	}
 	wait.Stop()
-	r.commitMu.lock()
-	if r.rebalancing.Load() {
+	if r.rebalancing.Load() && r.revoking.Load() == 0 {
 		errs = append(errs, errors.New("final commit skipped: the group was still rebalancing at the deadline; what finished since the last commit is delivered again"))
 	} else if err := r.commitAll(context.WithoutCancel(ctx)); err != nil {
 		errs = append(errs, err)
@@ -509,6 +529,18 @@ func (r *Receiver) shareCap() int64 {
 	return r.window
 }
 
+// reserve takes up to n slots of the window at once and returns how many
+// it took.
+func (r *Receiver) reserve(n int64) int64 {
+	for {
+		cur := r.inFlight.Load()
+		take := min(n, max(0, r.window-cur))
+		if take == 0 || r.inFlight.CompareAndSwap(cur, cur+take) {
+			return take
+		}
+	}
+}
+
 // pollRoom is the most records the next poll may take so that no unpaused
 // partition goes past its share of the window by more than a batch.
 func (r *Receiver) pollRoom() int64 {
@@ -577,7 +609,16 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 				r.log.Warn("fetch error", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
 			}
 		})
-		fs.EachPartition(r.admitPartition)
+		// The window's room is taken for the records at once. The poll was
+		// sized by the room before it blocked; the ingest may have taken
+		// some since: records beyond what is left are not admitted, and
+		// their partitions are sent back to them.
+		budget := r.reserve(int64(fs.NumRecords()))
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) { r.admit(fp, &budget) })
+		if budget > 0 { // records not admitted: not owned, stopping, rewound
+			r.inFlight.Add(-budget)
+			r.changed.Notify()
+		}
 		r.cl.AllowRebalance()
 		if ctx.Err() != nil {
 			return
@@ -585,10 +626,17 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 	}
 }
 
-// admitPartition hands one partition's polled records to the executor. It
-// runs between a poll and AllowRebalance: no rebalance callback runs
-// meanwhile.
-func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
+// admitPartition admits one partition's records, taking their window slots.
+// (The poll loop uses admit with the slots it reserved; tests that drive
+// the polls by hand use this.)
+func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) { r.admit(fp, nil) }
+
+// admit hands one partition's polled records to the executor. With a
+// budget, the records' window slots are taken from it (they were reserved),
+// and records beyond it are not admitted: the partition is sent back to the
+// first of them. It runs between a poll and AllowRebalance: no rebalance
+// callback runs meanwhile.
+func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
 	if len(fp.Records) == 0 || r.stopping.Load() {
 		return // not admitted, not tracked: redelivered after restart
 	}
@@ -607,10 +655,23 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 			return // the client goes back further first; these come again
 		}
 	}
+	if budget != nil {
+		if k := min(int64(len(fp.Records)), *budget); k < int64(len(fp.Records)) {
+			next := fp.Records[k]
+			r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{next.Topic: {next.Partition: {Epoch: -1, Offset: next.Offset}}})
+			if fp.Records = fp.Records[:k]; k == 0 {
+				return
+			}
+		}
+	}
 	route := r.routes[fp.Topic]
 	n := int64(len(fp.Records))
 	p.pending.Add(n)
-	r.inFlight.Add(n)
+	if budget != nil {
+		*budget -= n
+	} else {
+		r.inFlight.Add(n)
+	}
 	// The partition's records go to the executor in one batch, in offset
 	// order; only the poll loop uses these buffers.
 	keys, tasks := r.keyBuf[:0], r.taskBuf[:0]
@@ -633,7 +694,7 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) {
 		r.log.Info("partition paused: a record holds its commit while later ones finish (a slow or hot aggregate)",
 			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("span", p.tr.span()))
 	}
-	if p.paused&pauseShare == 0 && p.pending.Load() >= r.shareCap() {
+	if limit := r.shareCap(); limit < r.window && p.paused&pauseShare == 0 && p.pending.Load() >= limit {
 		r.pauseLocked(p, pauseShare)
 		r.log.Info("partition paused: it holds half the window while other partitions wait (a slow or stuck aggregate with a backlog)",
 			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int64("unfinished", p.pending.Load()))

@@ -14,6 +14,12 @@ type tracker struct {
 	q       ring.Ring[entry] // delivered records not yet popped, oldest first
 	headSeq int64            // sequence number of the oldest entry
 
+	// set holds the unfinished jobs by sequence number instead of q, for
+	// records that belong to no partition (the ingest's): no watermark, and
+	// a record that stays unfinished holds nothing after it.
+	set     map[int64]*job
+	nextSet int64
+
 	// The watermark: the next offset to consume, and the leader epoch of the
 	// record before it. ok is false until a record completed.
 	next  int64
@@ -31,13 +37,27 @@ type entry struct {
 
 func newTracker() *tracker { return &tracker{last: -1} }
 
+// newUnorderedTracker returns a tracker of records without offsets, which
+// finish in any order and yield no watermark.
+func newUnorderedTracker() *tracker { return &tracker{last: -1, set: make(map[int64]*job)} }
+
 // nextSeq returns the sequence number the next push will return.
-func (t *tracker) nextSeq() int64 { return t.headSeq + int64(t.q.Len()) }
+func (t *tracker) nextSeq() int64 {
+	if t.set != nil {
+		return t.nextSet
+	}
+	return t.headSeq + int64(t.q.Len())
+}
 
 // push records a delivered record carried by j and returns its sequence
 // number (nextSeq before the call).
 func (t *tracker) push(offset int64, epoch int32, j *job) int64 {
 	seq := t.nextSeq()
+	if t.set != nil {
+		t.set[seq] = j
+		t.nextSet++
+		return seq
+	}
 	t.q.Push(entry{offset: offset, epoch: epoch, j: j})
 	t.last = offset
 	return seq
@@ -55,6 +75,10 @@ func (t *tracker) at(seq int64) *entry {
 // complete marks the record seq done and advances the watermark past the
 // completed prefix.
 func (t *tracker) complete(seq int64) {
+	if t.set != nil {
+		delete(t.set, seq)
+		return
+	}
 	e := t.at(seq)
 	if e == nil {
 		return
@@ -69,6 +93,10 @@ func (t *tracker) complete(seq int64) {
 
 // detach forgets the job of the record seq, which stays unfinished.
 func (t *tracker) detach(seq int64) {
+	if t.set != nil {
+		delete(t.set, seq) // dropped: an unordered tracker keeps nothing of it
+		return
+	}
 	if e := t.at(seq); e != nil {
 		e.j = nil
 	}
@@ -76,6 +104,9 @@ func (t *tracker) detach(seq int64) {
 
 // jobs calls fn with the job of every unfinished record, oldest first.
 func (t *tracker) jobs(fn func(*job)) {
+	for _, j := range t.set {
+		fn(j)
+	}
 	for i := range t.q.Len() {
 		if e := t.q.At(i); !e.done && e.j != nil {
 			fn(e.j)
@@ -86,7 +117,7 @@ func (t *tracker) jobs(fn func(*job)) {
 // firstUnfinished returns the offset of the oldest record that has not
 // finished, or -1 when every delivered record has.
 func (t *tracker) firstUnfinished() int64 {
-	if t.q.Len() == 0 {
+	if t.q.Len() == 0 { // an unordered tracker has no offsets
 		return -1
 	}
 	return t.q.At(0).offset
@@ -97,4 +128,4 @@ func (t *tracker) firstUnfinished() int64 {
 func (t *tracker) watermark() (next int64, epoch int32, ok bool) { return t.next, t.epoch, t.ok }
 
 // span is the number of records held: delivered but not yet committable.
-func (t *tracker) span() int { return t.q.Len() }
+func (t *tracker) span() int { return t.q.Len() + len(t.set) }

@@ -1,0 +1,211 @@
+package receiver
+
+// Regression tests of the defects a review of the delivery fixes found;
+// each failed before its fix.
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlers"
+	"github.com/wowd/wowd/internal/testwait"
+)
+
+// handFetch is a fetch of partition 0 of testTopic for polls driven by hand.
+func handFetch(key func(o int64) string, from, to int64) kgo.FetchTopicPartition {
+	fp := kgo.FetchTopicPartition{Topic: testTopic, FetchPartition: kgo.FetchPartition{Partition: 0, HighWatermark: to}}
+	for o := from; o < to; o++ {
+		fp.Records = append(fp.Records, &kgo.Record{Topic: testTopic, Partition: 0, Offset: o, Key: []byte(key(o))})
+	}
+	return fp
+}
+
+// A poll is sized by the room in the window before it blocks; the ingest
+// can take that room meanwhile. The window must still hold.
+func TestIngestAndPollStayWithinTheWindow(t *testing.T) {
+	const window = 16
+	h := newHarness(t, 1)
+	var mu sync.Mutex
+	var acks []handler.Ack
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		mu.Lock()
+		acks = append(acks, ack) // answered later, so that everything stays in flight
+		mu.Unlock()
+	})
+	r := h.receiver("g-admit-window", hd, window)
+	testwait.For(t, 10*time.Second, "the partition assigned", func() bool { return r.Ready() && len(r.active()) == 1 })
+	time.Sleep(300 * time.Millisecond) // the poll loop blocks in a poll sized for the whole window
+	for i := range window {
+		if _, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("local-" + strconv.Itoa(i)), Value: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(t, h.c, testTopic, window, window)
+	most := 0
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		most = max(most, r.InFlight())
+	}
+	if most > window {
+		t.Fatalf("%d records unfinished, window %d", most, window)
+	}
+	// Answer everything: the fetched records, refused while the window was
+	// full, come again and finish.
+	stopAcking := make(chan struct{})
+	var acking sync.WaitGroup
+	acking.Go(func() {
+		for {
+			mu.Lock()
+			for _, a := range acks {
+				a.Done(nil)
+			}
+			acks = nil
+			mu.Unlock()
+			select {
+			case <-stopAcking:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})
+	testwait.For(t, 20*time.Second, "the fetched records finished", func() bool { return h.committedAtEnd("g-admit-window") })
+	stop(t, r)
+	close(stopAcking)
+	acking.Wait()
+}
+
+// A try that ignores its context, in an incarnation closed at a revoke's
+// deadline, still times out: its aggregate's mailbox moves on.
+func TestHungTryOfAClosedIncarnationTimesOut(t *testing.T) {
+	h := newHarness(t, 1)
+	var mu sync.Mutex
+	calls := map[int64]int{}
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		mu.Lock()
+		calls[m.Offset]++
+		n := calls[m.Offset]
+		mu.Unlock()
+		if m.Offset == 0 && n == 1 {
+			return // hangs, and ignores its context
+		}
+		ack.Done(nil)
+	})
+	r := h.receiver("g-hung", hd, 64, func(o *Options) {
+		o.HandlerTimeout = 300 * time.Millisecond
+		o.RevokeTimeout = 100 * time.Millisecond
+	})
+	stop(t, r) // the polls and rebalances below are driven by hand
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	r.watchStop, r.watchDone = make(chan struct{}), make(chan struct{})
+	go r.watchDeadlines()
+	defer func() { close(r.watchStop); <-r.watchDone }()
+	assigned := map[string][]int32{testTopic: {0}}
+	sameKey := func(int64) string { return "A" }
+	r.onAssigned(context.Background(), r.cl, assigned)
+	r.admitPartition(handFetch(sameKey, 0, 2))
+	time.Sleep(50 * time.Millisecond)
+	r.onRevoked(context.Background(), r.cl, assigned) // its deadline passes with offset 0 hung
+	r.onAssigned(context.Background(), r.cl, assigned)
+	r.admitPartition(handFetch(sameKey, 0, 2))
+	testwait.For(t, 5*time.Second, "the new incarnation's records of the aggregate to run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls[0] >= 2 && calls[1] >= 1
+	})
+	r.closePartition(r.parts[tp{testTopic, 0}])
+}
+
+// A revoke that drains while Stop runs holds commitMu: it must not make
+// Stop overrun its deadline.
+func TestStopDoesNotOverrunBehindARevoke(t *testing.T) {
+	h := newHarness(t, 1)
+	hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+		go func() { <-ctx.Done(); ack.Done(ctx.Err()) }()
+	})
+	r := h.receiver("g-stop-revoke", hd, 16, func(o *Options) { o.RevokeTimeout = 4 * time.Second })
+	produce(t, h.c, testTopic, 4, 4)
+	testwait.For(t, 10*time.Second, "four records in flight", func() bool { return r.InFlight() == 4 })
+	revoked := make(chan struct{})
+	go func() { // as kgo would during a rebalance
+		r.onRevoked(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
+		close(revoked)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_ = r.Stop(ctx)
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("Stop with a 500ms deadline took %v behind a revoke", took)
+	}
+	<-revoked
+}
+
+// A try that times out while the HTTP sink still holds it (queued behind a
+// slow request) is dropped by the sink: its message does not reach the sink
+// after the aggregate's next one.
+func TestTimedOutTryIsDroppedByTheSink(t *testing.T) {
+	h := newHarness(t, 1)
+	var mu sync.Mutex
+	var order []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		id := req.Header.Get("ce-subject") + "@" + req.Header.Get("kafka-offset")
+		if req.Header.Get("ce-subject") != "A" {
+			time.Sleep(250 * time.Millisecond) // B and C hold the sink's only connection
+		}
+		mu.Lock()
+		order = append(order, id)
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	var reg handler.Registry
+	handlers.Register(&reg)
+	spec, _ := reg.Lookup("http")
+	cfg := spec.Config().(*handlers.HTTPConfig)
+	cfg.URL = srv.URL
+	cfg.RequestTimeout = 300 * time.Millisecond
+	cfg.MaxConcurrency = 1
+	var rcv atomic.Pointer[Receiver]
+	hd, err := spec.New(cfg, handler.Deps{Dispatcher: "d", Service: "svc", Timeout: 400 * time.Millisecond,
+		Observer: observerFunc(func(m *handler.Message, attempt int, err error, wait time.Duration) {
+			if r := rcv.Load(); r != nil {
+				r.Retrying(m, attempt, err, wait)
+			}
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hd.(handler.Closer).Close(context.Background())
+	produceAt(t, h.c, testTopic, 0, "B", "C", "A", "A") // A@2 queues behind B and C and times out there
+	r := h.receiver("g-http-stale", hd, 16, func(o *Options) { o.HandlerTimeout = 400 * time.Millisecond })
+	rcv.Store(r)
+	testwait.For(t, 20*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-http-stale") })
+	time.Sleep(time.Second) // a stale request would arrive now
+	stop(t, r)
+	mu.Lock()
+	defer mu.Unlock()
+	last := map[string]int{}
+	for i, id := range order {
+		last[id] = i
+	}
+	if a2, ok := last["A@2"]; ok && a2 > last["A@3"] {
+		t.Fatalf("A@2 reached the sink after A@3: %v", order)
+	}
+}
+
+// observerFunc is a handler.Observer.
+type observerFunc func(m *handler.Message, attempt int, err error, wait time.Duration)
+
+func (f observerFunc) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
+	f(m, attempt, err, wait)
+}

@@ -1,0 +1,115 @@
+package receiver
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// tryContext is the context a handler gets for one try: its partition's
+// context, ended on its own when the try's deadline passes (the deadline
+// watcher took the try: DeadlineExceeded) or when its partition's
+// incarnation closes (Canceled). A handler that stops on cancellation
+// stops a try wowd gave up on: the HTTP sink drops a queued request,
+// handler.WithRetry stops retrying. Nothing is registered with the
+// partition's context: closing a partition ends the tries it holds itself
+// (closePartition), so a try costs one small allocation and no lock of the
+// partition's.
+//
+// context.AfterFunc on a tryContext calls its AfterFunc method, so that the
+// wrappers that watch their message's cancellation cost no goroutine.
+type tryContext struct {
+	p *partition // fixed
+
+	mu    sync.Mutex // guards done, err, funcs and nextID
+	done  chan struct{}
+	err   error
+	funcs []afterFunc
+	next  uint64
+}
+
+type afterFunc struct {
+	id uint64
+	f  func()
+}
+
+func newTry(p *partition) *tryContext { return &tryContext{p: p} }
+
+var _ context.Context = (*tryContext)(nil)
+
+// Deadline returns the partition context's deadline (none): the try's own
+// limit moves when the handler reports a retry.
+func (c *tryContext) Deadline() (time.Time, bool) { return c.p.ctx.Deadline() }
+
+// Done returns a channel closed when the try ends.
+func (c *tryContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+// Err returns why the try ended, or nil while it runs.
+func (c *tryContext) Err() error {
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	if err == nil {
+		err = c.p.ctx.Err() // closing: the partition's end reaches the try a moment later
+	}
+	return err
+}
+
+// Value returns the partition context's value for key.
+func (c *tryContext) Value(key any) any { return c.p.ctx.Value(key) }
+
+// AfterFunc arranges for f to run in its own goroutine once the try ends,
+// as context.AfterFunc does; stop unregisters it and reports whether it did
+// so before f was started.
+func (c *tryContext) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	c.next++
+	id := c.next
+	c.funcs = append(c.funcs, afterFunc{id: id, f: f})
+	c.mu.Unlock()
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, af := range c.funcs {
+			if af.id == id {
+				c.funcs = append(c.funcs[:i], c.funcs[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// end ends the try with err; later calls change nothing.
+func (c *tryContext) end(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	if c.done != nil {
+		close(c.done)
+	}
+	funcs := c.funcs
+	c.funcs = nil
+	c.mu.Unlock()
+	for _, af := range funcs {
+		go af.f()
+	}
+}
