@@ -194,7 +194,7 @@ type Receiver struct {
 	// the group is (re)joining, and a commit would only wait for the join
 	// (kgo holds commits during JoinGroup and SyncGroup) or fail.
 	rebalancing atomic.Bool
-	revoking    atomic.Int32  // revoke callbacks under way (waiting for commitMu or running)
+	revoking    atomic.Int32 // revoke callbacks under way (waiting for commitMu or running)
 	// stopExpired is canceled when Stop's context is done: revoke drains
 	// and their commits end with it, so a revoke never holds Stop past
 	// its deadline.
