@@ -320,9 +320,11 @@ func TestBadConfigs(t *testing.T) {
 			"wow.dispatchers.cart.handler.url: required",
 			`:13:9: wow.dispatchers.cart.handler.request-timeout: "soon" is not a duration`,
 			":14:9: wow.dispatchers.cart.handler.urll: unknown key"}},
-		{"dead-letter-loop.yaml", 2, []string{
+		{"dead-letter-loop.yaml", 4, []string{
 			`:12:9: wow.dispatchers.itself.dead-letter.topic: "{topic}" sends the dead letters of wow.example.cart.event to wow.example.cart.event, a topic the dispatcher consumes`,
-			`:18:9: wow.dispatchers.another-of-its-topics.dead-letter.topic: "wow.example.cart.command" sends the dead letters of wow.example.cart.command to wow.example.cart.command`}},
+			`:18:9: wow.dispatchers.another-of-its-topics.dead-letter.topic: "wow.example.cart.command" sends the dead letters of wow.example.cart.command to wow.example.cart.command`,
+			`wow.dispatchers.ping.dead-letter.topic: "wow.example.order.event" sends dead letters round a loop of dispatchers: wow.example.order.state -(ping)-> wow.example.order.event, wow.example.order.event -(pong)-> wow.example.order.state`,
+			`wow.dispatchers.pong.dead-letter.topic: "wow.example.order.state" sends dead letters round a loop of dispatchers: wow.example.order.event -(pong)-> wow.example.order.state, wow.example.order.state -(ping)-> wow.example.order.event`}},
 		{"missing-service.yaml", 1, []string{"wow.service: required"}},
 		{"missing-bootstrap-servers.yaml", 1, []string{"wow.kafka.bootstrap-servers: required"}},
 		{"revoke-timeout.yaml", 1, []string{

@@ -236,9 +236,18 @@ func (d *decoder) validateDispatchers(c *Config) {
 		}
 		if t := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", "x"); t == "" || !validTopic(t) {
 			d.errorf(path+".dead-letter.topic", "%q is not a topic name (letters, digits, '.', '_', '-'; {topic} for the source topic)", disp.DeadLetter.Topic)
-		} else if src, dl, ok := deadLetterLoop(c, disp); ok {
-			d.errorf(path+".dead-letter.topic", "%q sends the dead letters of %s to %s, a topic the dispatcher consumes: they would come back with growing headers",
-				disp.DeadLetter.Topic, src, dl)
+		} else if loop := deadLetterLoop(c, name); loop != nil {
+			if len(loop) == 1 {
+				d.errorf(path+".dead-letter.topic", "%q sends the dead letters of %s to %s, a topic the dispatcher consumes: they would come back with growing headers",
+					disp.DeadLetter.Topic, loop[0].src, loop[0].dl)
+			} else {
+				hops := make([]string, len(loop))
+				for i, h := range loop {
+					hops[i] = fmt.Sprintf("%s -(%s)-> %s", h.src, h.disp, h.dl)
+				}
+				d.errorf(path+".dead-letter.topic", "%q sends dead letters round a loop of dispatchers: %s; they would come back with growing headers",
+					disp.DeadLetter.Topic, strings.Join(hops, ", "))
+			}
 		}
 		if disp.Handler.Timeout < 0 {
 			d.errorf(path+".handler.timeout", "must not be negative (0: no deadline)")
@@ -418,11 +427,14 @@ func validTopic(s string) bool {
 	return true
 }
 
-// deadLetterLoop finds a topic the dispatcher consumes whose dead-letter
-// topic is also one it consumes.
-func deadLetterLoop(c *Config, disp Dispatcher) (src, dl string, found bool) {
+// consumedTopics returns the topics a dispatcher consumes.
+func consumedTopics(c *Config, disp Dispatcher) []string {
 	consumed := map[string]bool{}
-	for _, name := range disp.Contexts {
+	contexts := disp.Contexts
+	if contexts == nil {
+		contexts = slices.Collect(maps.Keys(c.Contexts))
+	}
+	for _, name := range contexts {
 		bc := c.Contexts[name]
 		for _, agg := range bc.Aggregates {
 			if len(disp.Aggregates) > 0 && !slices.Contains(disp.Aggregates, agg) {
@@ -433,10 +445,54 @@ func deadLetterLoop(c *Config, disp Dispatcher) (src, dl string, found bool) {
 			}
 		}
 	}
-	for _, t := range slices.Sorted(maps.Keys(consumed)) {
-		if d := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", t); consumed[d] {
-			return t, d, true
+	return slices.Sorted(maps.Keys(consumed))
+}
+
+// dlHop is one step of a dead letter's way: the dead letters dispatcher
+// disp writes for topic src go to dl.
+type dlHop struct{ src, disp, dl string }
+
+// deadLetterLoop finds a way that brings the dead letters of dispatcher
+// name back to the topic they came from: straight (its dead-letter topic of
+// a topic it consumes is one it consumes) or through other dispatchers that
+// consume the dead-letter topic and write their own dead letters on. A
+// dispatcher that reads another's dead letters is fine (a replay); a loop
+// is not. It returns the hops of the loop, starting with name's, or nil.
+func deadLetterLoop(c *Config, name string) []dlHop {
+	// The ways on: for each consumed topic, where its dead letters go.
+	next := map[string][]dlHop{}
+	for _, dn := range slices.Sorted(maps.Keys(c.Dispatchers)) {
+		disp := c.Dispatchers[dn]
+		for _, t := range consumedTopics(c, disp) {
+			next[t] = append(next[t], dlHop{t, dn, strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", t)})
 		}
 	}
-	return "", "", false
+	for _, t := range consumedTopics(c, c.Dispatchers[name]) {
+		first := dlHop{t, name, strings.ReplaceAll(c.Dispatchers[name].DeadLetter.Topic, "{topic}", t)}
+		// Breadth first from the dead-letter topic back to t: the shortest loop.
+		via := map[string]dlHop{first.dl: first}
+		queue := []string{first.dl}
+		for len(queue) > 0 {
+			at := queue[0]
+			queue = queue[1:]
+			if at == t {
+				var loop []dlHop
+				for h := via[t]; ; h = via[h.src] {
+					loop = append(loop, h)
+					if h == first {
+						break
+					}
+				}
+				slices.Reverse(loop)
+				return loop
+			}
+			for _, h := range next[at] {
+				if _, seen := via[h.dl]; !seen {
+					via[h.dl] = h
+					queue = append(queue, h.dl)
+				}
+			}
+		}
+	}
+	return nil
 }
