@@ -8,6 +8,14 @@
 // called, the aggregate's next message does not start, but the worker that
 // called Handle is free for other aggregates as soon as Handle returns.
 //
+// The context Handle gets belongs to that one try. It ends when wowd gives
+// the try up: at the dispatcher's handler.timeout ([Deps].Timeout;
+// context.DeadlineExceeded), after which the try counts as a transient
+// failure, a later Ack is ignored and the aggregate's next try may start;
+// or when the message's partition moves to another member
+// (context.Canceled). A handler should stop its work then: wowd no longer
+// waits for it.
+//
 // Handle must not block. A handler that has to block (a synchronous driver,
 // a CGO call) implements [Blocker]; wowd then calls it on a bounded pool of
 // goroutines set aside for blocking work, never on one of the few shared

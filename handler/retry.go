@@ -89,7 +89,9 @@ var ErrClosed = fmt.Errorf("handler closed: %w", context.Canceled)
 //     failure: the wait before the next attempt, instead of the backoff (a
 //     Retry-After response header, say). p.Max does not cap it; h does.
 //
-// The returned handler is a [Blocker] when h is, and a [Closer]: Close
+// The returned handler is a [Blocker] when h is (its first attempt runs on
+// wowd's blocking pool; retries run on the timer's goroutine, one per
+// waiting message, not on the pool), and a [Closer]: Close
 // acknowledges the messages waiting to retry with an error wrapping
 // [ErrClosed], then closes h if it is a Closer. h must acknowledge each
 // attempt once; extra acknowledgements are ignored.

@@ -325,6 +325,8 @@ func TestBadConfigs(t *testing.T) {
 			`:18:9: wow.dispatchers.another-of-its-topics.dead-letter.topic: "wow.example.cart.command" sends the dead letters of wow.example.cart.command to wow.example.cart.command`,
 			`wow.dispatchers.ping.dead-letter.topic: "wow.example.order.event" sends dead letters round a loop of dispatchers: wow.example.order.state -(ping)-> wow.example.order.event, wow.example.order.event -(pong)-> wow.example.order.state`,
 			`wow.dispatchers.pong.dead-letter.topic: "wow.example.order.state" sends dead letters round a loop of dispatchers: wow.example.order.event -(pong)-> wow.example.order.state, wow.example.order.state -(ping)-> wow.example.order.event`}},
+		{"request-timeout-past-try.yaml", 1, []string{
+			`:15:9: wow.dispatchers.cart.handler.request-timeout: 10s must be less than the dispatcher's handler.timeout (5s)`}},
 		{"missing-service.yaml", 1, []string{"wow.service: required"}},
 		{"missing-bootstrap-servers.yaml", 1, []string{"wow.kafka.bootstrap-servers: required"}},
 		{"revoke-timeout.yaml", 1, []string{

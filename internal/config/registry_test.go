@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/wowd/wowd/handler"
@@ -12,6 +13,14 @@ type httpConfig struct {
 	Timeout time.Duration     `config:"request-timeout" desc:"Per-request timeout."`
 	Headers map[string]string `config:"headers" desc:"Extra request headers."`
 	Token   string            `config:"token" secret:"true" desc:"Bearer token."`
+}
+
+// FitTry is the sink's check that a request fits in a try.
+func (c *httpConfig) FitTry(try time.Duration) error {
+	if c.Timeout >= try {
+		return fmt.Errorf("request-timeout: %v must be less than the dispatcher's handler.timeout (%v)", c.Timeout, try)
+	}
+	return nil
 }
 
 type logConfig struct {

@@ -253,8 +253,23 @@ func (d *decoder) validateDispatchers(c *Config) {
 			d.errorf(path+".handler.timeout", "must not be negative (0: no deadline)")
 		}
 		d.validateHandler(path+".handler", &disp.Handler)
+		if tb, ok := disp.Handler.Decoded.(tryBound); ok && disp.Handler.Timeout > 0 {
+			if err := tb.FitTry(disp.Handler.Timeout); err != nil {
+				spec, _ := d.reg.Lookup(disp.Handler.Type)
+				d.handlerErrors(path+".handler", spec, disp.Handler.Raw, err)
+			}
+		}
 		c.Dispatchers[name] = disp
 	}
+}
+
+// tryBound is a handler configuration with time limits of its own, which
+// must fit in one try of handler.timeout: a request limit longer than the
+// try would let every slow request time the try out instead.
+type tryBound interface {
+	// FitTry reports the keys whose limits do not fit in a try of the
+	// given length, as "key: problem".
+	FitTry(tryTimeout time.Duration) error
 }
 
 // validateHandler checks the handler type and decodes the handler's

@@ -103,9 +103,8 @@ type call struct {
 // name the header and the source, never a value.
 func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 	u, _ := url.Parse(cfg.URL) // checked by Validate
-	if deps.Timeout > 0 && cfg.RequestTimeout >= deps.Timeout {
-		return nil, fmt.Errorf("request-timeout %v: must be less than the dispatcher's handler.timeout (%v), or every slow request fails the message's try",
-			cfg.RequestTimeout, deps.Timeout)
+	if err := cfg.FitTry(deps.Timeout); err != nil {
+		return nil, err
 	}
 	log := deps.Logger
 	if log == nil {

@@ -59,6 +59,16 @@ const (
 	maxRateBurst = 1_000_000
 )
 
+// FitTry reports whether a request fits in a try of the dispatcher's
+// handler.timeout: wowd config validate checks it, and the sink refuses
+// to start otherwise.
+func (c *HTTPConfig) FitTry(tryTimeout time.Duration) error {
+	if tryTimeout > 0 && c.RequestTimeout >= tryTimeout {
+		return fmt.Errorf("request-timeout: %v must be less than the dispatcher's handler.timeout (%v), or every slow request times out the message's try", c.RequestTimeout, tryTimeout)
+	}
+	return nil
+}
+
 // Validate checks the configuration, reporting every problem. It reads no
 // environment variable and no file: that happens when the sink is built.
 func (c *HTTPConfig) Validate() error {

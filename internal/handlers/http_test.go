@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wowd/wowd/internal/config"
+
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/handlerconfig"
 	"github.com/wowd/wowd/internal/testwait"
@@ -668,7 +670,7 @@ func TestRequestTimeoutMustFitTheHandlerTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := spec.New(cfg, handler.Deps{Timeout: 30 * time.Second}); err == nil ||
-		!strings.Contains(err.Error(), "request-timeout 30s: must be less than the dispatcher's handler.timeout (30s)") {
+		!strings.Contains(err.Error(), "request-timeout: 30s must be less than the dispatcher's handler.timeout (30s)") {
 		t.Fatalf("built with request-timeout = handler.timeout: %v", err)
 	}
 	h, err := spec.New(cfg, handler.Deps{Timeout: time.Minute})
@@ -676,4 +678,19 @@ func TestRequestTimeoutMustFitTheHandlerTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = h.(handler.Closer).Close(context.Background())
+
+	// wowd config validate finds it too, under the key's path.
+	yaml := `wow:
+  service: s
+  kafka: {bootstrap-servers: ["127.0.0.1:9092"]}
+  contexts: {example: {aggregates: [cart]}}
+  dispatchers:
+    cart:
+      topics: [event]
+      handler: {type: http, url: "http://127.0.0.1:1/wow", timeout: 20s, request-timeout: 30s}
+`
+	_, err = config.Parse([]byte(yaml), "t.yaml", handler.Default(), nil)
+	if err == nil || !strings.Contains(err.Error(), "wow.dispatchers.cart.handler.request-timeout: 30s must be less than the dispatcher's handler.timeout (20s)") {
+		t.Fatalf("validated with request-timeout > handler.timeout: %v", err)
+	}
 }
