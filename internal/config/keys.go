@@ -94,7 +94,7 @@ var configFields = []field[Config]{
 	{name: "metrics.listen", def: "127.0.0.1:9464", desc: "host:port serving /metrics, /healthz and /readyz; empty disables.",
 		ptr: func(c *Config) any { return &c.Metrics.Listen }},
 	{name: "ingest.enabled", def: "false",
-		desc: "Serve POST /v1/messages: a co-located producer hands wowd a Wow message, which is handled here first and published to its topic marked as handled by this service.",
+		desc: "Serve POST /v1/messages: a co-located producer hands wowd a Wow message, which is handled here first and published to its topic marked as handled by the dispatchers that finished it.",
 		ptr:  func(c *Config) any { return &c.Ingest.Enabled }},
 	{name: "ingest.listen", omitEmpty: true,
 		desc: "host:port of the ingest endpoint; empty serves it on the metrics listener.",

@@ -17,6 +17,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // counter counts handled messages by Wow message id, over every instance.
@@ -25,8 +26,11 @@ type counter struct {
 	n  map[string]int
 }
 
-func (c *counter) spec() handler.Spec {
-	return handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
+func (c *counter) spec() handler.Spec { return c.named("count") }
+
+// named is the counting handler type under another name.
+func (c *counter) named(name string) handler.Spec {
+	return handler.Spec{Name: name, New: func(any, handler.Deps) (handler.Handler, error) {
 		return handler.Sync(func(_ context.Context, m *handler.Message) error {
 			c.mu.Lock()
 			c.n[m.Wow.ID]++
@@ -51,6 +55,13 @@ func event(id, aggID string, header string) []byte {
 
 func startInstance(t *testing.T, c *kfake.Cluster, reg *handler.Registry) *Daemon {
 	t.Helper()
+	return startInstanceWith(t, c, reg, "")
+}
+
+// startInstanceWith starts an instance with more dispatchers, given as YAML
+// entries of wow.dispatchers indented by four spaces.
+func startInstanceWith(t *testing.T, c *kfake.Cluster, reg *handler.Registry, dispatchers string) *Daemon {
+	t.Helper()
 	cfg, err := config.Parse(fmt.Appendf(nil, `
 wow:
   service: carts
@@ -66,11 +77,11 @@ wow:
     projection:
       topics: [event]
       handler: {type: count}
-  metrics:
+%s  metrics:
     listen: 127.0.0.1:0
   ingest:
     enabled: true
-`, c.ListenAddrs()[0]), "test.yaml", reg, nil)
+`, c.ListenAddrs()[0], dispatchers), "test.yaml", reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,18 +242,22 @@ func localCount(t *testing.T, rt *Daemon) float64 {
 }
 
 // TestIngestNeverMarksWhatWasNotHandled: an ingested message is published
-// only once its local handling ended, and marked as handled only if it
-// finished. Here the instance stops while the handler still holds the
-// message: the copy goes out unmarked, and another instance of the service
-// handles it from Kafka. Nothing is lost.
+// only once its local handling ended, and marked as handled only by the
+// dispatchers that finished it. Here the instance stops while one
+// dispatcher's handler still holds the message and the other's finished
+// it: the copy lists only the one that finished, and another instance of
+// the service handles it from Kafka on the other dispatcher only. Nothing
+// is lost and nothing finished is handled twice.
 func TestIngestNeverMarksWhatWasNotHandled(t *testing.T) {
 	const topic = "wow.example.cart.event"
+	const audit = "    audit:\n      topics: [event]\n      handler: {type: audit}\n"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.AllowAutoTopicCreation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	started := make(chan struct{}, 1)
+	audited := &counter{n: map[string]int{}}
 	var holding handler.Registry
 	holding.Register(handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
 		return handler.Sync(func(ctx context.Context, m *handler.Message) error {
@@ -251,7 +266,8 @@ func TestIngestNeverMarksWhatWasNotHandled(t *testing.T) {
 			return ctx.Err()
 		}), nil
 	}})
-	a := startInstance(t, c, &holding)
+	holding.Register(audited.named("audit"))
+	a := startInstanceWith(t, c, &holding, audit)
 
 	type answer struct {
 		code int
@@ -271,6 +287,7 @@ func TestIngestNeverMarksWhatWasNotHandled(t *testing.T) {
 		answered <- answer{resp.StatusCode, body}
 	}()
 	<-started
+	testwait.For(t, 10*time.Second, "the audit dispatcher handles the message locally", func() bool { return audited.get("held") == 1 })
 	if n := endOffset(t, c, topic); n != 0 {
 		t.Fatalf("%d records on %s while the message is still being handled locally: published too early", n, topic)
 	}
@@ -278,29 +295,43 @@ func TestIngestNeverMarksWhatWasNotHandled(t *testing.T) {
 	defer cancel()
 	_ = a.Stop(ctx) // the deadline passes with the message unfinished
 	got := <-answered
-	if got.code != http.StatusAccepted || got.body["marked"] != false || got.body["handled_locally"] != float64(0) {
-		t.Fatalf("ingest answered %d %v, want 202, published unmarked", got.code, got.body)
+	if got.code != http.StatusAccepted || got.body["marked"] != true || got.body["handled_locally"] != float64(1) ||
+		fmt.Sprint(got.body["handled_by"]) != "[audit]" {
+		t.Fatalf("ingest answered %d %v, want 202, published marked as handled by audit only", got.code, got.body)
 	}
 	recs := topicRecords(t, c, topic, 1)
 	if len(recs) != 1 {
 		t.Fatalf("%d records on %s, want the copy", len(recs), topic)
 	}
+	marks := map[string]string{}
 	for _, h := range recs[0].Headers {
-		if h.Key == "wowd-handled-by" {
-			t.Fatalf("the copy is marked %s=%s although no receiver finished it", h.Key, h.Value)
-		}
+		marks[h.Key] = string(h.Value)
+	}
+	if marks["wowd-handled-by"] != "carts" || marks["wowd-handled-dispatchers"] != "audit" {
+		t.Fatalf("the copy is marked %v, want handled by carts' audit dispatcher only", marks)
 	}
 
 	cnt := &counter{n: map[string]int{}}
 	var counting handler.Registry
 	counting.Register(cnt.spec())
-	b := startInstance(t, c, &counting)
-	deadline := time.Now().Add(20 * time.Second)
-	for cnt.get("held") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the message was not handled by the other instance: lost")
+	counting.Register(audited.named("audit"))
+	b := startInstanceWith(t, c, &counting, audit)
+	testwait.For(t, 20*time.Second, "the other instance handles the message on the dispatcher that had not finished it", func() bool {
+		return cnt.get("held") == 1
+	})
+	// The audit receiver of b reads the copy too: it finishes it (commits
+	// past it) without handling it again.
+	testwait.For(t, 20*time.Second, "the audit receiver commits past the copy", func() bool {
+		for _, r := range b.receivers {
+			if r.Dispatcher() == "audit" {
+				ps := r.Partitions()
+				return len(ps) == 1 && ps[0].Committed == 1
+			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	})
+	if n := audited.get("held"); n != 1 {
+		t.Fatalf("the audit dispatcher handled the message %d times, want once (locally)", n)
 	}
 	stopRT(t, b)
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ const MaxBody = 8 << 20
 
 // Receiver is the part of a receiver the ingest needs.
 type Receiver interface {
+	Dispatcher() string
 	Routes(topic string) bool
 	Admit(ctx context.Context, rec *kgo.Record) (receiver.Admitted, error)
 }
@@ -54,10 +56,10 @@ const publishTimeout = 30 * time.Second
 // Ingest serves the ingest endpoint.
 //
 // A message is admitted to every receiver of this service that consumes its
-// topic, and published once every one of them finished handling it, marked
-// as handled here so that the receivers skip its copy. If one of them gave
-// up on it (stopping, revoked) or could not admit it, the copy is published
-// unmarked and the receivers handle it from Kafka: handled twice at worst,
+// topic, and published once each of them finished handling it or gave it
+// up, marked as handled here by the dispatchers of those that finished, so
+// that their receivers skip its copy. The others (given up: stopping,
+// revoked; or not admitted) handle it from Kafka: handled twice at worst,
 // never lost. Once a message is admitted, its publish no longer depends on
 // the caller staying connected.
 type Ingest struct {
@@ -141,13 +143,14 @@ func (in *Ingest) Drain(ctx context.Context) error {
 
 // response is the JSON answer to a request.
 type response struct {
-	Topic     string `json:"topic,omitempty"`
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-	Admitted  int    `json:"admitted_by"`     // receivers that admitted it locally
-	Handled   int    `json:"handled_locally"` // receivers that finished it locally
-	Marked    bool   `json:"marked"`          // published marked as handled: receivers of this service skip it
-	Error     string `json:"error,omitempty"`
+	Topic     string   `json:"topic,omitempty"`
+	Partition int32    `json:"partition"`
+	Offset    int64    `json:"offset"`
+	Admitted  int      `json:"admitted_by"`          // receivers that admitted it locally
+	Handled   int      `json:"handled_locally"`      // receivers that finished it locally
+	Marked    bool     `json:"marked"`               // published marked as handled by some dispatchers: their receivers skip it
+	HandledBy []string `json:"handled_by,omitempty"` // the dispatchers that finished it locally, as marked
+	Error     string   `json:"error,omitempty"`
 }
 
 func reply(w http.ResponseWriter, status int, r response) {
@@ -202,6 +205,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// room in a receiver's window is the caller's backpressure.
 	var (
 		admitted []receiver.Admitted
+		names    []string // the dispatcher of each admitted
 		wanted   int
 		refused  error
 	)
@@ -216,6 +220,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			break
 		}
 		admitted = append(admitted, a)
+		names = append(names, r.Dispatcher())
 	}
 	if refused != nil && len(admitted) == 0 {
 		// Nothing is queued: the caller retries, nothing is published.
@@ -227,25 +232,31 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 
 	// From here the message is queued locally: it is published whatever the
-	// caller does. It may be marked only if every receiver that consumes
-	// its topic finished it.
-	handled := 0
-	for _, a := range admitted {
+	// caller does. A dispatcher may be listed in its mark only if its
+	// receiver finished it.
+	var handledBy []string
+	for i, a := range admitted {
 		select {
 		case <-a.Done():
 		case <-quit:
 		}
 		if a.Finished() {
-			handled++
+			handledBy = append(handledBy, names[i])
 		}
 	}
+	handled := len(handledBy)
 	out := &kgo.Record{Topic: topic, Key: []byte(m.AggregateID), Value: marked}
-	mark := refused == nil && handled == wanted
+	mark := handled > 0
 	if mark {
-		out.Headers = []kgo.RecordHeader{{Key: receiver.HeaderHandledBy, Value: []byte(in.Service)}}
-	} else {
-		in.Log.Warn("an ingested message was not handled locally by every receiver; publishing it unmarked, its receivers handle it from Kafka",
-			zap.String("topic", topic), zap.String("aggregate_id", m.AggregateID),
+		slices.Sort(handledBy)
+		out.Headers = []kgo.RecordHeader{
+			{Key: receiver.HeaderHandledBy, Value: []byte(in.Service)},
+			{Key: receiver.HeaderHandledDispatchers, Value: []byte(strings.Join(handledBy, ","))},
+		}
+	}
+	if handled < wanted {
+		in.Log.Warn("an ingested message was not handled locally by every receiver; the ones that did not handle it from Kafka",
+			zap.String("topic", topic), zap.String("aggregate_id", m.AggregateID), zap.Strings("handled_by", handledBy),
 			zap.Int("receivers", wanted), zap.Int("handled_locally", handled), zap.NamedError("refused", refused))
 	}
 	if m.CreateTime > 0 {
@@ -265,7 +276,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	rec := res[0].Record
 	w.Header().Set("Location", topic+"/"+strconv.Itoa(int(rec.Partition))+"/"+strconv.FormatInt(rec.Offset, 10))
 	reply(w, http.StatusAccepted, response{Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
-		Admitted: len(admitted), Handled: handled, Marked: mark})
+		Admitted: len(admitted), Handled: handled, Marked: mark, HandledBy: handledBy})
 }
 
 // markLocalFirst sets the Wow header local_first to "true" in a message,

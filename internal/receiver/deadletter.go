@@ -24,11 +24,17 @@ const (
 	HeaderAttempts        = "wowd-dlq-attempts"
 )
 
-// HeaderHandledBy marks a record wowd published after handling it locally
-// first (the ingest endpoint); its value is the wow.service that handled it.
-// A receiver of that service acknowledges the record without handling it
-// again.
-const HeaderHandledBy = "wowd-handled-by"
+// HeaderHandledBy and HeaderHandledDispatchers mark a record wowd published
+// after handling it locally first (the ingest endpoint): the wow.service
+// that handled it, and the comma-separated names of its dispatchers that
+// finished it. A receiver of that service whose dispatcher is listed
+// acknowledges the record without handling it again; the others handle it.
+// A record marked by a version of wowd without the list is skipped by every
+// receiver of the service.
+const (
+	HeaderHandledBy          = "wowd-handled-by"
+	HeaderHandledDispatchers = "wowd-handled-dispatchers"
+)
 
 // maxErrorHeader bounds the error text carried in a dead-letter header.
 const maxErrorHeader = 1024

@@ -12,6 +12,9 @@ import (
 // ErrStopping is returned by Admit once the receiver stopped admitting.
 var ErrStopping = errors.New("receiver stopping: not admitting")
 
+// Dispatcher returns the name of the receiver's dispatcher.
+func (r *Receiver) Dispatcher() string { return r.o.Dispatcher }
+
 // Routes reports whether the receiver consumes topic.
 func (r *Receiver) Routes(topic string) bool { return r.routes[topic] != nil }
 
@@ -53,9 +56,9 @@ func (w *localWait) dropped()                 { close(w.done) }
 // aggregate's mailbox like a fetched one, and returns. The returned
 // Admitted tells when the record is finished. Such records belong to no
 // partition: nothing is committed for them, and a copy published to Kafka
-// marked as handled (see HeaderHandledBy) is acknowledged without handling
-// when it comes back; the caller must mark a copy only once every receiver
-// it admitted the record to finished it.
+// as handled by this receiver's dispatcher (see HeaderHandledBy) is
+// acknowledged without handling when it comes back; the caller must list a
+// dispatcher in the mark only once its receiver finished the record.
 func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error) {
 	route := r.routes[rec.Topic]
 	if route == nil {

@@ -1,9 +1,12 @@
 package receiver
 
 import (
+	"bytes"
 	"slices"
 	"time"
 	"unsafe"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/metrics"
@@ -18,11 +21,9 @@ import (
 // not a valid Wow message of its topic is finished here instead.
 func (j *job) screen() bool {
 	r := j.r
-	for _, h := range j.rec.Headers {
-		if j.local == nil && h.Key == HeaderHandledBy && string(h.Value) == r.o.Service {
-			j.finish(metrics.Local) // handled when it was ingested; this is its copy coming back
-			return false
-		}
+	if j.local == nil && r.handledLocally(j.rec.Headers) {
+		j.finish(metrics.Local) // handled when it was ingested; this is its copy coming back
+		return false
 	}
 	if !r.o.Wow {
 		return true
@@ -45,6 +46,34 @@ func (j *job) screen() bool {
 	j.fillWow()
 	j.msg.Wow = &j.ws.pub
 	return true
+}
+
+// handledLocally reports whether a record's headers say this receiver
+// handled it already, through the ingest endpoint of an instance of its
+// service.
+func (r *Receiver) handledLocally(hs []kgo.RecordHeader) bool {
+	by, listed := false, false
+	var list []byte
+	for _, h := range hs {
+		switch h.Key {
+		case HeaderHandledBy:
+			by = by || string(h.Value) == r.o.Service
+		case HeaderHandledDispatchers:
+			listed, list = true, h.Value
+		}
+	}
+	if !by {
+		return false
+	}
+	if !listed {
+		return true // marked before the list existed: every receiver of the service handled it
+	}
+	for name := range bytes.SplitSeq(list, []byte(",")) {
+		if string(name) == r.o.Dispatcher {
+			return true
+		}
+	}
+	return false
 }
 
 // wanted applies the dispatcher's filters and the compensation rule.
