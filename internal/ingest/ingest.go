@@ -58,8 +58,8 @@ const publishTimeout = 30 * time.Second
 // A message is admitted to every receiver of this service that consumes its
 // topic, and published once each of them finished handling it or gave it
 // up, marked as handled here by the dispatchers of those that finished, so
-// that their receivers skip its copy. The others (given up: stopping,
-// revoked; or not admitted) handle it from Kafka: handled twice at worst,
+// that their receivers skip its copy. The others (given up: the receiver
+// stopped first; or not admitted) handle it from Kafka: handled twice at worst,
 // never lost. Once a message is admitted, its publish no longer depends on
 // the caller staying connected.
 type Ingest struct {
