@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,9 +101,18 @@ func (r *Receiver) closePartition(p *partition) {
 	})
 	p.mu.Unlock()
 	if p.pending.Load() > 0 {
-		r.retireMu.Lock()
+		r.retire(p)
+	}
+}
+
+// retire has the deadline watcher watch p, an incarnation no longer owned
+// (revoked and draining, or closed) whose tries may still run, until none
+// of its records is pending.
+func (r *Receiver) retire(p *partition) {
+	r.retireMu.Lock()
+	defer r.retireMu.Unlock()
+	if !slices.Contains(r.retiring, p) {
 		r.retiring = append(r.retiring, p)
-		r.retireMu.Unlock()
 	}
 }
 

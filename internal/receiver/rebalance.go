@@ -50,6 +50,9 @@ func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	r.commitMu.lock()
 	defer r.commitMu.unlock()
 	gone := r.take(revoked)
+	for _, p := range gone {
+		r.retire(p) // owned no more, but its tries are held to their deadline while it drains
+	}
 	if len(gone) > 0 && !r.closing.Load() {
 		r.drain(gone)
 	}

@@ -207,7 +207,7 @@ type Receiver struct {
 	panicLogged atomic.Bool // the stack of a handler panic was logged
 
 	retireMu sync.Mutex   // guards retiring
-	retiring []*partition // closed incarnations with records still in a try: the deadline watcher keeps watching them
+	retiring []*partition // incarnations no longer owned (draining or closed) with records pending: the deadline watcher keeps watching them
 
 	commitMu chanLock // serializes commits and rebalance callbacks
 

@@ -5,6 +5,7 @@ package receiver
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -122,6 +123,48 @@ func TestHungTryOfAClosedIncarnationTimesOut(t *testing.T) {
 		return calls[0] >= 2 && calls[1] >= 1
 	})
 	r.closePartition(r.parts[tp{testTopic, 0}])
+}
+
+// A try of a revoked partition that is draining is still held to its
+// deadline: its context ends with DeadlineExceeded at the handler timeout,
+// not only when the drain gives up (revoke timeout) and closes it.
+func TestTryOfADrainingPartitionEndsAtItsDeadline(t *testing.T) {
+	h := newHarness(t, 1)
+	ended := make(chan error, 1)
+	hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+		go func() {
+			<-ctx.Done()
+			ended <- ctx.Err()
+			ack.Done(ctx.Err())
+		}()
+	})
+	r := h.receiver("g-drain-deadline", hd, 16, func(o *Options) {
+		o.HandlerTimeout = 300 * time.Millisecond
+		o.RevokeTimeout = 2 * time.Second
+	})
+	stop(t, r) // the polls and rebalances below are driven by hand
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	r.watchStop, r.watchDone = make(chan struct{}), make(chan struct{})
+	go r.watchDeadlines()
+	defer func() { close(r.watchStop); <-r.watchDone }()
+	assigned := map[string][]int32{testTopic: {0}}
+	r.onAssigned(context.Background(), r.cl, assigned)
+	r.admitPartition(handFetch(func(int64) string { return "A" }, 0, 1))
+	revoked := make(chan struct{})
+	go func() {
+		r.onRevoked(context.Background(), r.cl, assigned) // drains: waits for the try
+		close(revoked)
+	}()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the try ended with %v, want its deadline", err)
+		}
+	case <-time.After(1500 * time.Millisecond): // before the revoke timeout
+		t.Fatal("the try of the draining partition ran past its deadline with its context alive")
+	}
+	<-revoked
 }
 
 // A revoke that drains while Stop runs holds commitMu: it must not make

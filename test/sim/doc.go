@@ -13,7 +13,9 @@
 // joining, stopping with a random deadline, crashing, cut off the network
 // long enough to lose their session) and the broker faults (failed commits,
 // refused dead-letter writes, fetch errors, coordinators and leaders
-// moving). The handler's choices depend only on the seed and the message's
+// moving), and bursts of local records admitted to a member's receiver the
+// way the ingest endpoint does (Admit), taking room in its window while it
+// polls. The handler's choices depend only on the seed and the message's
 // position and attempt, not on the order in which goroutines run.
 //
 // After each run the invariants are checked; see check in sim_test.go:
@@ -23,7 +25,14 @@
 //   - per aggregate, first deliveries came in offset order;
 //   - no commit ever went past a record that had not finished when the
 //     broker received the commit;
-//   - no receiver held more unfinished records than its window;
+//   - no receiver held more unfinished records than its window, local
+//     records included;
+//   - a try that waits for its context sees it end by its deadline (plus
+//     the deadline watcher's tick), whether its partition is owned,
+//     draining after a revoke, or gone;
+//   - per key, local records were first delivered in the order admitted,
+//     and every local admission ended by the time its member stopped:
+//     finished (and then handled or dead-lettered) or given up;
 //   - once the faults and the churn stopped, every partition was committed
 //     to its end within a bounded simulated time;
 //   - a member that stopped gracefully committed at least the finished

@@ -117,6 +117,7 @@ func run(t *testing.T, seed uint64) {
 	var (
 		members []*member
 		nextID  int
+		bursts  int
 		stops   sync.WaitGroup // graceful stops and crashed members' ends running in the background
 	)
 	startMember := func() *member {
@@ -226,6 +227,13 @@ func run(t *testing.T, seed uint64) {
 			if err := c.MoveTopicPartition(topic, p, node); err != nil {
 				t.Error(err)
 			}
+		case len(ms) > 0:
+			m := ms[rng.IntN(len(ms))]
+			n := 1 + rng.IntN(2*w.window)
+			bursts++
+			burst := bursts
+			w.event("member %d admits %d local records (burst %d)", m.id, n, burst)
+			w.bg.Go(func() { w.admitLocal(m, burst, n) })
 		}
 	}
 
@@ -544,6 +552,22 @@ func check(t *testing.T, w *world, members []*member) {
 	if len(missing) > 0 {
 		w.violateLocked("%d records neither handled nor dead-lettered: %s", len(missing), strings.Join(first(missing, 10), ", "))
 	}
+	// Every local admission ended with its member: finished, or given up by
+	// the stop (the ingest then publishes it for the receivers to handle).
+	localDone := 0
+	for _, l := range w.local {
+		select {
+		case <-l.a.Done():
+			if l.a.Finished() {
+				localDone++
+				if !w.finished[l.at] {
+					w.violateLocked("local record %v reported finished by member %d, but it was neither handled nor dead-lettered", l.at, l.member)
+				}
+			}
+		default:
+			w.violateLocked("local record %v admitted by member %d never ended, though the member stopped", l.at, l.member)
+		}
+	}
 	if nDups > 0 && len(w.allowances) == 0 {
 		w.violateLocked("%d duplicates though nothing allowed them: %s", nDups, strings.Join(dups, ", "))
 	}
@@ -554,8 +578,8 @@ func check(t *testing.T, w *world, members []*member) {
 	for _, k := range sortedKeys(w.allowances) {
 		allowed = append(allowed, fmt.Sprintf("%s ×%d", k, w.allowances[k]))
 	}
-	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters",
-		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl))
+	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished",
+		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local))
 }
 
 func first(xs []string, n int) []string { return xs[:min(n, len(xs))] }

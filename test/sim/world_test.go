@@ -67,6 +67,8 @@ type world struct {
 	prefix      map[int32]int64
 	commitFail  float64 // share of commit requests answered with an error
 	stale       handler.Ack
+	local       []localRecord // records admitted through Admit (the ingest's way in)
+	nextLocal   int64         // the next local record's offset (its partition is -1)
 	violations  []string
 	allowances  map[string]int // what happened that allows duplicates
 	events      []string       // the run's schedule, for the failure report
@@ -147,6 +149,40 @@ func (w *world) skipped(at pos) {
 	w.mu.Lock()
 	w.finishLocked(at)
 	w.mu.Unlock()
+}
+
+// localRecord is a record admitted to a member's receiver through Admit.
+type localRecord struct {
+	at     pos
+	member int
+	a      receiver.Admitted
+}
+
+// admitLocal admits n records to m's receiver as the ingest endpoint does,
+// one after another, over keys of their own (local-<burst>-<k>): they take
+// window room that the poll loop must leave for them, and each key's
+// records must be handled in order. A refused admission (the window stayed
+// full for a while, the member stops) ends the burst.
+func (w *world) admitLocal(m *member, burst, n int) {
+	seq := map[string]int{}
+	for i := range n {
+		key := fmt.Sprintf("local-%d-%d", burst, i%3)
+		w.mu.Lock()
+		at := pos{-1, w.nextLocal}
+		w.nextLocal++
+		w.mu.Unlock()
+		rec := &kgo.Record{Topic: topic, Partition: -1, Offset: at.o, Key: []byte(key), Value: value(key, seq[key])}
+		seq[key]++
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		a, err := m.r.Admit(ctx, rec)
+		cancel()
+		if err != nil {
+			return
+		}
+		w.mu.Lock()
+		w.local = append(w.local, localRecord{at, m.id, a})
+		w.mu.Unlock()
+	}
 }
 
 // --- the broker ------------------------------------------------------------
@@ -302,7 +338,7 @@ const (
 	skipIt                         // Skip
 	panicOnce                      // a panic on the first try
 	hangOnce                       // the first try hangs past the handler's deadline, then acknowledges
-	untilCancel                    // waits for its context's cancellation (a revoke) or a while
+	untilCancel                    // waits for its context's end (a revoke, its deadline) or a while
 	slow                           // handled, acknowledged after a long while
 )
 
@@ -352,6 +388,9 @@ func choose(seed uint64, at pos, attempt int) (behaviour, time.Duration) {
 			return hangOnce, handlerTimeout + d*10
 		}
 	case r < 930:
+		if attempt == 1 {
+			return untilCancel, 100 * d // up to twice the deadline: the deadline must end the try's context
+		}
 		return untilCancel, 50 * d
 	default:
 		return slow, 5 * d
@@ -386,6 +425,7 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	stale := w.stale
 	w.mu.Unlock()
 
+	called := time.Now()
 	b, d := choose(w.seed, at, attempt)
 	switch b {
 	case ackSync:
@@ -434,6 +474,11 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 			case <-ctx.Done():
 				ack.Done(ctx.Err())
 			case <-t.C:
+				// The deadline watcher checks every tenth of the timeout:
+				// by then the try's context must have ended.
+				if late := time.Since(called); late > handlerTimeout+handlerTimeout/10+50*time.Millisecond {
+					w.violate("member %d: the try of %v ran %v, past its deadline (%v), and its context did not end", h.member, at, late, handlerTimeout)
+				}
 				w.succeeded(at)
 				ack.Done(nil)
 			}
