@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,164 +34,172 @@ func handFetch(key func(o int64) string, from, to int64) kgo.FetchTopicPartition
 // A poll is sized by the room in the window before it blocks; the ingest
 // can take that room meanwhile. The window must still hold.
 func TestIngestAndPollStayWithinTheWindow(t *testing.T) {
-	const window = 16
-	h := newHarness(t, 1)
-	var mu sync.Mutex
-	var acks []handler.Ack
-	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-		mu.Lock()
-		acks = append(acks, ack) // answered later, so that everything stays in flight
-		mu.Unlock()
-	})
-	r := h.receiver("g-admit-window", hd, window)
-	testwait.For(t, 10*time.Second, "the partition assigned", func() bool { return r.Ready() && len(r.active()) == 1 })
-	time.Sleep(300 * time.Millisecond) // the poll loop blocks in a poll sized for the whole window
-	for i := range window {
-		if _, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("local-" + strconv.Itoa(i)), Value: []byte("x")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	produce(t, h.c, testTopic, window, window)
-	most := 0
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		most = max(most, r.InFlight())
-	}
-	if most > window {
-		t.Fatalf("%d records unfinished, window %d", most, window)
-	}
-	// Answer everything: the fetched records, refused while the window was
-	// full, come again and finish.
-	stopAcking := make(chan struct{})
-	var acking sync.WaitGroup
-	acking.Go(func() {
-		for {
+	synctest.Test(t, func(t *testing.T) {
+		const window = 16
+		h := newVirtualHarness(t, 1)
+		var mu sync.Mutex
+		var acks []handler.Ack
+		hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
 			mu.Lock()
-			for _, a := range acks {
-				a.Done(nil)
-			}
-			acks = nil
+			acks = append(acks, ack) // answered later, so that everything stays in flight
 			mu.Unlock()
-			select {
-			case <-stopAcking:
-				return
-			case <-time.After(5 * time.Millisecond):
+		})
+		r := h.receiver("g-admit-window", hd, window)
+		testwait.For(t, 10*time.Second, "the partition assigned", func() bool { return r.Ready() && len(r.active()) == 1 })
+		time.Sleep(300 * time.Millisecond) // the poll loop blocks in a poll sized for the whole window
+		for i := range window {
+			if _, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("local-" + strconv.Itoa(i)), Value: []byte("x")}); err != nil {
+				t.Fatal(err)
 			}
 		}
+		produce(t, h.c, testTopic, window, window)
+		most := 0
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			most = max(most, r.InFlight())
+		}
+		if most > window {
+			t.Fatalf("%d records unfinished, window %d", most, window)
+		}
+		// Answer everything: the fetched records, refused while the window was
+		// full, come again and finish.
+		stopAcking := make(chan struct{})
+		var acking sync.WaitGroup
+		acking.Go(func() {
+			for {
+				mu.Lock()
+				for _, a := range acks {
+					a.Done(nil)
+				}
+				acks = nil
+				mu.Unlock()
+				select {
+				case <-stopAcking:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		})
+		testwait.For(t, 20*time.Second, "the fetched records finished", func() bool { return h.committedAtEnd("g-admit-window") })
+		stop(t, r)
+		close(stopAcking)
+		acking.Wait()
 	})
-	testwait.For(t, 20*time.Second, "the fetched records finished", func() bool { return h.committedAtEnd("g-admit-window") })
-	stop(t, r)
-	close(stopAcking)
-	acking.Wait()
 }
 
 // A try that ignores its context, in an incarnation closed at a revoke's
 // deadline, still times out: its aggregate's mailbox moves on.
 func TestHungTryOfAClosedIncarnationTimesOut(t *testing.T) {
-	h := newHarness(t, 1)
-	var mu sync.Mutex
-	calls := map[int64]int{}
-	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-		mu.Lock()
-		calls[m.Offset]++
-		n := calls[m.Offset]
-		mu.Unlock()
-		if m.Offset == 0 && n == 1 {
-			return // hangs, and ignores its context
-		}
-		ack.Done(nil)
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		var mu sync.Mutex
+		calls := map[int64]int{}
+		hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+			mu.Lock()
+			calls[m.Offset]++
+			n := calls[m.Offset]
+			mu.Unlock()
+			if m.Offset == 0 && n == 1 {
+				return // hangs, and ignores its context
+			}
+			ack.Done(nil)
+		})
+		r := h.receiver("g-hung", hd, 64, func(o *Options) {
+			o.HandlerTimeout = 300 * time.Millisecond
+			o.RevokeTimeout = 100 * time.Millisecond
+		})
+		stop(t, r) // the polls and rebalances below are driven by hand
+		r.stopping.Store(false)
+		r.closing.Store(false)
+		r.watchStop, r.watchDone = make(chan struct{}), make(chan struct{})
+		go r.watchDeadlines()
+		defer func() { close(r.watchStop); <-r.watchDone }()
+		assigned := map[string][]int32{testTopic: {0}}
+		sameKey := func(int64) string { return "A" }
+		r.onAssigned(context.Background(), r.cl, assigned)
+		r.admitPartition(handFetch(sameKey, 0, 2))
+		time.Sleep(50 * time.Millisecond)
+		r.onRevoked(context.Background(), r.cl, assigned) // its deadline passes with offset 0 hung
+		r.onAssigned(context.Background(), r.cl, assigned)
+		r.admitPartition(handFetch(sameKey, 0, 2))
+		testwait.For(t, 5*time.Second, "the new incarnation's records of the aggregate to run", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return calls[0] >= 2 && calls[1] >= 1
+		})
+		r.closePartition(r.parts[tp{testTopic, 0}])
 	})
-	r := h.receiver("g-hung", hd, 64, func(o *Options) {
-		o.HandlerTimeout = 300 * time.Millisecond
-		o.RevokeTimeout = 100 * time.Millisecond
-	})
-	stop(t, r) // the polls and rebalances below are driven by hand
-	r.stopping.Store(false)
-	r.closing.Store(false)
-	r.watchStop, r.watchDone = make(chan struct{}), make(chan struct{})
-	go r.watchDeadlines()
-	defer func() { close(r.watchStop); <-r.watchDone }()
-	assigned := map[string][]int32{testTopic: {0}}
-	sameKey := func(int64) string { return "A" }
-	r.onAssigned(context.Background(), r.cl, assigned)
-	r.admitPartition(handFetch(sameKey, 0, 2))
-	time.Sleep(50 * time.Millisecond)
-	r.onRevoked(context.Background(), r.cl, assigned) // its deadline passes with offset 0 hung
-	r.onAssigned(context.Background(), r.cl, assigned)
-	r.admitPartition(handFetch(sameKey, 0, 2))
-	testwait.For(t, 5*time.Second, "the new incarnation's records of the aggregate to run", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return calls[0] >= 2 && calls[1] >= 1
-	})
-	r.closePartition(r.parts[tp{testTopic, 0}])
 }
 
 // A try of a revoked partition that is draining is still held to its
 // deadline: its context ends with DeadlineExceeded at the handler timeout,
 // not only when the drain gives up (revoke timeout) and closes it.
 func TestTryOfADrainingPartitionEndsAtItsDeadline(t *testing.T) {
-	h := newHarness(t, 1)
-	ended := make(chan error, 1)
-	hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		ended := make(chan error, 1)
+		hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+			go func() {
+				<-ctx.Done()
+				ended <- ctx.Err()
+				ack.Done(ctx.Err())
+			}()
+		})
+		r := h.receiver("g-drain-deadline", hd, 16, func(o *Options) {
+			o.HandlerTimeout = 300 * time.Millisecond
+			o.RevokeTimeout = 2 * time.Second
+		})
+		stop(t, r) // the polls and rebalances below are driven by hand
+		r.stopping.Store(false)
+		r.closing.Store(false)
+		r.watchStop, r.watchDone = make(chan struct{}), make(chan struct{})
+		go r.watchDeadlines()
+		defer func() { close(r.watchStop); <-r.watchDone }()
+		assigned := map[string][]int32{testTopic: {0}}
+		r.onAssigned(context.Background(), r.cl, assigned)
+		r.admitPartition(handFetch(func(int64) string { return "A" }, 0, 1))
+		revoked := make(chan struct{})
 		go func() {
-			<-ctx.Done()
-			ended <- ctx.Err()
-			ack.Done(ctx.Err())
+			r.onRevoked(context.Background(), r.cl, assigned) // drains: waits for the try
+			close(revoked)
 		}()
-	})
-	r := h.receiver("g-drain-deadline", hd, 16, func(o *Options) {
-		o.HandlerTimeout = 300 * time.Millisecond
-		o.RevokeTimeout = 2 * time.Second
-	})
-	stop(t, r) // the polls and rebalances below are driven by hand
-	r.stopping.Store(false)
-	r.closing.Store(false)
-	r.watchStop, r.watchDone = make(chan struct{}), make(chan struct{})
-	go r.watchDeadlines()
-	defer func() { close(r.watchStop); <-r.watchDone }()
-	assigned := map[string][]int32{testTopic: {0}}
-	r.onAssigned(context.Background(), r.cl, assigned)
-	r.admitPartition(handFetch(func(int64) string { return "A" }, 0, 1))
-	revoked := make(chan struct{})
-	go func() {
-		r.onRevoked(context.Background(), r.cl, assigned) // drains: waits for the try
-		close(revoked)
-	}()
-	select {
-	case err := <-ended:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("the try ended with %v, want its deadline", err)
+		select {
+		case err := <-ended:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("the try ended with %v, want its deadline", err)
+			}
+		case <-time.After(1500 * time.Millisecond): // before the revoke timeout
+			t.Fatal("the try of the draining partition ran past its deadline with its context alive")
 		}
-	case <-time.After(1500 * time.Millisecond): // before the revoke timeout
-		t.Fatal("the try of the draining partition ran past its deadline with its context alive")
-	}
-	<-revoked
+		<-revoked
+	})
 }
 
 // A revoke that drains while Stop runs holds commitMu: it must not make
 // Stop overrun its deadline.
 func TestStopDoesNotOverrunBehindARevoke(t *testing.T) {
-	h := newHarness(t, 1)
-	hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
-		go func() { <-ctx.Done(); ack.Done(ctx.Err()) }()
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+			go func() { <-ctx.Done(); ack.Done(ctx.Err()) }()
+		})
+		r := h.receiver("g-stop-revoke", hd, 16, func(o *Options) { o.RevokeTimeout = 4 * time.Second })
+		produce(t, h.c, testTopic, 4, 4)
+		testwait.For(t, 10*time.Second, "four records in flight", func() bool { return r.InFlight() == 4 })
+		revoked := make(chan struct{})
+		go func() { // as kgo would during a rebalance
+			r.onRevoked(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
+			close(revoked)
+		}()
+		time.Sleep(100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		_ = r.Stop(ctx)
+		if took := time.Since(began); took > 2*time.Second {
+			t.Fatalf("Stop with a 500ms deadline took %v behind a revoke", took)
+		}
+		<-revoked
 	})
-	r := h.receiver("g-stop-revoke", hd, 16, func(o *Options) { o.RevokeTimeout = 4 * time.Second })
-	produce(t, h.c, testTopic, 4, 4)
-	testwait.For(t, 10*time.Second, "four records in flight", func() bool { return r.InFlight() == 4 })
-	revoked := make(chan struct{})
-	go func() { // as kgo would during a rebalance
-		r.onRevoked(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
-		close(revoked)
-	}()
-	time.Sleep(100 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	began := time.Now()
-	_ = r.Stop(ctx)
-	if took := time.Since(began); took > 2*time.Second {
-		t.Fatalf("Stop with a 500ms deadline took %v behind a revoke", took)
-	}
-	<-revoked
 }
 
 // A try that times out while the HTTP sink still holds it (queued behind a
