@@ -249,9 +249,12 @@ func get(t *testing.T, url string) string {
 // bad configuration corpus: exit 0 and "ok" for good files, exit 2 with the
 // expected messages for bad ones.
 func TestConfigValidateExitCodes(t *testing.T) {
-	root := filepath.Join("..", "..", "configs")
+	root := filepath.Join("..", "..", "internal", "config")
 	good, _ := filepath.Glob(filepath.Join(root, "testdata", "good", "*.yaml"))
-	good = append(good, filepath.Join(root, "wowd.yaml"), filepath.Join(root, "dev.yaml"))
+	if len(good) < 3 {
+		t.Fatalf("only %d good configs in the corpus", len(good))
+	}
+	good = append(good, filepath.Join("..", "..", "configs", "wowd.yaml"), filepath.Join("..", "..", "configs", "dev.yaml"))
 	for _, f := range good {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			out, code := runWowd(t, "config", "validate", "--config", f)
