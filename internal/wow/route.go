@@ -1,0 +1,675 @@
+package wow
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// Route is what wowd reads of a Wow message to check and route it: the
+// names that place it (contextName, aggregateName, aggregateId), a
+// command's name, the event names of a stream when asked for, and a state
+// event's compensation target. [Route.Scan] finds them in one pass without
+// copying: the strings a Route returns are views of the value, valid while
+// the value is and as long as it is not modified.
+//
+// Scan checks the structure of the value (one object whose strings,
+// objects and arrays are closed) and the fields it reads, as
+// [Message.Decode] does; it does not validate the values it skips (their
+// numbers, literals, escapes and UTF-8), so it accepts some values that
+// Decode rejects, never the other way round. When Decode accepts a value,
+// Scan accepts it too and reads the same names: the fuzz test holds it to
+// that. Routing strings written with escapes (never by Wow's Jackson for
+// these names) are read through Decode.
+//
+// A Route is reused from one message to the next; it allocates nothing in
+// the steady state.
+type Route struct {
+	kind   Kind
+	data   []byte
+	fields [nRouteFields]rspan
+	events []rspan
+	// compensation: the header's compensate.id was present (state events),
+	// with compensate.processor's value.
+	compensated bool
+	processor   rspan
+	full        *Message // the decoded message when a routing string had escapes
+	useFull     bool
+}
+
+// rspan is a value Route read: its type (see typeOf; 0 when absent) and,
+// for a string, its contents' bounds in the value.
+type rspan struct {
+	typ        byte
+	start, end int32
+	esc        bool
+}
+
+// notObject is the type of an event that is not an object; its start holds
+// the element's type.
+const notObject = 1
+
+// The fields of Route.fields.
+const (
+	rContextName = iota
+	rAggregateName
+	rAggregateID
+	rName
+	nRouteFields
+)
+
+var routeFieldNames = [nRouteFields]string{"contextName", "aggregateName", "aggregateId", "name"}
+
+// Scan reads value, a record value of kind, into r. With events, the event
+// names of an event stream or state event are read too (for the
+// dispatcher's event filter); without, the body is only required to be
+// there and skipped. Errors are [*DecodeError]s.
+func (r *Route) Scan(kind Kind, value []byte, events bool) error {
+	*r = Route{kind: kind, data: value, events: r.events[:0], full: r.full}
+	if kind != KindCommand && kind != KindEvent && kind != KindState {
+		return &DecodeError{Kind: kind, Reason: "unknown message kind"}
+	}
+	if len(value) > 1<<31-1 {
+		return r.decodeFull(value) // spans are 32-bit; Decode reads any size
+	}
+	esc, err := r.scan(events)
+	if err != nil {
+		return err
+	}
+	if esc {
+		return r.decodeFull(value)
+	}
+	return r.check()
+}
+
+// decodeFull reads the routing fields through Message.Decode.
+func (r *Route) decodeFull(value []byte) error {
+	if r.full == nil {
+		r.full = new(Message)
+	}
+	if err := r.full.Decode(r.kind, value); err != nil {
+		return err
+	}
+	r.useFull = true
+	return nil
+}
+
+// routeSyntax is the error of a value whose structure Scan cannot follow.
+func (r *Route) routeSyntax(pos int, what string) error {
+	return &DecodeError{Kind: r.kind, Syntax: true, Offset: pos, Reason: what}
+}
+
+// scan reads the top-level object. It reports whether a routing string (or
+// a key) has escapes, in which case the caller decodes the value fully.
+func (r *Route) scan(events bool) (esc bool, err error) {
+	d := r.data
+	i := skipWS(d, 0)
+	if i >= len(d) {
+		return false, r.routeSyntax(i, "empty value")
+	}
+	if d[i] != '{' {
+		end, ok := skipValue(d, i)
+		if !ok {
+			return false, r.routeSyntax(i, "unterminated value")
+		}
+		if j := skipWS(d, end); j != len(d) {
+			return false, r.routeSyntax(j, "invalid character after top-level value")
+		}
+		return false, &DecodeError{Kind: r.kind, Reason: "the value is " + typeName(typeOf(d[i])) + ", want an object"}
+	}
+	i = skipWS(d, i+1)
+	var bodyType byte
+	if i < len(d) && d[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(d) || d[i] != '"' {
+				return false, r.routeSyntax(i, "looking for the beginning of an object key")
+			}
+			ks := i + 1
+			ke, kesc, ok := skipString(d, ks)
+			if !ok {
+				return false, r.routeSyntax(i, "unterminated string")
+			}
+			if kesc {
+				esc = true
+			}
+			i = skipWS(d, ke+1)
+			if i >= len(d) || d[i] != ':' {
+				return false, r.routeSyntax(i, "after an object key")
+			}
+			i = skipWS(d, i+1)
+			if i >= len(d) {
+				return false, r.routeSyntax(i, "looking for the beginning of a value")
+			}
+			f := -1
+			switch string(d[ks:ke]) {
+			case "contextName":
+				f = rContextName
+			case "aggregateName":
+				f = rAggregateName
+			case "aggregateId":
+				f = rAggregateID
+			case "name":
+				if r.kind == KindCommand {
+					f = rName
+				}
+			case "header":
+				if r.kind == KindState {
+					i, ok = r.scanHeader(i)
+					if !ok {
+						return false, r.routeSyntax(i, "unterminated header")
+					}
+					f = -2
+				}
+			case "body":
+				if r.kind != KindCommand {
+					bodyType = typeOf(d[i])
+					if events {
+						var besc bool
+						i, besc, ok = r.scanBody(i)
+						if !ok {
+							return false, r.routeSyntax(i, "unterminated body")
+						}
+						esc = esc || besc
+						f = -2
+					}
+				}
+			}
+			switch {
+			case f >= 0:
+				v := rspan{typ: typeOf(d[i])}
+				if v.typ == '"' {
+					end, sesc, ok := skipString(d, i+1)
+					if !ok {
+						return false, r.routeSyntax(i, "unterminated string")
+					}
+					v.start, v.end, v.esc = int32(i+1), int32(end), sesc || !utf8.Valid(d[i+1:end])
+					esc = esc || v.esc
+					i = end + 1
+				} else {
+					end, ok := skipValue(d, i)
+					if !ok {
+						return false, r.routeSyntax(i, "unterminated value")
+					}
+					i = end
+				}
+				r.fields[f] = v
+			case f == -1:
+				end, ok := skipValue(d, i)
+				if !ok {
+					return false, r.routeSyntax(i, "unterminated value")
+				}
+				i = end
+			}
+			i = skipWS(d, i)
+			if i < len(d) && d[i] == ',' {
+				i = skipWS(d, i+1)
+				continue
+			}
+			if i < len(d) && d[i] == '}' {
+				i++
+				break
+			}
+			return false, r.routeSyntax(i, "after an object key:value pair")
+		}
+	}
+	if j := skipWS(d, i); j != len(d) {
+		return false, r.routeSyntax(j, "invalid character after top-level value")
+	}
+	if r.kind != KindCommand {
+		switch bodyType {
+		case 0:
+			if !esc {
+				return false, &DecodeError{Kind: r.kind, Reason: "missing body"}
+			}
+		case '[':
+		default:
+			if !esc {
+				return false, &DecodeError{Kind: r.kind, Reason: "body is " + typeName(bodyType) + ", want an array of events"}
+			}
+		}
+	}
+	return esc, nil
+}
+
+// scanHeader reads a state event's header (i is at its value), noting the
+// compensation target; it returns the position after the value.
+func (r *Route) scanHeader(i int) (int, bool) {
+	d := r.data
+	r.compensated, r.processor = false, rspan{} // a later header replaces an earlier one
+	if d[i] != '{' {
+		return skipValue(d, i)
+	}
+	i = skipWS(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		if i >= len(d) || d[i] != '"' {
+			return i, false
+		}
+		ks := i + 1
+		ke, kesc, ok := skipString(d, ks)
+		if !ok {
+			return i, false
+		}
+		i = skipWS(d, ke+1)
+		if i >= len(d) || d[i] != ':' {
+			return i, false
+		}
+		i = skipWS(d, i+1)
+		if i >= len(d) {
+			return i, false
+		}
+		key := d[ks:ke]
+		switch {
+		case kesc:
+			// An escaped header key: which key it is needs decoding.
+			r.useFull = true
+			end, ok := skipValue(d, i)
+			if !ok {
+				return end, false
+			}
+			i = end
+		case string(key) == HeaderCompensationID:
+			r.compensated = true
+			end, ok := skipValue(d, i)
+			if !ok {
+				return end, false
+			}
+			i = end
+		case string(key) == HeaderCompensationProcessor:
+			v := rspan{typ: typeOf(d[i])}
+			if v.typ == '"' {
+				end, sesc, ok := skipString(d, i+1)
+				if !ok {
+					return i, false
+				}
+				v.start, v.end, v.esc = int32(i+1), int32(end), sesc || !utf8.Valid(d[i+1:end])
+				if v.esc {
+					r.useFull = true
+				}
+				i = end + 1
+			} else {
+				end, ok := skipValue(d, i)
+				if !ok {
+					return end, false
+				}
+				i = end
+			}
+			r.processor = v
+		default:
+			end, ok := skipValue(d, i)
+			if !ok {
+				return end, false
+			}
+			i = end
+		}
+		i = skipWS(d, i)
+		if i < len(d) && d[i] == ',' {
+			i = skipWS(d, i+1)
+			continue
+		}
+		if i < len(d) && d[i] == '}' {
+			return i + 1, true
+		}
+		return i, false
+	}
+}
+
+// scanBody reads the body of an event stream or state event (i is at its
+// value), keeping each event's name; it returns the position after the
+// value and whether a name had escapes.
+func (r *Route) scanBody(i int) (int, bool, bool) {
+	d := r.data
+	r.events = r.events[:0] // a later body replaces an earlier one
+	if d[i] != '[' {
+		end, ok := skipValue(d, i)
+		return end, false, ok
+	}
+	esc := false
+	i = skipWS(d, i+1)
+	if i < len(d) && d[i] == ']' {
+		return i + 1, false, true
+	}
+	for {
+		if i >= len(d) {
+			return i, false, false
+		}
+		if d[i] != '{' {
+			r.events = append(r.events, rspan{typ: notObject, start: int32(typeOf(d[i]))}) // Decode rejects it
+			end, ok := skipValue(d, i)
+			if !ok {
+				return end, false, false
+			}
+			i = end
+		} else {
+			var name rspan
+			i = skipWS(d, i+1)
+			if i < len(d) && d[i] == '}' {
+				i++
+			} else {
+				for {
+					if i >= len(d) || d[i] != '"' {
+						return i, false, false
+					}
+					ks := i + 1
+					ke, kesc, ok := skipString(d, ks)
+					if !ok {
+						return i, false, false
+					}
+					esc = esc || kesc
+					i = skipWS(d, ke+1)
+					if i >= len(d) || d[i] != ':' {
+						return i, false, false
+					}
+					i = skipWS(d, i+1)
+					if i >= len(d) {
+						return i, false, false
+					}
+					if string(d[ks:ke]) == "name" {
+						name = rspan{typ: typeOf(d[i])}
+						if name.typ == '"' {
+							end, sesc, ok := skipString(d, i+1)
+							if !ok {
+								return i, false, false
+							}
+							name.start, name.end, name.esc = int32(i+1), int32(end), sesc || !utf8.Valid(d[i+1:end])
+							esc = esc || name.esc
+							i = end + 1
+						} else {
+							end, ok := skipValue(d, i)
+							if !ok {
+								return end, false, false
+							}
+							i = end
+						}
+					} else {
+						end, ok := skipValue(d, i)
+						if !ok {
+							return end, false, false
+						}
+						i = end
+					}
+					i = skipWS(d, i)
+					if i < len(d) && d[i] == ',' {
+						i = skipWS(d, i+1)
+						continue
+					}
+					if i < len(d) && d[i] == '}' {
+						i++
+						break
+					}
+					return i, false, false
+				}
+			}
+			r.events = append(r.events, name)
+		}
+		i = skipWS(d, i)
+		if i < len(d) && d[i] == ',' {
+			i = skipWS(d, i+1)
+			continue
+		}
+		if i < len(d) && d[i] == ']' {
+			return i + 1, esc, true
+		}
+		return i, false, false
+	}
+}
+
+// check applies Decode's requirements to the fields read.
+func (r *Route) check() error {
+	required := r.fields[:]
+	if r.kind != KindCommand {
+		required = required[:rName]
+	}
+	for f, v := range required {
+		switch v.typ {
+		case 0:
+			return &DecodeError{Kind: r.kind, Reason: "missing " + routeFieldNames[f]}
+		case '"':
+		default:
+			return &DecodeError{Kind: r.kind, Reason: routeFieldNames[f] + " is " + typeName(v.typ) + ", want a string"}
+		}
+	}
+	if v := r.fields[rAggregateID]; v.start == v.end {
+		return &DecodeError{Kind: r.kind, Reason: "aggregateId is empty"}
+	}
+	for i, e := range r.events {
+		switch e.typ {
+		case '"':
+		case notObject:
+			return &DecodeError{Kind: r.kind, Reason: fmt.Sprintf("body[%d] is %s, want an event object", i, typeName(byte(e.start)))}
+		case 0:
+			return &DecodeError{Kind: r.kind, Reason: fmt.Sprintf("body[%d] has no name", i)}
+		default:
+			return &DecodeError{Kind: r.kind, Reason: fmt.Sprintf("body[%d].name is %s, want a string", i, typeName(e.typ))}
+		}
+	}
+	if r.useFull {
+		return r.decodeFull(r.data) // an escaped header key: which one it is needs decoding
+	}
+	return nil
+}
+
+// str returns the text of a string read, as a view of the value.
+func (r *Route) str(v rspan) string {
+	if v.end <= v.start {
+		return ""
+	}
+	return unsafe.String(&r.data[v.start], int(v.end-v.start))
+}
+
+// ContextName returns the message's contextName.
+func (r *Route) ContextName() string {
+	if r.useFull {
+		return r.full.ContextName
+	}
+	return r.str(r.fields[rContextName])
+}
+
+// AggregateName returns the message's aggregateName.
+func (r *Route) AggregateName() string {
+	if r.useFull {
+		return r.full.AggregateName
+	}
+	return r.str(r.fields[rAggregateName])
+}
+
+// AggregateID returns the message's aggregateId.
+func (r *Route) AggregateID() string {
+	if r.useFull {
+		return r.full.AggregateID
+	}
+	return r.str(r.fields[rAggregateID])
+}
+
+// Name returns a command's name ("" for other kinds).
+func (r *Route) Name() string {
+	if r.useFull {
+		return r.full.Name
+	}
+	return r.str(r.fields[rName])
+}
+
+// Events returns the number of events read (Scan with events).
+func (r *Route) Events() int {
+	if r.useFull {
+		return len(r.full.Events)
+	}
+	return len(r.events)
+}
+
+// Event returns the name of event i.
+func (r *Route) Event(i int) string {
+	if r.useFull {
+		return r.full.Events[i]
+	}
+	return r.str(r.events[i])
+}
+
+// CompensationProcessor reports whether a state event is a compensation
+// (its header has compensate.id) and the processor it targets.
+func (r *Route) CompensationProcessor() (string, bool) {
+	if r.kind != KindState {
+		return "", false
+	}
+	if r.useFull {
+		c, ok := r.full.Compensation()
+		return c.Processor, ok
+	}
+	if !r.compensated || r.processor.typ != '"' {
+		return "", r.compensated
+	}
+	return r.str(r.processor), true
+}
+
+// Check is [Message.Check] for the names read.
+func (r *Route) Check(recordKey []byte, contextName, aggregateName string) error {
+	if id := r.AggregateID(); string(recordKey) != id {
+		return fmt.Errorf("%w: key %q, aggregateId %q", ErrKeyMismatch, recordKey, id)
+	}
+	if cn, an := r.ContextName(), r.AggregateName(); cn != contextName || an != aggregateName {
+		return fmt.Errorf("%w: the topic is for %s.%s, the message for %s.%s",
+			ErrTopicMismatch, contextName, aggregateName, cn, an)
+	}
+	return nil
+}
+
+// skipWS returns the position of the first byte at or after i that is not
+// JSON whitespace.
+func skipWS(d []byte, i int) int {
+	for i < len(d) {
+		switch d[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// SWAR constants: a byte repeated over a word.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// skipString finds the closing quote of a string whose contents start at i.
+// It returns its position, whether the string has escapes, and false when
+// the string does not end.
+func skipString(d []byte, i int) (end int, esc bool, ok bool) {
+	for {
+		i = nextQuoteOrBackslash(d, i)
+		if i >= len(d) {
+			return i, esc, false
+		}
+		if d[i] == '"' {
+			return i, esc, true
+		}
+		esc = true
+		i += 2 // the backslash and the byte it escapes
+	}
+}
+
+// nextQuoteOrBackslash returns the position of the first '"' or '\\' at or
+// after i, or len(d).
+func nextQuoteOrBackslash(d []byte, i int) int {
+	// Eight bytes at a time: a byte equal to c makes x = w^(c*ones) zero
+	// there, and (x-ones)&^x&highs sets its high bit; the lowest bit set is
+	// the first match (borrows only disturb the bytes above it).
+	for ; i+8 <= len(d); i += 8 {
+		w := binary.LittleEndian.Uint64(d[i:])
+		q, b := w^(ones*'"'), w^(ones*'\\')
+		if t := ((q-ones)&^q | (b-ones)&^b) & highs; t != 0 {
+			return i + bits.TrailingZeros64(t)>>3
+		}
+	}
+	for ; i < len(d); i++ {
+		if d[i] == '"' || d[i] == '\\' {
+			return i
+		}
+	}
+	return i
+}
+
+// structural marks the bytes nextStructural looks for.
+var structural = func() (t [256]bool) {
+	for _, c := range `"{}[]` {
+		t[c] = true
+	}
+	return t
+}()
+
+// nextStructural returns the position of the first '"', '{', '}', '[' or
+// ']' at or after i, or len(d). With the 0x20 bit set, '[' and ']' become
+// '{' and '}', and no other byte does.
+func nextStructural(d []byte, i int) int {
+	for ; i+8 <= len(d); i += 8 {
+		w := binary.LittleEndian.Uint64(d[i:])
+		l := w | ones*0x20
+		q, o, c := w^(ones*'"'), l^(ones*'{'), l^(ones*'}')
+		if t := ((q-ones)&^q | (o-ones)&^o | (c-ones)&^c) & highs; t != 0 {
+			return i + bits.TrailingZeros64(t)>>3
+		}
+	}
+	for ; i < len(d); i++ {
+		if structural[d[i]] {
+			return i
+		}
+	}
+	return i
+}
+
+// skipValue returns the position after the value at i, following only its
+// structure: strings, and the nesting of objects and arrays. It reports
+// false when the value does not end.
+func skipValue(d []byte, i int) (int, bool) {
+	if i >= len(d) {
+		return i, false
+	}
+	switch d[i] {
+	case '"':
+		end, _, ok := skipString(d, i+1)
+		return end + 1, ok
+	case '{', '[':
+		depth := 1
+		i++
+		for {
+			if i = nextStructural(d, i); i >= len(d) {
+				return i, false
+			}
+			switch d[i] {
+			case '"':
+				end, _, ok := skipString(d, i+1)
+				if !ok {
+					return end, false
+				}
+				i = end + 1
+				continue
+			case '{', '[':
+				depth++
+			default:
+				if depth--; depth == 0 {
+					return i + 1, true
+				}
+			}
+			i++
+		}
+	default:
+		// A number or a literal: up to the next delimiter.
+		start := i
+		for i < len(d) {
+			switch d[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r', ':', '"', '{', '[':
+				return i, i > start
+			}
+			i++
+		}
+		return i, i > start
+	}
+}
