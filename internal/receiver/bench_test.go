@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,26 +15,31 @@ import (
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/executor"
 	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/wow/wowtest"
 )
 
 // BenchmarkConsume measures the whole consuming path — franz-go fetching for
-// a consumer group, the receiver's window and offset tracking, the shared
-// executor, a no-op handler, the metrics and the final commit — against a plain franz-go
-// group consumer that polls and iterates the same records and commits once
-// at the end. Both run in one process with the fake broker, whose CPU they
-// share: the figure is the ratio within a round (docs/benchmarks.md). Each
-// iteration reads every record of the topic with a new group; ns/rec is per
-// record read.
+// a consumer group, the receiver's window and offset tracking, the Wow
+// checks (format wow), the shared executor, a no-op handler, the metrics
+// and the final commit — against a plain franz-go group consumer that polls
+// and iterates the same records and commits once at the end. The records
+// are Wow domain event streams of about 470 bytes (snappy-compressed, as
+// kgo produces by default) over 10,000 aggregates. Everything runs in one
+// process with the fake broker, whose CPU they share: the figure is the
+// ratio within a round (docs/benchmarks.md). Each iteration reads every
+// record of the topic with a new group; ns/rec is per record read.
 func BenchmarkConsume(b *testing.B) {
 	const (
 		partitions = 12
 		records    = 400_000
 		keys       = 10_000
-		valueSize  = 100
 	)
 	c := newCluster(b, partitions, testTopic)
-	value := make([]byte, valueSize)
-	produceValues(b, c, testTopic, records, keys, func(int) []byte { return value })
+	versions := make([]int64, keys)
+	produceValues(b, c, testTopic, records, keys, func(k int) []byte {
+		versions[k]++
+		return wowtest.EventStream("shop", "cart", "agg-"+strconv.Itoa(k), versions[k])
+	})
 	ex := executor.New(executor.Options{})
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -47,8 +53,8 @@ func BenchmarkConsume(b *testing.B) {
 		run  func(b *testing.B, group string)
 	}{
 		{"raw-franz-go", func(b *testing.B, group string) { consumeRaw(b, c, group, records) }},
-		{"receiver/window=256", func(b *testing.B, group string) { consumeReceiver(b, c, ex, group, records, 256) }},
-		{"receiver/window=8192", func(b *testing.B, group string) { consumeReceiver(b, c, ex, group, records, 8192) }},
+		{"receiver/format=raw", func(b *testing.B, group string) { consumeReceiver(b, c, ex, group, records, false) }},
+		{"receiver/format=wow", func(b *testing.B, group string) { consumeReceiver(b, c, ex, group, records, true) }},
 	}
 	for _, impl := range impls {
 		b.Run("impl="+impl.name, func(b *testing.B) {
@@ -99,7 +105,9 @@ func consumeRaw(b *testing.B, c *kfake.Cluster, group string, records int) {
 	}
 }
 
-func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, group string, records, window int) {
+// consumeReceiver reads the records with a receiver of the default window
+// (wow.dispatch.max-in-flight), with or without the Wow checks.
+func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, group string, records int, wow bool) {
 	h := &harness{t: b, c: c, ex: ex}
 	var handled atomic.Int64
 	done := make(chan struct{})
@@ -109,7 +117,8 @@ func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, grou
 		}
 		return nil
 	})
-	r := h.receiver(group, noop, window, func(o *Options) {
+	r := h.receiver(group, noop, 256, func(o *Options) {
+		o.Wow = wow
 		o.Logger = zap.NewNop()
 		o.ClientOpts = benchClientOpts(c)
 		o.Metrics = metrics.New("bench") // counted as in production
