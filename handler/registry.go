@@ -58,6 +58,14 @@ type Spec struct {
 	// New builds a handler from a decoded, validated configuration (the value
 	// Config returned, filled from YAML).
 	New func(cfg any, deps Deps) (Handler, error)
+	// RoutingOnly says the handler reads no more of [Message.Wow] than the
+	// routing fields: ContextName, AggregateName, AggregateID, Name and
+	// Events. wowd then checks and routes a Wow message without decoding
+	// the rest of it (several times cheaper), and leaves the other fields
+	// zero. Such a handler also accepts values whose unread parts are
+	// malformed (a bad number or escape in a field wowd does not read):
+	// only the structure and the routing fields are checked.
+	RoutingOnly bool
 }
 
 // Registry holds handler specs by name. The zero value is ready to use; most

@@ -180,7 +180,7 @@ func (rt *Daemon) build(reg *handler.Registry) error {
 			if len(aggregates(d, bc)) == 0 {
 				continue // the dispatcher's aggregates filter leaves nothing here
 			}
-			r, err := rt.receiver(name, d, ctxName, bc, h, blocking)
+			r, err := rt.receiver(name, d, ctxName, bc, builtHandler{h, blocking, spec.RoutingOnly})
 			if err != nil {
 				return err
 			}
@@ -255,11 +255,19 @@ func set(names []string) map[string]bool {
 	return m
 }
 
-func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName string, bc config.Context, h handler.Handler, blocking bool) (*receiver.Receiver, error) {
+// builtHandler is a dispatcher's handler and what its receivers need to
+// know of it.
+type builtHandler struct {
+	h           handler.Handler
+	blocking    bool // handler.Blocker: its calls may block the worker
+	routingOnly bool // handler.Spec.RoutingOnly
+}
+
+func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName string, bc config.Context, bh builtHandler) (*receiver.Receiver, error) {
 	cfg := rt.cfg
 	routes := make(map[string]receiver.Route)
 	for _, agg := range aggregates(d, bc) {
-		g := rt.ex.Group(blocking) // mailboxes of (dispatcher, context, aggregate)
+		g := rt.ex.Group(bh.blocking) // mailboxes of (dispatcher, context, aggregate)
 		for _, k := range d.Topics {
 			kind, err := handler.ParseKind(k)
 			if err != nil {
@@ -285,9 +293,10 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 		CommitInterval: cfg.Kafka.CommitInterval,
 		RevokeTimeout:  cfg.Kafka.RevokeTimeout,
 		HandlerTimeout: d.Handler.Timeout,
-		Handler:        h,
+		Handler:        bh.h,
 		HandlerType:    d.Handler.Type,
 		Wow:            d.Format == "wow",
+		WowRoutingOnly: bh.routingOnly,
 		Events:         set(d.Events),
 		Commands:       set(d.Commands),
 		DeadLetter: receiver.DeadLetter{

@@ -20,6 +20,7 @@ import (
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/receiver"
+	"github.com/wowd/wowd/internal/wow"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -91,8 +92,15 @@ func loadFixtures(t *testing.T) []fixture {
 // services write them: valid ones reach the handlers decoded, filters and
 // the compensation rule pick who gets what, and records that do not decode
 // or do not match their key and topic go to the dead-letter topic with the
-// reason.
+// reason. It runs for a handler that reads the whole message and for one
+// that reads only the routing fields (scanned, not decoded).
 func TestWowRecordsEndToEnd(t *testing.T) {
+	for _, routingOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("routing-only=%v", routingOnly), func(t *testing.T) { testWowRecordsEndToEnd(t, routingOnly) })
+	}
+}
+
+func testWowRecordsEndToEnd(t *testing.T, routingOnly bool) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +108,9 @@ func TestWowRecordsEndToEnd(t *testing.T) {
 	defer c.Close()
 	rec := &recorder{got: map[string][]handler.Message{}}
 	var reg handler.Registry
-	reg.Register(rec.spec())
+	spec := rec.spec()
+	spec.RoutingOnly = routingOnly
+	reg.Register(spec)
 	cfg, err := config.Parse(fmt.Appendf(nil, `
 wow:
   service: projector
@@ -159,7 +169,14 @@ wow:
 		switch {
 		case f.Error != "":
 			records = append(records, &kgo.Record{Topic: "wow.example.cart.event", Key: []byte("k"), Value: value})
-			undecodable++
+			// The routing scan checks structure and the fields it reads,
+			// not the rest: what it accepts fails the key check instead.
+			var route wow.Route
+			if routingOnly && route.Scan(wow.KindEvent, value, true) == nil {
+				mismatched++
+			} else {
+				undecodable++
+			}
 			continue
 		case !strings.HasPrefix(f.Topic.Name, "wow.example."):
 			continue // other contexts: not subscribed
@@ -230,8 +247,14 @@ wow:
 			rec.count("OrderProjector"), orderProjector, rec.count("cart-added"), cartAdd)
 	}
 	for _, m := range rec.got["everything"] {
-		if m.Wow == nil || m.Wow.ID == "" || m.Wow.AggregateID != m.AggregateID {
-			t.Fatalf("message without its decoded Wow fields: %+v", m.Wow)
+		if m.Wow == nil || m.Wow.AggregateID != m.AggregateID || m.Wow.ContextName != "example-service" || m.Wow.AggregateName == "" {
+			t.Fatalf("message without its Wow routing fields: %+v", m.Wow)
+		}
+		if (m.Wow.ID == "") != routingOnly {
+			t.Fatalf("routing-only %v, yet the message id is %q", routingOnly, m.Wow.ID)
+		}
+		if m.Kind == handler.KindCommand && m.Wow.Name == "" {
+			t.Fatalf("command without its name: %+v", m.Wow)
 		}
 		if m.Kind != handler.KindCommand && len(m.Wow.Events) == 0 && !strings.Contains(string(m.Value), `"body":[]`) {
 			t.Fatalf("event names missing: %+v", m.Wow)

@@ -10,6 +10,8 @@ func discardSpec() handler.Spec {
 	return handler.Spec{
 		Name:    "discard",
 		Summary: "Acknowledges every message at once without looking at it (for benchmarks).",
+		// It reads nothing: a Wow message is only checked and routed.
+		RoutingOnly: true,
 		New: func(any, handler.Deps) (handler.Handler, error) {
 			return discard{}, nil
 		},

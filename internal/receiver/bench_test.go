@@ -119,6 +119,7 @@ func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, grou
 	})
 	r := h.receiver(group, noop, 256, func(o *Options) {
 		o.Wow = wow
+		o.WowRoutingOnly = wow // as for the discard handler: reads nothing of the message
 		o.Logger = zap.NewNop()
 		o.ClientOpts = benchClientOpts(c)
 		o.Metrics = metrics.New("bench") // counted as in production

@@ -68,8 +68,10 @@ type jobState struct {
 // crosses cores twice per record (made on the poll loop, finished on a
 // worker).
 type wowState struct {
-	m   wow.Message
-	pub handler.Wow
+	m      wow.Message
+	route  wow.Route // for a handler that reads only the routing fields
+	events []string  // the event names read by route, as views of the value
+	pub    handler.Wow
 }
 
 // failure describes a final failure for the dead-letter record.
@@ -134,7 +136,9 @@ func (j *job) free() {
 	j.jobState = jobState{}
 	if ws != nil {
 		ws.pub = handler.Wow{} // no references into the record while pooled
-		j.ws = ws              // keep its buffers; Decode resets them
+		clear(ws.events)
+		ws.route.Reset()
+		j.ws = ws // keep its buffers; Decode resets them
 	}
 	jobPool.Put(j)
 }

@@ -154,9 +154,12 @@ type Options struct {
 	// Wow decodes each record as a Wow message: checked against its key and
 	// topic, filtered by Events and Commands, given to the handler decoded.
 	// Records that do not decode or check go to the dead-letter path.
-	Wow      bool
-	Events   map[string]bool // event names wanted; empty: all
-	Commands map[string]bool // command names wanted; empty: all
+	Wow bool
+	// WowRoutingOnly: the handler reads only the routing fields of a Wow
+	// message (handler.Spec.RoutingOnly); the rest is not decoded.
+	WowRoutingOnly bool
+	Events         map[string]bool // event names wanted; empty: all
+	Commands       map[string]bool // command names wanted; empty: all
 
 	// ClientOpts connect to Kafka: brokers, TLS, SASL, fetch limits, group
 	// timeouts, start offset, balancer. The receiver adds the group, topics,

@@ -31,20 +31,59 @@ func (j *job) screen() bool {
 	if j.ws == nil {
 		j.ws = new(wowState)
 	}
-	if err := j.ws.m.Decode(j.kind, j.rec.Value); err != nil {
+	if r.o.WowRoutingOnly {
+		return j.screenRoute()
+	}
+	m := &j.ws.m
+	if err := m.Decode(j.kind, j.rec.Value); err != nil {
 		j.reject("undecodable", err)
 		return false
 	}
-	if err := j.ws.m.Check(j.rec.Key, j.route.Context, j.route.Aggregate); err != nil {
+	if err := m.Check(j.rec.Key, j.route.Context, j.route.Aggregate); err != nil {
 		j.reject("mismatch", err)
 		return false
 	}
-	if !j.wanted() {
+	c, compensation := m.Compensation()
+	if !j.wanted(m.Name, m.Events, c.Processor, compensation) {
 		j.finish(metrics.Skipped)
 		return false
 	}
 	j.fillWow()
 	j.msg.Wow = &j.ws.pub
+	return true
+}
+
+// screenRoute is screen's Wow part for a handler that reads only the
+// routing fields: the value is scanned, not decoded, and the handler gets
+// the routing fields as views of the record's value.
+func (j *job) screenRoute() bool {
+	ws := j.ws
+	rt := &ws.route
+	if err := rt.Scan(j.kind, j.rec.Value, true); err != nil {
+		j.reject("undecodable", err)
+		return false
+	}
+	if err := rt.Check(j.rec.Key, j.route.Context, j.route.Aggregate); err != nil {
+		j.reject("mismatch", err)
+		return false
+	}
+	ws.events = ws.events[:0]
+	for i := range rt.Events() {
+		ws.events = append(ws.events, rt.Event(i))
+	}
+	processor, compensation := rt.CompensationProcessor()
+	if !j.wanted(rt.Name(), ws.events, processor, compensation) {
+		j.finish(metrics.Skipped)
+		return false
+	}
+	ws.pub = handler.Wow{
+		Name: rt.Name(), ContextName: rt.ContextName(), AggregateName: rt.AggregateName(),
+		AggregateID: rt.AggregateID(),
+	}
+	if len(ws.events) > 0 {
+		ws.pub.Events = ws.events
+	}
+	j.msg.Wow = &ws.pub
 	return true
 }
 
@@ -76,25 +115,25 @@ func (r *Receiver) handledLocally(hs []kgo.RecordHeader) bool {
 	return false
 }
 
-// wanted applies the dispatcher's filters and the compensation rule.
-func (j *job) wanted() bool {
-	r, m := j.r, &j.ws.m
+// wanted applies the dispatcher's filters and the compensation rule to a
+// message's command name or event names, and its compensation target
+// (compensation: a state event resent as a compensation, for processor).
+func (j *job) wanted(name string, events []string, processor string, compensation bool) bool {
+	r := j.r
 	switch j.kind {
 	case handler.KindCommand:
-		if len(r.o.Commands) > 0 && !r.o.Commands[m.Name] {
+		if len(r.o.Commands) > 0 && !r.o.Commands[name] {
 			return false
 		}
 	case handler.KindEvent, handler.KindState:
-		if len(r.o.Events) > 0 && !slices.ContainsFunc(m.Events, func(e string) bool { return r.o.Events[e] }) {
+		if len(r.o.Events) > 0 && !slices.ContainsFunc(events, func(e string) bool { return r.o.Events[e] }) {
 			return false
 		}
 	}
 	// A state event resent as a compensation goes only to the processor it
 	// names: here, the dispatcher of that name in this service.
-	if c, ok := m.Compensation(); ok && j.kind == handler.KindState {
-		if c.Processor != r.o.Dispatcher {
-			return false
-		}
+	if compensation && j.kind == handler.KindState && processor != r.o.Dispatcher {
+		return false
 	}
 	return true
 }

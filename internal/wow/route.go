@@ -84,6 +84,12 @@ func (r *Route) Scan(kind Kind, value []byte, events bool) error {
 	return r.check()
 }
 
+// Reset drops the Route's reference to the last value scanned, keeping its
+// buffers: a pooled Route then holds no record's memory.
+func (r *Route) Reset() {
+	*r = Route{events: r.events[:0], full: r.full}
+}
+
 // decodeFull reads the routing fields through Message.Decode.
 func (r *Route) decodeFull(value []byte) error {
 	if r.full == nil {
