@@ -10,7 +10,7 @@ HELM_VERSION ?= v3.22.0
 SEEDS ?= 200
 SOAK ?= 10m
 
-.PHONY: help build run dev test test-unit sim soak bench bench-e2e docs docker tools clean
+.PHONY: help build run dev test test-unit sim soak bench bench-e2e docs docker tools clean bench-http
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -64,3 +64,10 @@ tools: ## helm for test/deploy, built from the Go module proxy into .cache/bin
 
 clean:
 	rm -rf bin bench.txt
+
+bench-http: ## the http sink against a sequential per-partition pusher, a 5 ms server in the same process
+	go test -c -o bin/handlers.test ./internal/handlers
+	for i in $$(seq $(BENCH_COUNT)); do \
+	  bin/handlers.test -test.run '^$$' -test.bench 'HTTPSink' -test.benchtime 10000x; \
+	done | tee bench-http.txt
+	go run ./internal/executor/benchratio < bench-http.txt

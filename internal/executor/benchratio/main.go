@@ -63,6 +63,17 @@ func main() {
 			ratioRow{"e2e: format wow speed / raw franz-go", c("raw-franz-go"), c("receiver/format=wow"), "ns/rec", ">= 0.6", 0.6, false},
 		)
 	}
+	// The http sink, when internal/handlers' BenchmarkHTTPSink ran: messages
+	// per second relative to a per-partition sequential pusher and to
+	// net/http alone, against a 5 ms endpoint (`make bench-http`).
+	hs := func(impl string) string { return "BenchmarkHTTPSink/impl=" + impl }
+	if len(runs[hs("sequential-per-partition")]) > 0 {
+		rows = append(rows,
+			ratioRow{"http: sink/defaults speed / sequential", hs("sequential-per-partition"), hs("sink/defaults"), "ns/op", ">= 10", 10, false},
+			ratioRow{"http: sink/max-concurrency=64 speed / seq.", hs("sequential-per-partition"), hs("sink/max-concurrency=64"), "ns/op", "(former default)", 0, false},
+			ratioRow{"http: sink/defaults speed / net/http alone", hs("ceiling/net-http"), hs("sink/defaults"), "ns/op", "(same concurrency)", 0, false},
+		)
+	}
 	fmt.Printf("%-46s %10s %10s %10s  %s\n", "ratio (median of rounds)", "median", "min", "max", "target")
 	for _, r := range rows {
 		ratios := pair(runs[r.a], runs[r.b], r.unit)
@@ -83,6 +94,10 @@ func main() {
 		{"deep: keyed wakes/msg", d("keyed", "deep"), "wakes/msg", "(budget <= 0.01)", 0, true},
 		{"head-of-line: keyed p99-fast-us", h("keyed"), "p99-fast-us", "<= 1000", 1000, true},
 		{"slow handlers: littles-ratio", "BenchmarkSlowHandlers", "littles-ratio", ">= 0.8", 0.8, false},
+		{"http: sink/defaults littles-ratio", hs("sink/defaults"), "littles-ratio", ">= 0.8", 0.8, false},
+		{"http: no-http ceiling littles-ratio", hs("ceiling/no-http"), "littles-ratio", "(the method's own)", 0, false},
+		{"http: sink/defaults cpu-us/msg", hs("sink/defaults"), "cpu-us/msg", "(server included)", 0, true},
+		{"http: sink/defaults conns opened", hs("sink/defaults"), "conns", "(0: all reused)", 0, true},
 	}
 	for _, s := range single {
 		var vs []float64
