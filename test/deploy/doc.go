@@ -2,7 +2,9 @@
 // monitoring: the Dockerfile's invariants (no Docker engine is needed: it is
 // parsed, and its build stage is replayed on a copy of the build context),
 // the Compose file and the files it mounts, the Helm chart (linted and
-// rendered with a helm built from the Go module proxy into .cache/bin), the
+// rendered with a helm built from the Go module proxy into .cache/bin; its
+// KEDA ScaledObject validated against KEDA's CRD schema, checked in under
+// testdata/schemas, with an OpenAPI checker of its own), the
 // alert rules (promtool check rules and promtool test rules), and the
 // dashboard and rules against a real Prometheus server scraping running wowd
 // processes: every metric they reference must be exported.

@@ -105,6 +105,7 @@ scrape_configs:
   - job_name: wowd
     static_configs:
       - targets: ["127.0.0.1:%d", "127.0.0.1:%d"]
+        labels: {namespace: deploy-test}
 `, path("deploy/prometheus/wowd.rules.yml"), metricsA, metricsB))
 	start(t, "prometheus", []string{prometheus,
 		"--config.file=" + promCfg,
@@ -134,6 +135,24 @@ scrape_configs:
 			}
 		}
 		return nil
+	})
+
+	// The Helm chart's KEDA query (autoscaling.scaler=prometheus, release
+	// wowd: job="wowd") gives the one number KEDA needs.
+	t.Run("keda query", func(t *testing.T) {
+		q := prometheusQuery(t, "deploy-test")
+		testwait.NoError(t, 30*time.Second, 200*time.Millisecond, "the ScaledObject's query to give one sample", func() error {
+			n, v, err := vectorQuery(api, q)
+			switch {
+			case err != nil:
+				return err
+			case n != 1:
+				return fmt.Errorf("%s: %d samples, KEDA needs one", q, n)
+			case v < 0:
+				return fmt.Errorf("%s = %v", q, v)
+			}
+			return nil
+		})
 	})
 
 	// The rules loaded, and evaluate against real series without errors.
@@ -222,6 +241,25 @@ func instantQuery(api, query string) (float64, error) {
 	}
 	s, _ := data.Result[0].Value[1].(string)
 	return strconv.ParseFloat(s, 64)
+}
+
+// vectorQuery returns the number of samples of an instant query and the
+// first one's value.
+func vectorQuery(api, query string) (int, float64, error) {
+	var data struct {
+		Result []struct {
+			Value [2]any `json:"value"`
+		} `json:"result"`
+	}
+	if err := promGet(api, "query", url.Values{"query": {query}}, &data); err != nil {
+		return 0, 0, err
+	}
+	if len(data.Result) == 0 {
+		return 0, 0, nil
+	}
+	s, _ := data.Result[0].Value[1].(string)
+	v, err := strconv.ParseFloat(s, 64)
+	return len(data.Result), v, err
 }
 
 // seriesCount returns how many series of metric name Prometheus has seen

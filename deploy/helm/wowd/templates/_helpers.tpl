@@ -84,9 +84,14 @@ Seconds of a Go duration ("30s", "1m30s", "500ms"), rounded up.
 terminationGracePeriodSeconds: above wow.shutdown.timeout (default 30s), so
 a stop can drain, commit and leave the groups before the kubelet kills.
 */}}
-{{- define "wowd.terminationGracePeriodSeconds" -}}
+{{- define "wowd.shutdownTimeout" -}}
 {{- $timeout := "30s" }}
 {{- if and .Values.wow.shutdown (index .Values.wow.shutdown "timeout") }}{{ $timeout = index .Values.wow.shutdown "timeout" | toString }}{{ end }}
+{{- $timeout }}
+{{- end }}
+
+{{- define "wowd.terminationGracePeriodSeconds" -}}
+{{- $timeout := include "wowd.shutdownTimeout" . }}
 {{- $shutdown := include "wowd.seconds" $timeout | int }}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
 {{- add $shutdown 15 }}
@@ -95,4 +100,97 @@ a stop can drain, commit and leave the groups before the kubelet kills.
 {{- else }}
 {{- int .Values.terminationGracePeriodSeconds }}
 {{- end }}
+{{- end }}
+
+{{/*
+The receivers of the configuration, as wowd derives them (internal/daemon:
+GroupID and the topics of each dispatcher × context), in JSON:
+[{"consumerGroup": "...", "context": "...", "dispatcher": "...", "topics": [...]}].
+Environment overrides of wow.* (extraEnv) and wow.metadata are not seen here:
+autoscaling.kafka.consumerGroups replaces the derivation then.
+*/}}
+{{- define "wowd.receivers" -}}
+{{- $wow := .Values.wow | default dict }}
+{{- $kafka := $wow.kafka | default dict }}
+{{- $prefix := "wow." }}
+{{- if hasKey $kafka "topic-prefix" }}{{ $prefix = index $kafka "topic-prefix" | default "" | toString }}{{ end }}
+{{- $contexts := $wow.contexts | default dict }}
+{{- $out := list }}
+{{- range $dname, $d := ($wow.dispatchers | default dict) }}
+{{- $names := $d.contexts | default (keys $contexts | sortAlpha) }}
+{{- $groupID := index $d "group-id" | default "" | toString }}
+{{- range $cname := $names }}
+{{- if not (hasKey $contexts $cname) }}
+{{- fail (printf "wow.dispatchers.%s.contexts names %q, which is not in wow.contexts" $dname $cname) }}
+{{- end }}
+{{- $ctx := index $contexts $cname | default dict }}
+{{- $alias := $ctx.alias | default $cname | toString }}
+{{- $group := printf "%s.%s.%s" (toString $wow.service) $dname $alias }}
+{{- if and $groupID (eq (len $names) 1) }}{{ $group = $groupID }}
+{{- else if $groupID }}{{ $group = printf "%s.%s" $groupID $alias }}
+{{- end }}
+{{- $topics := list }}
+{{- range $agg := ($ctx.aggregates | default list) }}
+{{- if or (not $d.aggregates) (has $agg $d.aggregates) }}
+{{- range $kind := ($d.topics | default list) }}
+{{- $topics = append $topics (printf "%s%s.%s.%s" $prefix $alias $agg $kind) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $out = append $out (dict "consumerGroup" $group "dispatcher" $dname "context" $cname "topics" $topics) }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
+The consumer groups the Kafka scaler watches: autoscaling.kafka.consumerGroups
+when given, else the receivers derived from wow.
+*/}}
+{{- define "wowd.scaledGroups" -}}
+{{- $k := .Values.autoscaling.kafka }}
+{{- if $k.consumerGroups }}
+{{- toJson $k.consumerGroups }}
+{{- else }}
+{{- if not .Values.wow.contexts }}
+{{- fail "autoscaling.kafka.consumerGroups must list the consumer groups and their topics when wow.contexts is empty (wow.metadata): the chart cannot read the metadata" }}
+{{- end }}
+{{- $groups := include "wowd.receivers" . | fromJsonArray }}
+{{- if not $groups }}
+{{- fail "autoscaling: wow.dispatchers is empty, so there is no consumer group to scale on" }}
+{{- end }}
+{{- toJson $groups }}
+{{- end }}
+{{- end }}
+
+{{/*
+autoscaling.maxReplicas, defaulting to autoscaling.partitions; the checks
+that make the chart refuse autoscaling values that cannot work.
+*/}}
+{{- define "wowd.maxReplicas" -}}
+{{- $a := .Values.autoscaling }}
+{{- if kindIs "invalid" $a.partitions }}
+{{- fail "autoscaling.partitions must be set with autoscaling.enabled: the partition count of the busiest receiver's topics (the most partitions any one consumer group of this deployment spans), which caps the replicas" }}
+{{- end }}
+{{- $partitions := int $a.partitions }}
+{{- $max := $partitions }}
+{{- if not (kindIs "invalid" $a.maxReplicas) }}{{ $max = int $a.maxReplicas }}{{ end }}
+{{- if gt $max $partitions }}
+{{- fail (printf "autoscaling.maxReplicas %d is above autoscaling.partitions %d: a replica beyond the partitions of the busiest receiver gets none and sits idle. Lower autoscaling.maxReplicas to at most %d, or raise autoscaling.partitions if the topics have more partitions" $max $partitions $partitions) }}
+{{- end }}
+{{- if gt (int $a.minReplicas) $max }}
+{{- fail (printf "autoscaling.minReplicas %d is above the maximum of %d replicas (autoscaling.maxReplicas, or autoscaling.partitions when it is empty): lower autoscaling.minReplicas" (int $a.minReplicas) $max) }}
+{{- end }}
+{{- if and (eq $a.scaler "prometheus") (lt (int $a.minReplicas) 1) }}
+{{- fail "autoscaling.minReplicas must be at least 1 with autoscaling.scaler=prometheus: with no replica, nothing exports wowd_receiver_lag_records and the deployment would never scale up again" }}
+{{- end }}
+{{- $shutdown := include "wowd.seconds" (include "wowd.shutdownTimeout" .) | int }}
+{{- $down := $a.scaleDown }}
+{{- if le (int $down.stabilizationWindowSeconds) $shutdown }}
+{{- fail (printf "autoscaling.scaleDown.stabilizationWindowSeconds %d must be above wow.shutdown.timeout (%ds): a replica removed drains for up to that long, and a scale-down decided meanwhile stacks rebalances on a drain. Raise autoscaling.scaleDown.stabilizationWindowSeconds (or lower wow.shutdown.timeout)" (int $down.stabilizationWindowSeconds) $shutdown) }}
+{{- end }}
+{{- if le (int $down.periodSeconds) $shutdown }}
+{{- fail (printf "autoscaling.scaleDown.periodSeconds %d must be above wow.shutdown.timeout (%ds): removals closer together than a drain stack rebalances on a drain. Raise autoscaling.scaleDown.periodSeconds (or lower wow.shutdown.timeout)" (int $down.periodSeconds) $shutdown) }}
+{{- end }}
+{{- $max }}
 {{- end }}
