@@ -57,6 +57,9 @@ func (a *app) serve(cfg *config.Config, extra func(ctx context.Context, log *zap
 	if err != nil {
 		return err
 	}
+	if extra == nil {
+		rt.ApplyMemoryLimit() // not in dev mode: its broker's records live in this process
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	rt.Start()

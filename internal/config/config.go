@@ -36,6 +36,7 @@ type Config struct {
 	Ingest          Ingest
 	Log             Log
 	Shutdown        Shutdown
+	Memory          Memory
 	Dev             Dev
 }
 
@@ -163,6 +164,16 @@ type Log struct {
 type Shutdown struct {
 	Timeout     time.Duration
 	QuietPeriod time.Duration
+}
+
+// Memory is wow.memory: the process's memory budget (see internal/memory).
+type Memory struct {
+	// Limit is a size ("512MiB", bytes); empty: 80% of the container's
+	// limit, else GOMEMLIMIT, else memory.DefaultLimit.
+	Limit string
+	// FetchPercent is the part of the limit, in percent, that the records
+	// all Kafka clients fetch ahead may take together, decompressed.
+	FetchPercent int
 }
 
 // Dev is wow.dev: settings of `wowd dev`.

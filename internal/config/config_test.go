@@ -327,6 +327,9 @@ func TestBadConfigs(t *testing.T) {
 			`wow.dispatchers.pong.dead-letter.topic: "wow.example.order.state" sends dead letters round a loop of dispatchers: wow.example.order.event -(pong)-> wow.example.order.state, wow.example.order.state -(ping)-> wow.example.order.event`}},
 		{"request-timeout-past-try.yaml", 1, []string{
 			`:15:9: wow.dispatchers.cart.handler.request-timeout: 10s must be less than the dispatcher's handler.timeout (5s)`}},
+		{"memory.yaml", 2, []string{
+			":6:5: wow.memory.limit: must be at least 32MiB, got 12 MiB",
+			":7:5: wow.memory.fetch-percent: must be 1 to 90, got 95"}},
 		{"missing-service.yaml", 1, []string{"wow.service: required"}},
 		{"missing-bootstrap-servers.yaml", 1, []string{"wow.kafka.bootstrap-servers: required"}},
 		{"revoke-timeout.yaml", 1, []string{

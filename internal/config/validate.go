@@ -15,6 +15,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/handlerconfig"
+	"github.com/wowd/wowd/internal/memory"
 )
 
 var (
@@ -58,6 +59,16 @@ func (d *decoder) validate(c *Config) {
 	} else if c.Shutdown.Timeout > 0 && c.Shutdown.QuietPeriod >= c.Shutdown.Timeout {
 		d.errorf("wow.shutdown.quiet-period", "must be less than wow.shutdown.timeout (%s), got %s",
 			formatDuration(c.Shutdown.Timeout), formatDuration(c.Shutdown.QuietPeriod))
+	}
+	if c.Memory.Limit != "" {
+		if n, err := memory.ParseSize(c.Memory.Limit); err != nil {
+			d.errorf("wow.memory.limit", "%v", err)
+		} else if n < memory.MinLimit {
+			d.errorf("wow.memory.limit", "must be at least 32MiB, got %s", c.Memory.Limit)
+		}
+	}
+	if c.Memory.FetchPercent < 1 || c.Memory.FetchPercent > 90 {
+		d.errorf("wow.memory.fetch-percent", "must be 1 to 90, got %d", c.Memory.FetchPercent)
 	}
 	d.atLeast("wow.dev.partitions", c.Dev.Partitions, 1)
 }

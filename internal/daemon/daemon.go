@@ -28,6 +28,7 @@ import (
 	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/executor"
 	"github.com/wowd/wowd/internal/ingest"
+	"github.com/wowd/wowd/internal/memory"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/wow"
@@ -47,6 +48,8 @@ type Daemon struct {
 	receivers []*receiver.Receiver
 	handlers  map[string]handler.Handler // by dispatcher
 	stopping  atomic.Bool
+	memory    *memory.Budget // shared by the receivers' fetches
+	memorySrc memory.Source
 
 	ingest       *ingest.Ingest // nil unless wow.ingest.enabled
 	ingestClient *kgo.Client
@@ -80,6 +83,15 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 			BlockingRunning: s.BlockingRunning, LongestTurn: s.LongestTurn.Seconds(),
 		}
 	})
+	limit, src, err := memory.Resolve(cfg.Memory.Limit, "/sys/fs/cgroup")
+	if err != nil {
+		return nil, &ConfigError{Path: "wow.memory.limit", Err: err}
+	}
+	if rt.memory, err = memory.New(limit, cfg.Memory.FetchPercent); err != nil {
+		return nil, &ConfigError{Path: "wow.memory", Err: err}
+	}
+	rt.memorySrc = src
+	rt.metrics.MemoryLimit(limit)
 	if err := rt.build(reg); err != nil {
 		rt.abort()
 		return nil, err
@@ -99,6 +111,15 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 		}
 	}
 	return rt, nil
+}
+
+// ApplyMemoryLimit makes the memory budget the Go runtime's soft memory
+// limit (`wowd run` does; tests and `wowd dev`, whose in-process broker
+// keeps every record in memory, do not) and logs it.
+func (rt *Daemon) ApplyMemoryLimit() {
+	rt.memory.Apply()
+	rt.log.Info("memory budget", zap.Int64("limit_bytes", rt.memory.Limit()), zap.String("from", string(rt.memorySrc)),
+		zap.Int64("fetch_bytes", rt.memory.FetchBytes()), zap.Int("receivers", len(rt.receivers)))
 }
 
 // buildIngest sets up the local-first ingest endpoint.
@@ -304,6 +325,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 			Topic:   func(src string) string { return strings.ReplaceAll(dlTopic, "{topic}", src) },
 		},
 		ClientOpts: opts,
+		Fetch:      rt.memory.Join(cfg.Kafka.FetchMaxBytes, cfg.Kafka.FetchMaxPartitionBytes),
 		Logger:     log,
 		Metrics:    rt.metrics,
 	})

@@ -20,6 +20,8 @@ type ReceiverSnapshot struct {
 	MaxKeyBacklog      int   // most messages waiting for one aggregate ID of this receiver
 	BackingOff         bool  // most recent handler attempts failed: fetching paused, failures held
 	BackoffDelay       time.Duration
+	BufferedBytes      int64 // record bytes the Kafka client holds fetched but not yet polled
+	FetchMaxBytes      int64 // the client's fetch limit set from the memory budget; 0: the configured one
 }
 
 // ReceiverSource gives a receiver's snapshot; called at scrape time.
@@ -50,6 +52,10 @@ var (
 		"Most messages waiting for a single aggregate ID of the receiver: a hot aggregate shows here.", receiverLabels, nil)
 	descBackingOff = prometheus.NewDesc(Namespace+"_receiver_backing_off",
 		"1 while most recent handler attempts fail transiently (a sink is down): fetching is paused and failures are held, not dead-lettered.", receiverLabels, nil)
+	descBuffered = prometheus.NewDesc(Namespace+"_receiver_buffered_bytes",
+		"Bytes of records (keys, values and headers, decompressed) the receiver's Kafka client holds fetched but not yet handed out: what wow.memory.fetch-percent bounds.", receiverLabels, nil)
+	descFetchMax = prometheus.NewDesc(Namespace+"_receiver_fetch_max_bytes",
+		"The receiver's fetch limit (compressed bytes per fetch), sized from its part of the memory budget and the compression it observes.", receiverLabels, nil)
 	descBackoffDelay = prometheus.NewDesc(Namespace+"_receiver_backoff_seconds",
 		"Current backoff delay between probes while backing off; 0 otherwise.", receiverLabels, nil)
 )
@@ -74,7 +80,7 @@ func (c *receiverCollector) add(dispatcher, context string, src ReceiverSource) 
 }
 
 func (c *receiverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog, descBackingOff, descBackoffDelay} {
+	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog, descBackingOff, descBackoffDelay, descBuffered, descFetchMax} {
 		ch <- d
 	}
 }
@@ -99,6 +105,8 @@ func (c *receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descKeyBacklog, float64(s.MaxKeyBacklog))
 		g(descBackingOff, b2f(s.BackingOff))
 		g(descBackoffDelay, s.BackoffDelay.Seconds())
+		g(descBuffered, float64(s.BufferedBytes))
+		g(descFetchMax, float64(s.FetchMaxBytes))
 	}
 }
 

@@ -53,6 +53,7 @@ type Metrics struct {
 	panics          *prometheus.CounterVec
 	rewinds         *prometheus.CounterVec
 	receivers       *receiverCollector
+	memoryLimit     prometheus.Gauge
 }
 
 // New returns metrics registered on a new registry, together with the Go
@@ -95,16 +96,23 @@ func New(version string) *Metrics {
 			Help: "Times the Kafka client rewound a partition because the broker reported records it had read as lost (truncated): the partition is delivered again from wow.kafka.start-offset.",
 		}, []string{"dispatcher", "context"}),
 		receivers: newReceiverCollector(),
+		memoryLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "memory_limit_bytes",
+			Help: "The process's memory budget (wow.memory.limit, or its default): the Go runtime's soft memory limit, of which wow.memory.fetch-percent is for fetched records.",
+		}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "build_info",
 		Help: "Always 1; the version label names the running build.",
 	}, []string{"version"})
 	buildInfo.WithLabelValues(version).Set(1)
-	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.rewinds, m.receivers, buildInfo,
+	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.rewinds, m.receivers, m.memoryLimit, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// MemoryLimit records the process's memory budget.
+func (m *Metrics) MemoryLimit(bytes int64) { m.memoryLimit.Set(float64(bytes)) }
 
 // Receiver returns the per-message instruments of one receiver, resolved
 // once so the hot path does no label lookups. src is read at every scrape for

@@ -107,6 +107,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/memory"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/signal"
 )
@@ -165,6 +166,11 @@ type Options struct {
 	// timeouts, start offset, balancer. The receiver adds the group, topics,
 	// callbacks and commit options itself.
 	ClientOpts []kgo.Opt
+	// Fetch is the receiver's part of the process's memory budget: the
+	// poll loop sizes the client's fetches by it (nil: the fetch limits of
+	// ClientOpts stay as they are). The receiver leaves the budget when it
+	// stops.
+	Fetch *memory.Fetch
 
 	Logger  *zap.Logger
 	Metrics *metrics.Metrics // nil: no metrics
@@ -172,18 +178,22 @@ type Options struct {
 
 // Receiver is one consumer-group member feeding the executor.
 type Receiver struct {
-	o       Options
-	log     *zap.Logger
-	cl      *kgo.Client
-	m       *metrics.Receiver
-	topics  []string
-	routes  map[string]*Route // o.Routes, addressable
-	groups  []*executor.Group // the groups of the routes, each once
-	keyBuf  []string          // scratch of the poll loop
-	taskBuf []executor.Task   // scratch of the poll loop
-	window  int64
-	batch   int64
-	spanCap int
+	o      Options
+	log    *zap.Logger
+	cl     *kgo.Client
+	m      *metrics.Receiver
+	topics []string
+	routes map[string]*Route // o.Routes, addressable
+	groups []*executor.Group // the groups of the routes, each once
+	keyBuf []string          // scratch of the poll loop
+	// fetchMax is the fetch limit last given to the client (poll loop
+	// only; read by Snapshot through fetchMaxSeen).
+	fetchMax     int32
+	fetchMaxSeen atomic.Int32
+	taskBuf      []executor.Task // scratch of the poll loop
+	window       int64
+	batch        int64
+	spanCap      int
 
 	epoch    time.Time // anchors since
 	fails    streak    // recent handler outcomes: backs off while a sink is down
@@ -297,6 +307,9 @@ func New(o Options) (*Receiver, error) {
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onLost),
 	)
+	if o.Fetch != nil {
+		opts = append(opts, kgo.WithHooks(o.Fetch))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s/%s: %w", o.Dispatcher, o.Context, err)
@@ -341,6 +354,9 @@ func (r *Receiver) Stop(ctx context.Context) error {
 
 func (r *Receiver) stop(ctx context.Context) error {
 	defer context.AfterFunc(ctx, r.expireStop)() // before stopping: a revoke that sees stopping is bounded by it
+	if r.o.Fetch != nil {
+		defer r.o.Fetch.Leave()
+	}
 	r.stopping.Store(true)
 	r.changed.Notify() // ingest admissions waiting for room give up
 	if !r.started {
@@ -414,12 +430,14 @@ func (r *Receiver) stop(ctx context.Context) error {
 // Snapshot implements metrics.ReceiverSource.
 func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 	s := metrics.ReceiverSnapshot{
-		InFlight:     int(r.inFlight.Load()),
-		MaxInFlight:  int(r.window),
-		Paused:       r.paused.Load(),
-		Joined:       r.joined.Load(),
-		BackingOff:   r.fails.isFailing(),
-		BackoffDelay: r.fails.current(),
+		InFlight:      int(r.inFlight.Load()),
+		MaxInFlight:   int(r.window),
+		Paused:        r.paused.Load(),
+		Joined:        r.joined.Load(),
+		BackingOff:    r.fails.isFailing(),
+		BackoffDelay:  r.fails.current(),
+		FetchMaxBytes: int64(r.fetchMaxSeen.Load()),
+		BufferedBytes: r.cl.BufferedFetchBytes(),
 	}
 	r.partsMu.RLock()
 	s.AssignedPartitions = len(r.parts)
@@ -602,6 +620,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			r.cl.ResumeFetchTopics(r.topics...)
 			r.paused.Store(false)
 		}
+		r.fitFetch()
 		fs := r.cl.PollRecords(ctx, int(min(free, r.pollRoom())))
 		if fs.IsClientClosed() {
 			r.cl.AllowRebalance()
@@ -627,6 +646,22 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// fitFetch sizes the client's fetches to the receiver's part of the memory
+// budget, from the compression it observed. A change of less than an
+// eighth is not applied: the limit would follow every batch.
+func (r *Receiver) fitFetch() {
+	if r.o.Fetch == nil {
+		return
+	}
+	maxBytes, maxPart := r.o.Fetch.Limits(len(r.cl.DiscoveredBrokers()))
+	if d := maxBytes - r.fetchMax; r.fetchMax != 0 && d < r.fetchMax/8 && -d < r.fetchMax/8 {
+		return
+	}
+	r.cl.UpdateFetchMaxBytes(maxBytes, maxPart)
+	r.fetchMax = maxBytes
+	r.fetchMaxSeen.Store(maxBytes)
 }
 
 // admitPartition admits one partition's records, taking their window slots.

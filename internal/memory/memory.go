@@ -1,0 +1,234 @@
+// Package memory is wowd's memory budget: one limit for the whole process
+// (wow.memory.limit), given to the Go runtime as its soft memory limit, and
+// a share of it for the records the Kafka clients fetch ahead, split evenly
+// among the receivers however many dispatchers and contexts there are.
+//
+// Kafka fetch limits count bytes as they travel, compressed; Wow's JSON
+// compresses about eight times, so a client allowed 16 MiB per fetch holds
+// up to 128 MiB of records. Each receiver's [Fetch] therefore watches the
+// decompression ratio of the batches its client reads (a kgo hook) and
+// sizes the client's fetches so that what it buffers, decompressed, stays
+// within its part: parts / ratio / brokers, never above the configured
+// fetch limits. A batch larger than the limit still comes whole (Kafka
+// always returns the first batch), so the bound holds for batches smaller
+// than a receiver's part.
+//
+// Concurrency: Budget.mu guards the member count; a Fetch's ratio is an
+// atomic written by the client's fetch goroutines and read by its
+// receiver's poll loop, which alone calls Limits.
+package memory
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DefaultLimit is the limit when wow.memory.limit is empty and the process
+// runs without a container memory limit (nor GOMEMLIMIT).
+const DefaultLimit = 256 << 20
+
+// ContainerShare is the part of a container's memory limit taken by
+// default: the rest is headroom for what the Go runtime does not count
+// (stacks of cgo calls, the binary, page cache charged to the container).
+const ContainerShare = 0.8
+
+// MinLimit is the smallest limit accepted.
+const MinLimit = 32 << 20
+
+// InitialRatio is the decompression ratio a client assumes before it has
+// read a batch: about Wow JSON's under snappy or lz4, so that the first
+// fetches do not overrun the budget.
+const InitialRatio = 8
+
+// minFetch is the least a client's fetch is ever sized to: small enough
+// for any budget, large enough that a fetch carries more than a handful of
+// records.
+const minFetch = 64 << 10
+
+// ParseSize reads a size: bytes as an integer, or with a unit (KiB, MiB,
+// GiB, or KB, MB, GB as powers of ten).
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is not a size (bytes, or a number with KiB, MiB, GiB, KB, MB or GB)", s)
+	}
+	return n * mult, nil
+}
+
+// Source says where a limit came from, for the startup log.
+type Source string
+
+// Resolve returns the process's limit: the configured size when set, else
+// ContainerShare of the container's memory limit (cgroup v2 or v1), else
+// GOMEMLIMIT when the environment sets it, else DefaultLimit. root is the
+// cgroup file system's mount point ("/sys/fs/cgroup" outside tests).
+func Resolve(configured string, root string) (int64, Source, error) {
+	if configured != "" {
+		n, err := ParseSize(configured)
+		if err != nil {
+			return 0, "", err
+		}
+		return n, "wow.memory.limit", nil
+	}
+	if n, ok := containerLimit(root); ok {
+		return int64(float64(n) * ContainerShare), Source(fmt.Sprintf("%.0f%% of the container's limit (%d bytes)", ContainerShare*100, n)), nil
+	}
+	if os.Getenv("GOMEMLIMIT") != "" {
+		if n := debug.SetMemoryLimit(-1); n > 0 && n < math.MaxInt64 {
+			return n, "GOMEMLIMIT", nil
+		}
+	}
+	return DefaultLimit, "the default (no container limit found)", nil
+}
+
+// containerLimit reads the cgroup memory limit: cgroup v2's memory.max,
+// else v1's memory.limit_in_bytes; "max" or a value near the largest
+// int64 means none.
+func containerLimit(root string) (int64, bool) {
+	for _, f := range []string{root + "/memory.max", root + "/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "max" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 || n >= 1<<60 {
+			return 0, false
+		}
+		return n, true
+	}
+	return 0, false
+}
+
+// Budget is the process's memory budget. The zero value is not usable;
+// see New.
+type Budget struct {
+	limit int64
+	fetch int64 // decompressed bytes all clients may buffer together
+
+	mu      sync.Mutex // guards members
+	members int
+}
+
+// New returns a budget of limit bytes, of which fetchPercent percent are
+// for the records clients buffer.
+func New(limit int64, fetchPercent int) (*Budget, error) {
+	if limit < MinLimit {
+		return nil, fmt.Errorf("memory limit %d bytes is below the minimum %d", limit, MinLimit)
+	}
+	if fetchPercent < 1 || fetchPercent > 90 {
+		return nil, errors.New("the fetch share must be 1 to 90 percent")
+	}
+	return &Budget{limit: limit, fetch: limit / 100 * int64(fetchPercent)}, nil
+}
+
+// Limit returns the process's limit in bytes.
+func (b *Budget) Limit() int64 { return b.limit }
+
+// FetchBytes returns the decompressed bytes all clients may buffer.
+func (b *Budget) FetchBytes() int64 { return b.fetch }
+
+// Apply makes the limit the Go runtime's soft memory limit. It returns the
+// previous one.
+func (b *Budget) Apply() int64 { return debug.SetMemoryLimit(b.limit) }
+
+// Join adds a client to the budget, with the fetch limits configured for
+// it (wow.kafka.fetch-max-bytes and fetch-max-partition-bytes: the
+// budget never raises a client above them). Leave undoes it.
+func (b *Budget) Join(maxBytes, maxPartitionBytes int32) *Fetch {
+	b.mu.Lock()
+	b.members++
+	b.mu.Unlock()
+	f := &Fetch{b: b, maxBytes: maxBytes, maxPart: maxPartitionBytes}
+	f.ratio.Store(math.Float64bits(InitialRatio))
+	return f
+}
+
+func (b *Budget) share() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fetch / int64(max(1, b.members))
+}
+
+// Fetch is one client's part of the budget. It is the client's
+// kgo.HookFetchBatchRead (pass it to kgo.WithHooks).
+type Fetch struct {
+	b                 *Budget
+	maxBytes, maxPart int32
+	ratio             atomic.Uint64 // float64 bits: decompressed / compressed bytes of recent batches
+	left              atomic.Bool
+}
+
+var _ kgo.HookFetchBatchRead = (*Fetch)(nil)
+
+// Leave removes the client from the budget: the others' parts grow.
+func (f *Fetch) Leave() {
+	if f.left.Swap(true) {
+		return
+	}
+	f.b.mu.Lock()
+	f.b.members--
+	f.b.mu.Unlock()
+}
+
+// OnFetchBatchRead notes the decompression ratio of a batch: a moving
+// average weighted towards the batch when it compresses better than the
+// average (the side that would overrun the budget), so the fetch size
+// shrinks at once and grows back slowly.
+func (f *Fetch) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	if m.CompressedBytes <= 0 || m.UncompressedBytes <= 0 {
+		return
+	}
+	r := float64(m.UncompressedBytes) / float64(m.CompressedBytes)
+	for {
+		old := f.ratio.Load()
+		avg := math.Float64frombits(old)
+		w := 1.0 / 16
+		if r > avg {
+			w = 1.0 / 2
+		}
+		next := avg + w*(r-avg)
+		if f.ratio.CompareAndSwap(old, math.Float64bits(next)) {
+			return
+		}
+	}
+}
+
+// Ratio returns the decompression ratio the client observes (InitialRatio
+// before its first batch).
+func (f *Fetch) Ratio() float64 { return math.Float64frombits(f.ratio.Load()) }
+
+// Limits returns the fetch limits for the client now, given the number of
+// brokers it fetches from (each may hold one buffered fetch): its part of
+// the budget divided by the observed ratio and the brokers, at most the
+// configured limits and at least a small floor.
+func (f *Fetch) Limits(brokers int) (maxBytes, maxPartitionBytes int32) {
+	part := float64(f.b.share()) / max(1, f.Ratio()) / float64(max(1, brokers))
+	n := int64(min(part, float64(f.maxBytes)))
+	n = max(n, min(minFetch, int64(f.maxBytes)))
+	return int32(n), min(f.maxPart, int32(n))
+}

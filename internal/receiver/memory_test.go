@@ -1,0 +1,108 @@
+package receiver
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/memory"
+	"github.com/wowd/wowd/internal/testwait"
+	"github.com/wowd/wowd/internal/wow/wowtest"
+)
+
+// A receiver behind a stuck handler holds, besides its window, no more
+// fetched records than its part of the memory budget, decompressed: the
+// client's fetch limits count compressed bytes, and Wow JSON compresses
+// about eight times. Without the budget the same client buffers the
+// whole backlog its configured limits allow.
+func TestFetchedRecordsStayWithinTheMemoryBudget(t *testing.T) {
+	const (
+		partitions = 4
+		records    = 12_000 // ~5.6 MB of Wow event streams, decompressed
+		window     = 64
+	)
+	c := newCluster(t, partitions, testTopic)
+	produceWow(t, c, records)
+	for _, budgeted := range []bool{true, false} {
+		t.Run(fmt.Sprintf("budget=%v", budgeted), func(t *testing.T) {
+			h := harnessOn(t, c)
+			b, err := memory.New(32<<20, 1) // 335 KB for fetched records
+			if err != nil {
+				t.Fatal(err)
+			}
+			release := make(chan struct{})
+			var handled atomic.Int64
+			hd := handlerFunc(func(ctx context.Context, _ *handler.Message, ack handler.Ack) {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				handled.Add(1)
+				ack.Done(nil)
+			})
+			r := h.receiver(fmt.Sprintf("g-budget-%v", budgeted), hd, window, func(o *Options) {
+				o.ClientOpts = append(o.ClientOpts, kgo.FetchMaxBytes(16<<20), kgo.FetchMaxPartitionBytes(1<<20))
+				o.HandlerTimeout = time.Minute
+				if budgeted {
+					o.Fetch = b.Join(16<<20, 1<<20)
+				}
+			})
+			// The window fills, then the client keeps what it fetched
+			// ahead: watch the most it holds for a while.
+			testwait.For(t, 10*time.Second, "a full window", func() bool { return r.Snapshot().InFlight == window })
+			var most int64
+			for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				most = max(most, r.Snapshot().BufferedBytes)
+			}
+			close(release)
+			testwait.For(t, 30*time.Second, "every record handled", func() bool {
+				most = max(most, r.Snapshot().BufferedBytes)
+				return handled.Load() == records
+			})
+			stop(t, r)
+			// The bound: the part, plus one batch (a fetch always returns
+			// its first batch whole) of at most ~128 KB decompressed.
+			bound := b.FetchBytes() + 160<<10
+			t.Logf("most buffered %d bytes; the budget's part %d", most, b.FetchBytes())
+			if budgeted && most > bound {
+				t.Fatalf("the client held %d bytes of fetched records; the budget allows %d (+ one batch)", most, b.FetchBytes())
+			}
+			if !budgeted && most <= bound {
+				t.Fatalf("without the budget the client held only %d bytes: the test does not show the budget's effect", most)
+			}
+			if budgeted {
+				if got := r.Snapshot().FetchMaxBytes; got <= 0 || got > b.FetchBytes()/4 {
+					t.Fatalf("fetch limit %d after reading 8x compressed data; want about %d / 8", got, b.FetchBytes())
+				}
+			}
+		})
+	}
+}
+
+// produceWow writes records Wow event streams of testTopic, snappy
+// compressed in batches of at most 16 KB, 1,000 aggregates.
+func produceWow(t *testing.T, c interface{ ListenAddrs() []string }, records int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.ProducerBatchMaxBytes(16<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const chunk = 4000
+	for i := 0; i < records; i += chunk {
+		var recs []*kgo.Record
+		for j := i; j < min(records, i+chunk); j++ {
+			id := fmt.Sprintf("agg-%d", j%1000)
+			recs = append(recs, &kgo.Record{Topic: testTopic, Key: []byte(id), Value: wowtest.EventStream("shop", "cart", id, int64(j))})
+		}
+		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
