@@ -41,7 +41,7 @@ type httpSink struct {
 	retry retrying // handler.WithRetry over sinkAttempts{s}; Handle and Close go through it
 
 	cfg      HTTPConfig
-	url      string        // cfg.URL
+	target   *http.Request // a request to cfg.URL, parsed once: newRequest copies its URL and Host
 	redacted string        // url without its password, for errors
 	static   http.Header   // headers and headers-from-env, resolved
 	files    []*fileHeader // headers-from-file
@@ -118,9 +118,13 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 	if err != nil {
 		return nil, err
 	}
+	target, err := http.NewRequest(http.MethodPost, cfg.URL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("url: %w", err) // checked by Validate
+	}
 	s := &httpSink{
 		cfg:      cfg,
-		url:      cfg.URL,
+		target:   target,
 		redacted: u.Redacted(),
 		static:   static,
 		files:    files,

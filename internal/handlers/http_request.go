@@ -94,87 +94,287 @@ func drainClose(body io.ReadCloser) {
 	_ = body.Close()
 }
 
+// Canonical names of the headers the sink sets (net/http writes a header
+// map's keys as they are, so building a request canonicalizes nothing).
+const (
+	hdrContentType    = "Content-Type"
+	hdrSpecVersion    = "Ce-Specversion"
+	hdrID             = "Ce-Id"
+	hdrSource         = "Ce-Source"
+	hdrType           = "Ce-Type"
+	hdrSubject        = "Ce-Subject"
+	hdrTime           = "Ce-Time"
+	hdrWowContext     = "Wow-Context"
+	hdrWowAggregate   = "Wow-Aggregate"
+	hdrWowTenant      = "Wow-Tenant-Id"
+	hdrWowRequest     = "Wow-Request-Id"
+	hdrWowCommand     = "Wow-Command-Id"
+	hdrWowVersion     = "Wow-Version"
+	hdrWowEvents      = "Wow-Events"
+	hdrTopic          = "Kafka-Topic"
+	hdrPartition      = "Kafka-Partition"
+	hdrOffset         = "Kafka-Offset"
+	hdrKey            = "Kafka-Key"
+	hdrKeyBase64      = "Kafka-Key-Base64"
+	hdrAttempt        = "Wowd-Attempt"
+	prefixKafkaHeader = "Kafka-Header-" // + the record header's name, canonical
+	prefixWowHeader   = "Wow-Header-"   // + the Wow header's key, canonical
+)
+
 // newRequest builds the request of attempt for m: its value as the body,
 // CloudEvents binary-mode headers, the Kafka position and the record's own
 // headers.
+//
+// It runs for every attempt, so it allocates little: the text it makes
+// (names and values) is written into one buffer, made one string of which
+// the headers hold substrings, and the headers' single values share one
+// backing array.
 func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt int) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(m.Value))
+	// The URL was parsed once (parsing takes longer than building the
+	// headers); the request gets a copy of its own.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(m.Value))
 	if err != nil {
 		return nil, err
 	}
-	h := make(http.Header, len(s.static)+len(s.files)+len(m.Headers)+14)
+	u := *s.target.URL
+	req.URL, req.Host = &u, s.target.Host
+	w := m.Wow
+	nWow := 0
+	if w != nil {
+		nWow = len(w.Header) + 7
+	}
+	hb := headerBuilder{
+		h:    make(http.Header, len(s.static)+len(s.files)+len(m.Headers)+nWow+14),
+		vals: make([]string, 0, len(s.files)+nWow+14),
+	}
 	for k, v := range s.static {
-		h[k] = v
+		hb.h[k] = v
 	}
 	if len(s.files) > 0 {
 		now := time.Now()
 		for _, f := range s.files {
-			h.Set(f.name, f.get(now))
+			hb.set(f.name, f.get(now))
 		}
 	}
+
+	// The text, as spans of buf.
+	var arr [320]byte
+	buf := arr[:0]
+	var records []textHeader // the record's headers
 	contentType := s.cfg.ContentType
 	for _, rh := range m.Headers {
-		v := string(rh.Value)
-		if !validHeaderName(rh.Key) || !validHeaderValue(v) {
+		if !validHeaderName(rh.Key) || !validHeaderValue(rh.Value) {
 			continue
 		}
-		if strings.EqualFold(rh.Key, "content-type") && v != "" {
-			contentType = v
+		var th textHeader
+		th.name.from = len(buf)
+		buf = append(buf, prefixKafkaHeader...)
+		buf = appendCanonicalKey(buf, rh.Key)
+		th.name.to = len(buf)
+		th.value.from = len(buf)
+		buf = append(buf, rh.Value...)
+		th.value.to = len(buf)
+		records = append(records, th)
+		if len(rh.Value) > 0 && strings.EqualFold(rh.Key, "content-type") {
+			contentType = string(rh.Value)
 		}
-		h.Add("kafka-header-"+rh.Key, v)
 	}
-	h.Set("Content-Type", contentType)
-
-	h.Set("ce-specversion", "1.0")
-	h.Set("ce-id", ceEncode(fmt.Sprintf("%s-%d-%d", m.Topic, m.Partition, m.Offset)))
-	h.Set("ce-source", ceEncode("wowd/"+m.Service+"/"+m.Dispatcher))
-	h.Set("ce-type", ceEncode("wow."+m.Context+"."+m.Aggregate+"."+m.Kind.String()))
-	h.Set("ce-subject", ceEncode(m.AggregateID))
-	if !m.Timestamp.IsZero() {
-		h.Set("ce-time", m.Timestamp.UTC().Format(time.RFC3339Nano))
-	}
-	if w := m.Wow; w != nil {
-		setWowHeaders(h, m, w)
-	}
-	h.Set("kafka-topic", m.Topic)
-	h.Set("kafka-partition", strconv.FormatInt(int64(m.Partition), 10))
-	h.Set("kafka-offset", strconv.FormatInt(m.Offset, 10))
-	if key := string(m.Key); utf8.ValidString(key) && validHeaderValue(key) {
-		h.Set("kafka-key", key)
+	var id, source, typ, ceTime, offset, version, events, key span
+	id.from = len(buf)
+	if w != nil && w.ID != "" {
+		buf = appendCE(buf, w.ID)
 	} else {
-		h.Set("kafka-key-base64", base64.StdEncoding.EncodeToString(m.Key))
+		buf = appendCE(buf, m.Topic)
+		buf = append(buf, '-')
+		buf = strconv.AppendInt(buf, int64(m.Partition), 10)
+		buf = append(buf, '-')
+		buf = strconv.AppendInt(buf, m.Offset, 10)
 	}
-	h.Set("wowd-attempt", strconv.Itoa(attempt))
-	req.Header = h
+	id.to = len(buf)
+	source.from = len(buf)
+	buf = append(buf, "wowd/"...)
+	buf = appendCE(buf, m.Service)
+	buf = append(buf, '/')
+	buf = appendCE(buf, m.Dispatcher)
+	source.to = len(buf)
+	typ.from = len(buf)
+	if w != nil && m.Kind == handler.KindCommand && w.Name != "" {
+		buf = appendCE(buf, w.Name)
+	} else {
+		buf = append(buf, "wow."...)
+		buf = appendCE(buf, m.Context)
+		buf = append(buf, '.')
+		buf = appendCE(buf, m.Aggregate)
+		buf = append(buf, '.')
+		buf = appendCE(buf, m.Kind.String())
+	}
+	typ.to = len(buf)
+	ceTime.from = len(buf)
+	if w != nil && !w.CreateTime.IsZero() {
+		buf = w.CreateTime.UTC().AppendFormat(buf, time.RFC3339Nano)
+	} else if !m.Timestamp.IsZero() {
+		buf = m.Timestamp.UTC().AppendFormat(buf, time.RFC3339Nano)
+	}
+	ceTime.to = len(buf)
+	offset.from = len(buf)
+	buf = strconv.AppendInt(buf, m.Offset, 10)
+	offset.to = len(buf)
+	var wows []textHeader // the Wow message's header map
+	if w != nil {
+		version.from = len(buf)
+		buf = strconv.AppendInt(buf, w.Version, 10)
+		version.to = len(buf)
+		events.from = len(buf)
+		for i, e := range w.Events {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, e...)
+		}
+		events.to = len(buf)
+		for _, e := range w.Header {
+			if !validHeaderName(e.Key) || !validHeaderValue(e.Value) {
+				continue
+			}
+			var th textHeader
+			th.name.from = len(buf)
+			buf = append(buf, prefixWowHeader...)
+			buf = appendCanonicalKey(buf, e.Key)
+			th.name.to = len(buf)
+			th.literal = e.Value
+			wows = append(wows, th)
+		}
+	}
+	keyName, keyIsID := hdrKey, false
+	key.from = len(buf)
+	switch {
+	case !utf8.Valid(m.Key) || !validHeaderValue(m.Key):
+		keyName = hdrKeyBase64
+		buf = base64.StdEncoding.AppendEncode(buf, m.Key)
+	case string(m.Key) == m.AggregateID: // compared without a copy
+		keyIsID = true
+	default:
+		buf = append(buf, m.Key...)
+	}
+	key.to = len(buf)
+	text := string(buf)
+
+	for _, th := range records {
+		name := th.name.in(text)
+		hb.h[name] = append(hb.h[name], th.value.in(text))
+	}
+	hb.set(hdrContentType, contentType)
+	hb.set(hdrSpecVersion, "1.0")
+	hb.set(hdrID, id.in(text))
+	hb.set(hdrSource, source.in(text))
+	hb.set(hdrType, typ.in(text))
+	hb.set(hdrSubject, ceEncode(m.AggregateID))
+	if v := ceTime.in(text); v != "" {
+		hb.set(hdrTime, v)
+	}
+	if w != nil {
+		hb.setValid(hdrWowContext, w.ContextName)
+		hb.setValid(hdrWowAggregate, w.AggregateName)
+		hb.setValid(hdrWowTenant, w.TenantID)
+		hb.setValid(hdrWowRequest, w.RequestID)
+		hb.setValid(hdrWowCommand, w.CommandID)
+		if w.HasVersion {
+			hb.set(hdrWowVersion, version.in(text))
+		}
+		hb.setValid(hdrWowEvents, events.in(text))
+		for _, th := range wows {
+			hb.set(th.name.in(text), th.literal)
+		}
+	}
+	hb.set(hdrTopic, m.Topic)
+	hb.set(hdrPartition, strconv.FormatInt(int64(m.Partition), 10))
+	hb.set(hdrOffset, offset.in(text))
+	if keyIsID {
+		hb.set(keyName, m.AggregateID)
+	} else {
+		hb.set(keyName, key.in(text))
+	}
+	hb.set(hdrAttempt, strconv.Itoa(attempt))
+	req.Header = hb.h
 	return req, nil
+}
+
+// span is where a piece of text is in the text newRequest makes.
+type span struct{ from, to int }
+
+func (sp span) in(text string) string { return text[sp.from:sp.to] }
+
+// textHeader is a header newRequest adds once it has its text: a name and
+// a value in the text, or a literal value.
+type textHeader struct {
+	name, value span
+	literal     string
+}
+
+// headerBuilder sets headers whose value is single, their one-value slices
+// cut from one backing array.
+type headerBuilder struct {
+	h    http.Header
+	vals []string
+}
+
+// set sets header k, canonical, to v, replacing what it held.
+func (b *headerBuilder) set(k, v string) {
+	b.vals = append(b.vals, v)
+	n := len(b.vals)
+	b.h[k] = b.vals[n-1 : n : n] // full: an Add copies it
+}
+
+// setValid sets header k to v when v is not empty and a valid header value.
+func (b *headerBuilder) setValid(k, v string) {
+	if v != "" && validHeaderValue(v) {
+		b.set(k, v)
+	}
+}
+
+// appendCanonicalKey appends the canonical form of header name k, a token
+// (validHeaderName), as textproto.CanonicalMIMEHeaderKey makes it: the
+// first letter and each letter after a hyphen upper case, the others lower
+// case. A hyphen precedes it in the name it completes.
+func appendCanonicalKey(buf []byte, k string) []byte {
+	upper := true
+	for i := range len(k) {
+		c := k[i]
+		switch {
+		case upper && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		case !upper && 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		buf = append(buf, c)
+		upper = c == '-'
+	}
+	return buf
 }
 
 // ceEncode percent-encodes a CloudEvents string attribute for an HTTP header
 // (HTTP protocol binding, "HTTP Header Values"): space, double quote, percent
 // and every byte outside printable ASCII.
 func ceEncode(s string) string {
-	const hex = "0123456789ABCDEF"
-	n := 0
 	for i := range len(s) {
 		if ceEscape(s[i]) {
-			n++
+			return string(appendCE(make([]byte, 0, len(s)+16), s))
 		}
 	}
-	if n == 0 {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 2*n)
+	return s
+}
+
+// appendCE appends s, percent-encoded as ceEncode does.
+func appendCE(buf []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
 	for i := range len(s) {
 		if c := s[i]; ceEscape(c) {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
+			buf = append(buf, '%', hex[c>>4], hex[c&15])
 		} else {
-			b.WriteByte(c)
+			buf = append(buf, c)
 		}
 	}
-	return b.String()
+	return buf
 }
 
 func ceEscape(c byte) bool { return c <= ' ' || c >= 0x7f || c == '"' || c == '%' }
@@ -198,7 +398,7 @@ func validHeaderName(s string) bool {
 
 // validHeaderValue reports whether s can be sent as a header value: no
 // control characters but tab (the rule net/http enforces).
-func validHeaderValue(s string) bool {
+func validHeaderValue[T string | []byte](s T) bool {
 	for i := range len(s) {
 		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
 			return false
@@ -224,40 +424,4 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return min(max(t.Sub(now), 0), maxRetryAfter), true
 	}
 	return 0, false
-}
-
-// setWowHeaders adds what wowd decoded of a Wow message: the message id as
-// ce-id, the command name as ce-type of a command, the creation time as
-// ce-time, the routing fields and Wow's own header map (see HTTP.md).
-func setWowHeaders(h http.Header, m *handler.Message, w *handler.Wow) {
-	if w.ID != "" {
-		h.Set("ce-id", ceEncode(w.ID))
-	}
-	if m.Kind == handler.KindCommand && w.Name != "" {
-		h.Set("ce-type", ceEncode(w.Name))
-	}
-	if !w.CreateTime.IsZero() {
-		h.Set("ce-time", w.CreateTime.UTC().Format(time.RFC3339Nano))
-	}
-	set := func(k, v string) {
-		if v != "" && validHeaderValue(v) {
-			h.Set(k, v)
-		}
-	}
-	set("wow-context", w.ContextName)
-	set("wow-aggregate", w.AggregateName)
-	set("wow-tenant-id", w.TenantID)
-	set("wow-request-id", w.RequestID)
-	set("wow-command-id", w.CommandID)
-	if w.HasVersion {
-		h.Set("wow-version", strconv.FormatInt(w.Version, 10))
-	}
-	if len(w.Events) > 0 {
-		set("wow-events", strings.Join(w.Events, ","))
-	}
-	for _, e := range w.Header {
-		if validHeaderName(e.Key) && validHeaderValue(e.Value) {
-			h.Set("wow-header-"+e.Key, e.Value)
-		}
-	}
 }
