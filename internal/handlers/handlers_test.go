@@ -101,7 +101,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"http bad", map[string]any{
 			"url":             "ftp://user:hunter2@example.com/x",
 			"max-attempts":    -1,
-			"max-concurrency": 0,
+			"max-concurrency": -1,
 			"backoff-initial": "2s",
 			"backoff-max":     "1s",
 			"request-timeout": "0s",
@@ -130,6 +130,7 @@ func TestDecodeErrors(t *testing.T) {
 			[]string{"tls.key-file: required with tls.cert-file", "tls: set, but url is http"}},
 		{"http tls key", map[string]any{"url": "https://x", "tls": map[string]any{"key-file": "/k"}},
 			[]string{"tls.cert-file: required with tls.key-file"}},
+		{"http h2c https", map[string]any{"url": "https://x", "h2c": true}, []string{"h2c: set, but url is https"}},
 		{"http tls unknown", map[string]any{"url": "https://x", "tls": map[string]any{"ca": "/k"}}, []string{"ca"}},
 		{"http unparsable", map[string]any{"url": "http://user:hunter2@exa mple.com/"}, []string{"url: "}},
 	} {
@@ -159,7 +160,7 @@ func TestHTTPConfigFields(t *testing.T) {
 	}
 	for name, def := range map[string]string{
 		"url": "", "request-timeout": "10s", "max-attempts": "5", "backoff-initial": "200ms",
-		"backoff-max": "30s", "max-concurrency": "64", "headers": "", "content-type": "application/json",
+		"backoff-max": "30s", "max-concurrency": "", "headers": "", "content-type": "application/json", "h2c": "",
 		"rate-limit": "", "rate-burst": "1", "headers-from-env": "", "headers-from-file": "",
 		"tls.ca-file": "", "tls.cert-file": "", "tls.key-file": "", "tls.insecure-skip-verify": "",
 	} {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,17 +27,21 @@ const maxRetryAfter = 5 * time.Minute
 // gives up after max-attempts, and acknowledges at once a message waiting to
 // retry when its context is canceled or the sink closed.
 //
-// Under it the sink makes single attempts (sinkAttempts). An attempt is
-// queued; a fixed pool of cfg.MaxConcurrency worker goroutines, started by
-// newHTTPSink and stopped by Close, takes attempts from the queue in order
-// and makes one request each, after waiting for the rate limiter if there is
-// one. A retry is a new attempt at the back of the queue, so max-concurrency
-// and rate-limit count retries. An attempt is in exactly one place at a
-// time, told by its state, which only changes under mu; whoever moves it to
-// callDone reports its outcome, so each attempt is acknowledged once.
+// Under it the sink makes single attempts (sinkAttempts). An attempt goes
+// at once to a worker goroutine while fewer than cfg.MaxConcurrency
+// attempts run (0: no limit of the sink's own: wowd's window,
+// wow.dispatch.max-in-flight per receiver, bounds the messages a sink
+// holds, and a message has at most one attempt running): to the worker
+// that went idle last, or to a new one. At the limit it is queued, and a
+// worker that ends an attempt takes the oldest queued one before it goes
+// idle. A worker idle for workerIdle stops. A worker waits for the rate
+// limiter, if there is one, then makes one request. A retry is a new
+// attempt at the back of the queue, so max-concurrency and rate-limit count
+// retries. An attempt is in exactly one place at a time, told by its state,
+// which only changes under mu; whoever moves it to callDone reports its
+// outcome, so each attempt is acknowledged once.
 //
-// The queue is unbounded: wowd's window (wow.dispatch.max-in-flight) bounds
-// the messages a sink holds.
+// The queue is unbounded: the window bounds it too.
 type httpSink struct {
 	retry retrying // handler.WithRetry over sinkAttempts{s}; Handle and Close go through it
 
@@ -53,17 +58,33 @@ type httpSink struct {
 	// give up their attempt.
 	stopping chan struct{}
 
-	// closing is canceled when Close stops waiting for requests in flight;
-	// it cancels them.
-	closing context.Context
-	abort   context.CancelFunc
+	// aborted is set when Close stops waiting for requests in flight; it
+	// cancels them.
+	aborted atomic.Bool
 
-	workers sync.WaitGroup
+	workers sync.WaitGroup // one per worker goroutine
 
-	mu     sync.Mutex       // guards queue, closed and the state of every call
-	work   sync.Cond        // signaled, with mu, when a call is queued or the sink closes
-	queue  ring.Ring[*call] // attempts to make, in order; may hold abandoned calls, skipped
-	closed bool             // set by Close; nothing is queued after it
+	mu      sync.Mutex           // guards the fields below and the state of every call
+	queue   ring.Ring[*call]     // attempts waiting for a worker, in order; may hold abandoned calls, skipped
+	busy    int                  // workers with an attempt; the queue holds no live call unless busy is at the limit
+	idle    []*worker            // workers waiting for an attempt, the one idle longest first
+	all     map[*worker]struct{} // every worker, busy or idle
+	reaping *time.Timer          // stops the workers idle for idleFor; set while some are idle
+	closed  bool                 // set by Close; nothing is queued or started after it
+
+	idleFor time.Duration // workerIdle; tests shorten it
+}
+
+// workerIdle is how long a worker waits for an attempt before it stops.
+const workerIdle = 30 * time.Second
+
+// worker is a goroutine making attempts, one at a time.
+type worker struct {
+	next      chan *call // an attempt given to it while idle; nil tells it to stop
+	idleSince time.Time  // guarded by sink.mu: when it went idle
+
+	mu     sync.Mutex         // guards cancel
+	cancel context.CancelFunc // of its request in flight, if any
 }
 
 var (
@@ -83,7 +104,7 @@ type callState uint8
 const (
 	callNew     callState = iota // being queued by HandleAttempt
 	callQueued                   // in sink.queue
-	callRunning                  // a worker is making it
+	callRunning                  // a worker makes it
 	callDone                     // outcome reported or being reported
 )
 
@@ -92,7 +113,7 @@ type call struct {
 	ctx     context.Context // of the message; canceling it abandons the attempt
 	m       *handler.Message
 	ack     handler.Ack // the attempt's, given by handler.WithRetry
-	stop    func() bool // unregisters the ctx cancellation hook
+	stop    func() bool // unregisters the ctx cancellation hook; nil without one
 	attempt int         // 1 for the first attempt of m
 
 	state callState // guarded by sink.mu
@@ -134,17 +155,13 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 		},
 		log:      log,
 		stopping: make(chan struct{}),
+		all:      make(map[*worker]struct{}),
+		idleFor:  workerIdle,
 	}
 	if cfg.RateLimit > 0 {
 		s.limit = newLimiter(cfg.RateLimit, cfg.RateBurst)
 	}
 	s.retry = handler.WithRetry(sinkAttempts{s}, retryPolicy(cfg, deps.Observer)).(retrying)
-	s.work.L = &s.mu
-	s.closing, s.abort = context.WithCancel(context.Background())
-	s.workers.Add(cfg.MaxConcurrency)
-	for range cfg.MaxConcurrency {
-		go s.worker()
-	}
 	return s, nil
 }
 
@@ -155,7 +172,7 @@ func retryPolicy(cfg HTTPConfig, obs handler.Observer) handler.RetryPolicy {
 	return handler.RetryPolicy{MaxAttempts: cfg.MaxAttempts, Initial: cfg.BackoffInitial, Max: cfg.BackoffMax, Observer: obs}
 }
 
-// Handle queues the first attempt of m and returns at once; a worker POSTs
+// Handle starts the first attempt of m and returns at once; a worker POSTs
 // it.
 func (s *httpSink) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
 	s.retry.Handle(ctx, m, ack)
@@ -174,27 +191,32 @@ func (s *httpSink) Close(ctx context.Context) error {
 // one attempt.
 type sinkAttempts struct{ s *httpSink }
 
-// Handle queues the first attempt of m. (WithRetry calls HandleAttempt.)
+// Handle starts the first attempt of m. (WithRetry calls HandleAttempt.)
 func (a sinkAttempts) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
-	a.s.enqueue(ctx, m, 1, ack)
+	a.s.start(ctx, m, 1, ack)
 }
 
-// HandleAttempt queues attempt of m.
+// HandleAttempt starts attempt of m.
 func (a sinkAttempts) HandleAttempt(ctx context.Context, m *handler.Message, attempt int, ack handler.Ack) {
-	a.s.enqueue(ctx, m, attempt, ack)
+	a.s.start(ctx, m, attempt, ack)
 }
 
 // Close stops the workers; handler.WithRetry calls it from the sink's Close.
 func (a sinkAttempts) Close(ctx context.Context) error { return a.s.shutdown(ctx) }
 
-// enqueue queues attempt of m and returns at once.
-func (s *httpSink) enqueue(ctx context.Context, m *handler.Message, attempt int, ack handler.Ack) {
+// start gives attempt of m to a worker, or queues it when max-concurrency
+// attempts run, and returns at once.
+func (s *httpSink) start(ctx context.Context, m *handler.Message, attempt int, ack handler.Ack) {
 	if err := ctx.Err(); err != nil {
 		ack.Done(s.wrap(err))
 		return
 	}
 	c := &call{ctx: ctx, m: m, ack: ack, attempt: attempt}
-	c.stop = context.AfterFunc(ctx, func() { s.abandon(c) })
+	if s.cfg.MaxConcurrency > 0 {
+		// It may be queued: canceling ctx acknowledges it there. (A
+		// running attempt ends with its request, made with ctx.)
+		c.stop = context.AfterFunc(ctx, func() { s.abandon(c) })
+	}
 	s.mu.Lock()
 	if s.closed {
 		c.state = callDone
@@ -202,10 +224,29 @@ func (s *httpSink) enqueue(ctx context.Context, m *handler.Message, attempt int,
 		s.finish(c, s.wrap(handler.ErrClosed))
 		return
 	}
-	c.state = callQueued
-	s.queue.Push(c)
+	if s.cfg.MaxConcurrency > 0 && s.busy >= s.cfg.MaxConcurrency {
+		c.state = callQueued
+		s.queue.Push(c)
+		s.mu.Unlock()
+		return
+	}
+	for s.pop() != nil { // below the limit, the queue holds only abandoned calls
+	}
+	c.state = callRunning
+	s.busy++
+	if n := len(s.idle); n > 0 {
+		w := s.idle[n-1] // the last to go idle: its stack is grown, its memory warm
+		s.idle[n-1] = nil
+		s.idle = s.idle[:n-1]
+		s.mu.Unlock()
+		w.next <- c // idle, it waits for nothing else: its channel is empty
+		return
+	}
+	w := &worker{next: make(chan *call, 1)}
+	s.all[w] = struct{}{}
+	s.workers.Add(1)
 	s.mu.Unlock()
-	s.work.Signal()
+	go s.work(w, c)
 }
 
 // shutdown acknowledges the queued attempts and the ones waiting for the
@@ -226,8 +267,8 @@ func (s *httpSink) shutdown(ctx context.Context) error {
 			dropped = append(dropped, c)
 		}
 	}
+	s.stopIdle(len(s.idle))
 	s.mu.Unlock()
-	s.work.Broadcast()
 
 	for _, c := range dropped {
 		s.finish(c, s.wrap(handler.ErrClosed))
@@ -242,24 +283,39 @@ func (s *httpSink) shutdown(ctx context.Context) error {
 	select {
 	case <-stopped:
 	case <-ctx.Done():
-		s.abort()
+		s.abortRequests()
 		<-stopped // the canceled requests return promptly
 		err = fmt.Errorf("http sink: requests in flight canceled: %w", ctx.Err())
 	}
-	s.abort()
 	s.client.CloseIdleConnections()
 	return err
 }
 
-// worker makes attempts until the sink is closed and its queue is empty.
-func (s *httpSink) worker() {
-	defer s.workers.Done()
-	for {
-		c := s.next()
-		if c == nil {
-			return
+// abortRequests cancels the requests in flight, and the ones workers are
+// about to make.
+func (s *httpSink) abortRequests() {
+	s.aborted.Store(true)
+	s.mu.Lock()
+	var cancels []context.CancelFunc
+	for w := range s.all {
+		w.mu.Lock()
+		if w.cancel != nil {
+			cancels = append(cancels, w.cancel)
 		}
-		s.attempt(c)
+		w.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, cancel := range cancels {
+		cancel()
+	}
+}
+
+// work makes the running attempt c, then the ones it is given, until it is
+// told to stop.
+func (s *httpSink) work(w *worker, c *call) {
+	defer s.workers.Done()
+	for ; c != nil; c = s.next(w) {
+		s.attempt(w, c)
 	}
 }
 
@@ -273,21 +329,63 @@ func (s *httpSink) pop() *call {
 	return c
 }
 
-// next takes the next queued attempt, waiting for one; nil means stop.
-func (s *httpSink) next() *call {
+// next returns the next attempt of worker w, which ended one: the oldest
+// queued, or else the one it is given once idle; nil means stop.
+func (s *httpSink) next(w *worker) *call {
+	s.mu.Lock()
+	for c := s.pop(); c != nil; c = s.pop() {
+		if c.state == callQueued { // others were abandoned while queued
+			c.state = callRunning
+			s.mu.Unlock()
+			return c
+		}
+	}
+	s.busy--
+	if s.closed {
+		delete(s.all, w)
+		s.mu.Unlock()
+		return nil
+	}
+	w.idleSince = time.Now()
+	s.idle = append(s.idle, w)
+	if s.reaping == nil {
+		s.reaping = time.AfterFunc(s.idleFor, s.reap)
+	}
+	s.mu.Unlock()
+	return <-w.next
+}
+
+// reap stops the workers idle for idleFor, and comes back for the others.
+func (s *httpSink) reap() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for {
-		for c := s.pop(); c != nil; c = s.pop() {
-			if c.state == callQueued { // others were abandoned while queued
-				c.state = callRunning
-				return c
-			}
-		}
-		if s.closed {
-			return nil
-		}
-		s.work.Wait()
+	s.reaping = nil
+	if s.closed {
+		return
+	}
+	cutoff := time.Now().Add(-s.idleFor)
+	n := 0
+	for n < len(s.idle) && !s.idle[n].idleSince.After(cutoff) {
+		n++
+	}
+	s.stopIdle(n)
+	if len(s.idle) > 0 {
+		s.reaping = time.AfterFunc(time.Until(s.idle[0].idleSince.Add(s.idleFor)), s.reap)
+	}
+}
+
+// stopIdle stops the n workers idle longest. Called with mu held.
+func (s *httpSink) stopIdle(n int) {
+	for _, w := range s.idle[:n] {
+		delete(s.all, w)
+		w.next <- nil
+	}
+	rest := copy(s.idle, s.idle[n:])
+	clear(s.idle[rest:])
+	s.idle = s.idle[:rest]
+	if len(s.idle) == 0 && s.reaping != nil {
+		s.reaping.Stop()
+		s.reaping = nil
 	}
 }
 
@@ -295,18 +393,18 @@ func (s *httpSink) next() *call {
 // failure is retried, and when, is handler.WithRetry's decision; a request
 // ended by the message's cancellation or by Close reports that instead of
 // what it got.
-func (s *httpSink) attempt(c *call) {
+func (s *httpSink) attempt(w *worker, c *call) {
 	if err := s.waitTurn(c); err != nil {
 		s.complete(c, s.wrap(err))
 		return
 	}
-	err := s.post(c)
+	err := s.post(w, c)
 	switch {
 	case err == nil:
 		s.complete(c, nil)
 	case c.ctx.Err() != nil:
 		s.complete(c, s.wrap(c.ctx.Err()))
-	case s.closing.Err() != nil:
+	case s.aborted.Load():
 		s.complete(c, s.wrap(handler.ErrClosed))
 	default:
 		s.complete(c, err)
@@ -360,7 +458,9 @@ func (s *httpSink) complete(c *call, err error) {
 
 // finish reports the outcome of c, which its caller moved to callDone.
 func (s *httpSink) finish(c *call, err error) {
-	c.stop()
+	if c.stop != nil {
+		c.stop()
+	}
 	c.ack.Done(err)
 }
 

@@ -42,6 +42,8 @@ const (
 //     receiver's default window (wow.dispatch.max-in-flight) in flight in
 //     all, each message with a context of its own, as a receiver does.
 //   - sink/max-concurrency=64: the same with the sink's former default.
+//   - sink/h2c: the defaults and h2c, against the server speaking HTTP/2
+//     without TLS as well.
 //   - ceiling/net-http: no sink machinery: as many goroutines as
 //     sink/defaults may have requests in flight, each building the sink's
 //     request for a message and sending it with the sink's client, one at
@@ -110,6 +112,7 @@ func BenchmarkHTTPSink(b *testing.B) {
 	}
 	sink("defaults", nil, false)
 	sink("max-concurrency=64", map[string]any{"max-concurrency": 64}, false)
+	sink("h2c", map[string]any{"h2c": true}, true)
 	b.Run("impl=ceiling/net-http", func(b *testing.B) {
 		srv := newBenchServer(false)
 		defer srv.Close()

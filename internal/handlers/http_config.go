@@ -21,13 +21,14 @@ type HTTPConfig struct {
 	MaxAttempts     int               `config:"max-attempts" desc:"Attempts per message, the first included, before a transient failure is reported; 0 retries transient failures forever."`
 	BackoffInitial  time.Duration     `config:"backoff-initial" desc:"Wait before the first retry; it doubles with each retry, with jitter."`
 	BackoffMax      time.Duration     `config:"backoff-max" desc:"Longest wait between retries (a Retry-After response header may ask for up to 5m)."`
-	MaxConcurrency  int               `config:"max-concurrency" desc:"Requests this sink has in flight at once."`
+	MaxConcurrency  int               `config:"max-concurrency" desc:"Requests this sink has in flight at most, retries included; 0 sets no limit of its own: the window bounds them (wow.dispatch.max-in-flight per receiver, one request per message)."`
 	RateLimit       float64           `config:"rate-limit" desc:"Requests per second this sink sends at most, retries included; 0 means no limit."`
 	RateBurst       int               `config:"rate-burst" desc:"Requests that may go at once after a quiet period, when rate-limit is set."`
 	Headers         map[string]string `config:"headers" secret:"true" desc:"Static headers added to every request."`
 	HeadersFromEnv  map[string]string `config:"headers-from-env" desc:"Headers whose values are read from environment variables at start, by header name (Authorization: WOWD_SINK_TOKEN); values are trimmed."`
 	HeadersFromFile map[string]string `config:"headers-from-file" desc:"Headers whose values are read from files, by header name (Authorization: /run/secrets/token); values are trimmed and read again when the file changes."`
 	ContentType     string            `config:"content-type" desc:"Content-Type of a request whose record has no content-type header."`
+	H2C             bool              `config:"h2c" desc:"Speak HTTP/2 without TLS (h2c, prior knowledge) to an http URL, whose server must accept it; otherwise http URLs get HTTP/1.1 (https URLs get HTTP/2 when the server offers it)."`
 	TLS             HTTPTLSConfig     `config:"tls"`
 }
 
@@ -46,7 +47,7 @@ func defaultHTTPConfig() *HTTPConfig {
 		MaxAttempts:    5,
 		BackoffInitial: 200 * time.Millisecond,
 		BackoffMax:     30 * time.Second,
-		MaxConcurrency: 64,
+		MaxConcurrency: 0, // the window's
 		RateBurst:      1,
 		ContentType:    "application/json",
 	}
@@ -88,8 +89,8 @@ func (c *HTTPConfig) Validate() error {
 	if c.BackoffMax < c.BackoffInitial {
 		errs = append(errs, errors.New("backoff-max: must not be less than backoff-initial"))
 	}
-	if c.MaxConcurrency < 1 {
-		errs = append(errs, errors.New("max-concurrency: must be at least 1"))
+	if c.MaxConcurrency < 0 {
+		errs = append(errs, errors.New("max-concurrency: must not be negative (0 sets no limit of the sink's own)"))
 	}
 	if r := c.RateLimit; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 || (r > 0 && r < minRateLimit) {
 		errs = append(errs, fmt.Errorf("rate-limit: must be 0 (no limit) or at least %g requests per second", minRateLimit))
@@ -102,6 +103,9 @@ func (c *HTTPConfig) Validate() error {
 		errs = append(errs, errors.New("content-type: must be a non-empty header value"))
 	}
 	errs = append(errs, c.TLS.check(c.URL)...)
+	if u, err := url.Parse(c.URL); err == nil && u.Scheme == "https" && c.H2C {
+		errs = append(errs, errors.New("h2c: set, but url is https: HTTP/2 is negotiated over TLS"))
+	}
 	return errors.Join(errs...)
 }
 

@@ -27,10 +27,23 @@ const (
 // table (responseRules) says, unclassified meaning transient, carrying the
 // wait a Retry-After response header asked for, if any (see
 // retryAfterError).
-func (s *httpSink) post(c *call) error {
+func (s *httpSink) post(w *worker, c *call) error {
 	ctx, cancel := context.WithTimeout(c.ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	defer context.AfterFunc(s.closing, cancel)()
+	// Close cancels the request if it stops waiting for it: it sets
+	// aborted, then cancels what workers hold.
+	w.mu.Lock()
+	w.cancel = cancel
+	aborted := s.aborted.Load()
+	w.mu.Unlock()
+	if aborted {
+		cancel()
+	}
+	defer func() {
+		w.mu.Lock()
+		w.cancel = nil
+		w.mu.Unlock()
+	}()
 
 	req, err := s.newRequest(ctx, c.m, c.attempt)
 	if err != nil {

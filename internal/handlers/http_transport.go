@@ -4,18 +4,29 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 )
 
 // newTransport returns the connection pool of a sink: keep-alive
-// connections, as many idle ones kept as requests may be in flight, HTTP/2
-// when an https server offers it, and the TLS settings of cfg.
+// connections, every idle one kept until IdleConnTimeout, HTTP/2 when an
+// https server offers it or, with h2c, over http, and the TLS settings of
+// cfg.
+//
+// Idle connections are not capped: a sink talks to one origin, its
+// requests in flight bound the connections it opens, and a cap below them
+// (net/http's default is 2 per host) closes a connection each time a
+// request ends while more are in flight, to dial another for the next.
 func newTransport(cfg HTTPConfig) (*http.Transport, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.ForceAttemptHTTP2 = true // also with a TLSClientConfig of our own
-	tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxConcurrency)
-	tr.MaxIdleConnsPerHost = cfg.MaxConcurrency
+	tr.MaxIdleConns = 0         // no limit
+	tr.MaxIdleConnsPerHost = math.MaxInt
+	if cfg.H2C {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true) // alone: prior knowledge, no HTTP/1.1
+	}
 	tc, err := cfg.TLS.config()
 	if err != nil {
 		return nil, err

@@ -71,6 +71,7 @@ func main() {
 		rows = append(rows,
 			ratioRow{"http: sink/defaults speed / sequential", hs("sequential-per-partition"), hs("sink/defaults"), "ns/op", ">= 10", 10, false},
 			ratioRow{"http: sink/max-concurrency=64 speed / seq.", hs("sequential-per-partition"), hs("sink/max-concurrency=64"), "ns/op", "(former default)", 0, false},
+			ratioRow{"http: sink/h2c speed / sequential", hs("sequential-per-partition"), hs("sink/h2c"), "ns/op", "(opt-in)", 0, false},
 			ratioRow{"http: sink/defaults speed / net/http alone", hs("ceiling/net-http"), hs("sink/defaults"), "ns/op", "(same concurrency)", 0, false},
 		)
 	}
