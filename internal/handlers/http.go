@@ -36,10 +36,10 @@ const maxRetryAfter = 5 * time.Minute
 // worker that ends an attempt takes the oldest queued one before it goes
 // idle. A worker idle for workerIdle stops. A worker waits for the rate
 // limiter, if there is one, then makes one request. A retry is a new
-// attempt at the back of the queue, so max-concurrency and rate-limit count
-// retries. An attempt is in exactly one place at a time, told by its state,
-// which only changes under mu; whoever moves it to callDone reports its
-// outcome, so each attempt is acknowledged once.
+// attempt, started or queued as any other, so max-concurrency and
+// rate-limit count retries. An attempt is in exactly one place at a time,
+// told by its state, which only changes under mu; whoever moves it to
+// callDone reports its outcome, so each attempt is acknowledged once.
 //
 // The queue is unbounded: the window bounds it too.
 type httpSink struct {
@@ -102,7 +102,7 @@ type retrying interface {
 type callState uint8
 
 const (
-	callNew     callState = iota // being queued by HandleAttempt
+	callNew     callState = iota // being started by HandleAttempt
 	callQueued                   // in sink.queue
 	callRunning                  // a worker makes it
 	callDone                     // outcome reported or being reported
