@@ -325,7 +325,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 			Topic:   func(src string) string { return strings.ReplaceAll(dlTopic, "{topic}", src) },
 		},
 		ClientOpts: opts,
-		Fetch:      rt.memory.Join(cfg.Kafka.FetchMaxBytes, cfg.Kafka.FetchMaxPartitionBytes),
+		Fetch:      rt.memory.Join(),
 		Logger:     log,
 		Metrics:    rt.metrics,
 	})

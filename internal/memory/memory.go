@@ -49,6 +49,14 @@ const MinLimit = 32 << 20
 // fetches do not overrun the budget.
 const InitialRatio = 8
 
+// initialPerRecord is the compressed size of a record a client assumes
+// before it has read a batch: a few hundred bytes of JSON, compressed.
+const initialPerRecord = 128
+
+// minPartitionFetch is the least a partition's fetch is sized to from the
+// records it may hold: Kafka returns whole batches anyway.
+const minPartitionFetch = 16 << 10
+
 // minFetch is the least a client's fetch is ever sized to: small enough
 // for any budget, large enough that a fetch carries more than a handful of
 // records.
@@ -156,14 +164,21 @@ func (b *Budget) FetchBytes() int64 { return b.fetch }
 // previous one.
 func (b *Budget) Apply() int64 { return debug.SetMemoryLimit(b.limit) }
 
-// Join adds a client to the budget, with the fetch limits configured for
-// it (wow.kafka.fetch-max-bytes and fetch-max-partition-bytes: the
-// budget never raises a client above them). Leave undoes it.
-func (b *Budget) Join(maxBytes, maxPartitionBytes int32) *Fetch {
+// Join adds a client to the budget. Leave undoes it.
+func (b *Budget) Join() *Fetch {
 	b.mu.Lock()
 	b.members++
 	b.mu.Unlock()
-	f := &Fetch{b: b, maxBytes: maxBytes, maxPart: maxPartitionBytes}
+	f := &Fetch{b: b}
+	f.ratio.Store(math.Float64bits(InitialRatio))
+	return f
+}
+
+// Unbudgeted returns a Fetch outside any budget: its limits are the
+// configured ones, apart from the partition limit that Limits derives from
+// the records a partition may hold.
+func Unbudgeted() *Fetch {
+	f := &Fetch{}
 	f.ratio.Store(math.Float64bits(InitialRatio))
 	return f
 }
@@ -177,17 +192,26 @@ func (b *Budget) share() int64 {
 // Fetch is one client's part of the budget. It is the client's
 // kgo.HookFetchBatchRead (pass it to kgo.WithHooks).
 type Fetch struct {
-	b                 *Budget
-	maxBytes, maxPart int32
+	b                 *Budget       // nil: Unbudgeted
+	maxBytes, maxPart int32         // configured upper bounds (Configure)
 	ratio             atomic.Uint64 // float64 bits: decompressed / compressed bytes of recent batches
+	perRecord         atomic.Uint64 // float64 bits: compressed bytes per record of recent batches; 0 before the first
+	perBatch          atomic.Uint64 // float64 bits: compressed bytes per batch of recent batches; 0 before the first
 	left              atomic.Bool
+}
+
+// Configure sets the client's configured fetch limits
+// (wow.kafka.fetch-max-bytes and fetch-max-partition-bytes): Limits never
+// goes above them. It is called once, before Limits.
+func (f *Fetch) Configure(maxBytes, maxPartitionBytes int32) {
+	f.maxBytes, f.maxPart = maxBytes, maxPartitionBytes
 }
 
 var _ kgo.HookFetchBatchRead = (*Fetch)(nil)
 
 // Leave removes the client from the budget: the others' parts grow.
 func (f *Fetch) Leave() {
-	if f.left.Swap(true) {
+	if f.b == nil || f.left.Swap(true) {
 		return
 	}
 	f.b.mu.Lock()
@@ -213,6 +237,25 @@ func (f *Fetch) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.
 		}
 		next := avg + w*(r-avg)
 		if f.ratio.CompareAndSwap(old, math.Float64bits(next)) {
+			break
+		}
+	}
+	average(&f.perBatch, float64(m.CompressedBytes))
+	if m.NumRecords > 0 {
+		average(&f.perRecord, float64(m.CompressedBytes)/float64(m.NumRecords))
+	}
+}
+
+// average moves the float64 in a towards v by an eighth (to v at first).
+func average(a *atomic.Uint64, v float64) {
+	for {
+		old := a.Load()
+		avg := math.Float64frombits(old)
+		next := v
+		if avg > 0 {
+			next = avg + (v-avg)/8
+		}
+		if a.CompareAndSwap(old, math.Float64bits(next)) {
 			return
 		}
 	}
@@ -223,12 +266,34 @@ func (f *Fetch) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.
 func (f *Fetch) Ratio() float64 { return math.Float64frombits(f.ratio.Load()) }
 
 // Limits returns the fetch limits for the client now, given the number of
-// brokers it fetches from (each may hold one buffered fetch): its part of
-// the budget divided by the observed ratio and the brokers, at most the
-// configured limits and at least a small floor.
-func (f *Fetch) Limits(brokers int) (maxBytes, maxPartitionBytes int32) {
-	part := float64(f.b.share()) / max(1, f.Ratio()) / float64(max(1, brokers))
-	n := int64(min(part, float64(f.maxBytes)))
-	n = max(n, min(minFetch, int64(f.maxBytes)))
-	return int32(n), min(f.maxPart, int32(n))
+// brokers it fetches from (each may hold one buffered fetch) and the most
+// records one partition may hold unfinished (0: no such bound).
+//
+// The fetch limit is the client's part of the budget divided by the
+// observed ratio and the brokers, at most the configured limit and at least
+// a small floor. The partition limit is also held to about twice the
+// records a partition may hold, at the observed compressed size per
+// record (and at least two of the batches observed): a partition paused
+// for holding its share drops what was fetched for it, and fetching far
+// more than it may take is decompressed again and again.
+func (f *Fetch) Limits(brokers, partitionRecords int) (maxBytes, maxPartitionBytes int32) {
+	n := int64(f.maxBytes)
+	if f.b != nil {
+		part := float64(f.b.share()) / max(1, f.Ratio()) / float64(max(1, brokers))
+		n = int64(min(part, float64(f.maxBytes)))
+		n = max(n, min(minFetch, int64(f.maxBytes)))
+	}
+	p := min(int64(f.maxPart), n)
+	pr := math.Float64frombits(f.perRecord.Load())
+	if pr == 0 {
+		pr = initialPerRecord
+	}
+	if partitionRecords > 0 {
+		// Never below two batches: Kafka returns a partition's batch whole
+		// or not at all (unless it comes first in the response), so a
+		// limit below the batch size would starve the partition.
+		batch := math.Float64frombits(f.perBatch.Load())
+		p = min(p, max(minPartitionFetch, int64(2*pr*float64(partitionRecords)), int64(2*batch)))
+	}
+	return int32(n), int32(p)
 }

@@ -86,9 +86,10 @@ func TestFetchLimitsKeepTheSumWithinTheShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	const configured, configuredPart = 16 << 20, 1 << 20
-	a := b.Join(configured, configuredPart)
+	a := b.Join()
+	a.Configure(configured, configuredPart)
 	// Before any batch: the initial ratio is assumed.
-	if got, _ := a.Limits(1); got != int32(b.FetchBytes()/InitialRatio) {
+	if got, _ := a.Limits(1, 0); got != int32(b.FetchBytes()/InitialRatio) {
 		t.Fatalf("one client before any batch: limit %d; want share / %d = %d", got, InitialRatio, b.FetchBytes()/InitialRatio)
 	}
 	// Uncompressed data: the share (25.6 MiB) is above the configured
@@ -96,7 +97,7 @@ func TestFetchLimitsKeepTheSumWithinTheShare(t *testing.T) {
 	for range 200 {
 		batch(a, 1000, 1000)
 	}
-	if got, part := a.Limits(1); got != configured || part != configuredPart {
+	if got, part := a.Limits(1, 0); got != configured || part != configuredPart {
 		t.Fatalf("one client, no compression: limits %d, %d; want the configured %d, %d", got, part, configured, configuredPart)
 	}
 	// JSON compressed 8x: the fetch shrinks at once to share / 8.
@@ -107,7 +108,7 @@ func TestFetchLimitsKeepTheSumWithinTheShare(t *testing.T) {
 	if r := a.Ratio(); r < 7 || r > 8 {
 		t.Fatalf("ratio after four 8x batches = %.2f; want close to 8", r)
 	}
-	got, part := a.Limits(1)
+	got, part := a.Limits(1, 0)
 	if buffered := float64(got) * a.Ratio(); buffered > float64(b.FetchBytes())*1.001 {
 		t.Fatalf("one client buffers up to %.0f bytes decompressed; the share is %d", buffered, b.FetchBytes())
 	}
@@ -118,7 +119,8 @@ func TestFetchLimitsKeepTheSumWithinTheShare(t *testing.T) {
 	// sixth of the share, split over its brokers.
 	clients := []*Fetch{a}
 	for range 5 {
-		f := b.Join(configured, configuredPart)
+		f := b.Join()
+		f.Configure(configured, configuredPart)
 		for range 8 {
 			batch(f, 1000, 8000)
 		}
@@ -126,7 +128,7 @@ func TestFetchLimitsKeepTheSumWithinTheShare(t *testing.T) {
 	}
 	var sum float64
 	for _, f := range clients {
-		got, part := f.Limits(3)
+		got, part := f.Limits(3, 0)
 		sum += 3 * float64(got) * f.Ratio()
 		if part > got {
 			t.Fatalf("partition limit %d above the fetch limit %d", part, got)
@@ -136,10 +138,10 @@ func TestFetchLimitsKeepTheSumWithinTheShare(t *testing.T) {
 		t.Fatalf("six clients on three brokers buffer up to %.0f bytes; the share is %d", sum, b.FetchBytes())
 	}
 	// A client leaving gives its part back, once.
-	before, _ := a.Limits(1)
+	before, _ := a.Limits(1, 0)
 	clients[5].Leave()
 	clients[5].Leave()
-	if after, _ := a.Limits(1); after <= before || after > before*6/5+1 {
+	if after, _ := a.Limits(1, 0); after <= before || after > before*6/5+1 {
 		t.Fatalf("limit after one of six left: %d; want about 6/5 of %d", after, before)
 	}
 	// A ratio that falls (less compressible data) raises the limit slowly.
@@ -158,14 +160,47 @@ func TestFetchLimitsFloor(t *testing.T) {
 	}
 	var fs []*Fetch
 	for range 100 {
-		fs = append(fs, b.Join(16<<20, 1<<20))
+		f := b.Join()
+		f.Configure(16<<20, 1<<20)
+		fs = append(fs, f)
 	}
 	batch(fs[0], 100, 10000)
-	if got, _ := fs[0].Limits(5); got != minFetch {
+	if got, _ := fs[0].Limits(5, 0); got != minFetch {
 		t.Fatalf("limit %d; want the floor %d", got, minFetch)
 	}
-	small := b.Join(4096, 4096)
-	if got, part := small.Limits(1); got != 4096 || part != 4096 {
+	small := b.Join()
+	small.Configure(4096, 4096)
+	if got, part := small.Limits(1, 0); got != 4096 || part != 4096 {
 		t.Fatalf("limits %d, %d; want the configured 4096", got, part)
 	}
+}
+
+// A partition's fetch is held to about twice the records it may hold,
+// at the compressed size per record observed, with or without a budget.
+func TestPartitionLimitFollowsTheRecordsAPartitionMayHold(t *testing.T) {
+	f := Unbudgeted()
+	f.Configure(16<<20, 1<<20)
+	if got, part := f.Limits(1, 128); got != 16<<20 || part != 2*initialPerRecord*128 {
+		t.Fatalf("before any batch: limits %d, %d; want the configured fetch limit and %d per partition", got, part, 2*initialPerRecord*128)
+	}
+	f.OnFetchBatchRead(kgo.BrokerMetadata{}, "t", 0, kgo.FetchBatchMetrics{NumRecords: 100, CompressedBytes: 60_000, UncompressedBytes: 470_000})
+	if _, part := f.Limits(1, 500); part != 2*600*500 {
+		t.Fatalf("partition limit %d for 500 records of 600 bytes; want %d", part, 2*600*500)
+	}
+	if _, part := f.Limits(1, 4000); part != 1<<20 {
+		t.Fatalf("partition limit %d; want the configured %d", part, 1<<20)
+	}
+	// Tiny records: never below two batches (the average of 60,000 and
+	// 1,000 bytes moved by an eighth: 52,625).
+	f.OnFetchBatchRead(kgo.BrokerMetadata{}, "t", 0, kgo.FetchBatchMetrics{NumRecords: 1000, CompressedBytes: 1000, UncompressedBytes: 8000})
+	if _, part := f.Limits(1, 10); part != 2*52625 {
+		t.Fatalf("partition limit %d for a few tiny records in 52 KB batches; want two batches, %d", part, 2*52625)
+	}
+	g := Unbudgeted()
+	g.Configure(16<<20, 1<<20)
+	g.OnFetchBatchRead(kgo.BrokerMetadata{}, "t", 0, kgo.FetchBatchMetrics{NumRecords: 100, CompressedBytes: 1000, UncompressedBytes: 8000})
+	if _, part := g.Limits(1, 10); part != minPartitionFetch {
+		t.Fatalf("partition limit %d for a few tiny records in small batches; want the floor %d", part, minPartitionFetch)
+	}
+	f.Leave() // outside any budget: nothing to leave
 }

@@ -127,7 +127,7 @@ func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, grou
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
-		b.Fatalf("receiver handled %d of %d records", handled.Load(), records)
+		b.Fatalf("receiver handled %d of %d records; snapshot %+v", handled.Load(), records, r.Snapshot())
 	}
 	stop(b, r) // commits what was handled
 	b.StopTimer()

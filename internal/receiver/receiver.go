@@ -167,9 +167,10 @@ type Options struct {
 	// callbacks and commit options itself.
 	ClientOpts []kgo.Opt
 	// Fetch is the receiver's part of the process's memory budget: the
-	// poll loop sizes the client's fetches by it (nil: the fetch limits of
-	// ClientOpts stay as they are). The receiver leaves the budget when it
-	// stops.
+	// poll loop sizes the client's fetches by it (nil: no budget; the
+	// fetch limits of ClientOpts are the bounds). Either way a partition's
+	// fetch is held to about the records it may hold (see shareCap). The
+	// receiver leaves the budget when it stops.
 	Fetch *memory.Fetch
 
 	Logger  *zap.Logger
@@ -188,12 +189,12 @@ type Receiver struct {
 	keyBuf []string          // scratch of the poll loop
 	// fetchMax is the fetch limit last given to the client (poll loop
 	// only; read by Snapshot through fetchMaxSeen).
-	fetchMax     int32
-	fetchMaxSeen atomic.Int32
-	taskBuf      []executor.Task // scratch of the poll loop
-	window       int64
-	batch        int64
-	spanCap      int
+	fetchMax, fetchPart int32
+	fetchMaxSeen        atomic.Int32
+	taskBuf             []executor.Task // scratch of the poll loop
+	window              int64
+	batch               int64
+	spanCap             int
 
 	epoch    time.Time // anchors since
 	fails    streak    // recent handler outcomes: backs off while a sink is down
@@ -307,14 +308,18 @@ func New(o Options) (*Receiver, error) {
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onLost),
 	)
-	if o.Fetch != nil {
-		opts = append(opts, kgo.WithHooks(o.Fetch))
+	if r.o.Fetch == nil {
+		r.o.Fetch = memory.Unbudgeted()
 	}
+	opts = append(opts, kgo.WithHooks(r.o.Fetch))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s/%s: %w", o.Dispatcher, o.Context, err)
 	}
 	r.cl = cl
+	maxBytes, _ := cl.OptValue(kgo.FetchMaxBytes).(int32)
+	maxPart, _ := cl.OptValue(kgo.FetchMaxPartitionBytes).(int32)
+	r.o.Fetch.Configure(maxBytes, maxPart)
 	return r, nil
 }
 
@@ -354,9 +359,7 @@ func (r *Receiver) Stop(ctx context.Context) error {
 
 func (r *Receiver) stop(ctx context.Context) error {
 	defer context.AfterFunc(ctx, r.expireStop)() // before stopping: a revoke that sees stopping is bounded by it
-	if r.o.Fetch != nil {
-		defer r.o.Fetch.Leave()
-	}
+	defer r.o.Fetch.Leave()
 	r.stopping.Store(true)
 	r.changed.Notify() // ingest admissions waiting for room give up
 	if !r.started {
@@ -649,18 +652,17 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 }
 
 // fitFetch sizes the client's fetches to the receiver's part of the memory
-// budget, from the compression it observed. A change of less than an
-// eighth is not applied: the limit would follow every batch.
+// budget, from the compression it observed, and each partition's to the
+// records it may hold. A change of less than an eighth is not applied: the
+// limits would follow every batch.
 func (r *Receiver) fitFetch() {
-	if r.o.Fetch == nil {
-		return
-	}
-	maxBytes, maxPart := r.o.Fetch.Limits(len(r.cl.DiscoveredBrokers()))
-	if d := maxBytes - r.fetchMax; r.fetchMax != 0 && d < r.fetchMax/8 && -d < r.fetchMax/8 {
+	maxBytes, maxPart := r.o.Fetch.Limits(len(r.cl.DiscoveredBrokers()), int(r.shareCap()))
+	near := func(a, b int32) bool { d := a - b; return d < b/8 && -d < b/8 }
+	if r.fetchMax != 0 && near(maxBytes, r.fetchMax) && near(maxPart, r.fetchPart) {
 		return
 	}
 	r.cl.UpdateFetchMaxBytes(maxBytes, maxPart)
-	r.fetchMax = maxBytes
+	r.fetchMax, r.fetchPart = maxBytes, maxPart
 	r.fetchMaxSeen.Store(maxBytes)
 }
 
