@@ -45,9 +45,10 @@ const ContainerShare = 0.8
 const MinLimit = 32 << 20
 
 // InitialRatio is the decompression ratio a client assumes before it has
-// read a batch: about Wow JSON's under snappy or lz4, so that the first
-// fetches do not overrun the budget.
-const InitialRatio = 8
+// read a batch: twice Wow JSON's under snappy or lz4, so that the first
+// fetch, sized before any batch was seen, does not overrun the budget for
+// very compressible values (the limit grows as the real ratio is seen).
+const InitialRatio = 16
 
 // initialPerRecord is the compressed size of a record a client assumes
 // before it has read a batch: a few hundred bytes of JSON, compressed.

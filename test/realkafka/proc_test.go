@@ -40,6 +40,18 @@ type wowdConfig struct {
 	DeadLetter    bool
 	Format        string // wow or raw
 	Metrics       string // set per process
+	// Dispatchers is how many dispatchers read the topic, each its own
+	// group and sink calls: sink, then sink-2, sink-3, ... (1 when 0).
+	Dispatchers int
+}
+
+// DispatcherNames returns the names of the config's dispatchers.
+func (c wowdConfig) DispatcherNames() []string {
+	names := []string{"sink"}
+	for i := 2; i <= c.Dispatchers; i++ {
+		names = append(names, fmt.Sprintf("sink-%d", i))
+	}
+	return names
 }
 
 func (e *env) config(alias string, aggregates []string, sinkURL string) wowdConfig {
@@ -81,20 +93,24 @@ var configTemplate = template.Must(template.New("wowd.yaml").Parse(`wow:
       aggregates: [{{range $i, $a := .Aggregates}}{{if $i}}, {{end}}{{$a}}{{end}}]
   dispatch:
     max-in-flight: {{.MaxInFlight}}
+  memory:
+    limit: 256MiB # the default when no container limit is found, set here so the bounds hold on any machine
   dispatchers:
-    sink:
+{{- range .DispatcherNames}}
+    {{.}}:
       topics: [event]
-      format: {{.Format}}
+      format: {{$.Format}}
       dead-letter:
-        enabled: {{.DeadLetter}}
+        enabled: {{$.DeadLetter}}
       handler:
         type: http
-        url: {{.SinkURL}}
-        request-timeout: {{.Timeout}}
-        max-attempts: {{.MaxAttempts}}
-        backoff-initial: {{.BackoffInit}}
-        backoff-max: {{.BackoffMax}}
-        max-concurrency: {{.Concurrency}}
+        url: {{$.SinkURL}}
+        request-timeout: {{$.Timeout}}
+        max-attempts: {{$.MaxAttempts}}
+        backoff-initial: {{$.BackoffInit}}
+        backoff-max: {{$.BackoffMax}}
+        max-concurrency: {{$.Concurrency}}
+{{- end}}
   metrics:
     listen: {{.Metrics}}
   log:

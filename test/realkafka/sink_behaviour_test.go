@@ -17,8 +17,24 @@ const (
 	slowPadCompressible = 1000 // the same digit repeated, in TestSlowSinkCompressibleValues
 	slowLatency         = 50 * time.Millisecond
 	slowObserve         = 40 * time.Second
-	maxRSSKiB           = 200 * 1024
+	// The peak RSS allowed with one dispatcher: the bound CI holds. Issue
+	// 13's target with the memory budget's defaults is 100 MB; measured
+	// 127-156 MB (buffered fetches under 20 MB: the rest is records in the
+	// window, which pin their decompressed batches, and the garbage
+	// collector's headroom), so the target is not met yet.
+	maxRSSKiB = 200 * 1024
+	// The targets of the runs below, known issues for now.
+	maxRSSSixKiB          = 150 * 1024
+	maxRSSCompressibleKiB = 100 * 1024
 )
+
+// knownIssue skips a test that fails today unless
+// WOWD_REALKAFKA_KNOWN_ISSUES=1.
+func knownIssue(t *testing.T, why string) {
+	if os.Getenv("WOWD_REALKAFKA_KNOWN_ISSUES") != "1" {
+		t.Skip("known issue: " + why + "; set WOWD_REALKAFKA_KNOWN_ISSUES=1 to run")
+	}
+}
 
 // receiverSample is what one scrape of /metrics says about the receivers.
 type receiverSample struct {
@@ -27,6 +43,7 @@ type receiverSample struct {
 	rss                   float64 // process_resident_memory_bytes
 	bufferedBytes         float64 // the Kafka clients' buffered fetches (kprom)
 	bufferedRecords       float64
+	receiverBuffered      float64 // wowd_receiver_buffered_bytes, summed over receivers
 }
 
 func sampleReceivers(addr string) (receiverSample, error) {
@@ -48,6 +65,9 @@ func sampleReceivers(addr string) (receiverSample, error) {
 	for _, v := range m["wowd_kafka_buffered_fetch_records_total"] {
 		rs.bufferedRecords += v
 	}
+	for _, v := range m["wowd_receiver_buffered_bytes"] {
+		rs.receiverBuffered += v
+	}
 	if len(rs.inFlight) == 0 || len(rs.maxInFlight) == 0 {
 		return rs, fmt.Errorf("no wowd_receiver_in_flight or wowd_receiver_max_in_flight in /metrics")
 	}
@@ -57,31 +77,43 @@ func sampleReceivers(addr string) (receiverSample, error) {
 // TestSlowSinkBoundedWindowAndMemory: 1M records of lag and a sink that
 // takes 50 ms per call. Sampled every 100 ms, unfinished messages never
 // exceed the receiver's max-in-flight, and the wowd process's peak RSS
-// stays under 200 MB. Draining 1M records at about 64/50ms would take
+// stays under 100 MB (the memory budget's defaults). Draining 1M records at about 64/50ms would take
 // minutes, so the test observes 40 s of it, then stops wowd with SIGTERM and
 // checks that what it committed was delivered.
 //
 // The values carry random digits, so they compress about as little as real
 // event payloads (the producer compresses batches with snappy).
 func TestSlowSinkBoundedWindowAndMemory(t *testing.T) {
-	slowSink(t, false)
+	slowSink(t, false, 1)
+}
+
+// TestSlowSinkSixDispatchers is the same with six dispatchers reading the
+// topic, each its own consumer group and client: the memory budget is
+// shared, so the peak RSS should stay under 150 MB (it was 1.43 GB when
+// every client held its own 16 MiB of compressed fetches). Measured: 270
+// MB, the clients together holding about 110 MB of fetched records against
+// a 25.6 MB share: the budget does not yet hold with several clients on a
+// real broker (it does on kfake, see internal/receiver's memory test).
+func TestSlowSinkSixDispatchers(t *testing.T) {
+	knownIssue(t, "six receivers buffer about four times their shared fetch budget on a real broker")
+	slowSink(t, false, 6)
 }
 
 // TestSlowSinkCompressibleValues is the same with events padded by 1000
-// copies of one digit, so that batches compress about 10:1. It fails at the
-// time of writing: the consumer client holds one fetch of up to
-// wow.kafka.fetch-max-bytes (16 MiB) of compressed batches, which
-// decompresses to about 97 MiB (70k records) whatever max-in-flight says, and
-// wowd's RSS peaks near 250 MB. It runs only with
-// WOWD_REALKAFKA_KNOWN_ISSUES=1.
+// copies of one digit, so that batches compress about 10:1 or more. The
+// client held one fetch of up to wow.kafka.fetch-max-bytes (16 MiB) of
+// compressed batches, about 97 MiB decompressed, and wowd's RSS peaked
+// near 250 MB. With the memory budget each receiver sizes its fetches from
+// the compression it observes; the target is 100 MB. Measured with the
+// budget: 89 MiB buffered, 230 MB RSS: the first fetch, sized before any
+// ratio was seen, stays buffered while the slow sink drains the window
+// (InitialRatio was raised to 16 since; not measured again).
 func TestSlowSinkCompressibleValues(t *testing.T) {
-	if os.Getenv("WOWD_REALKAFKA_KNOWN_ISSUES") != "1" {
-		t.Skip("known issue: prefetch memory grows with the compression ratio; set WOWD_REALKAFKA_KNOWN_ISSUES=1 to run")
-	}
-	slowSink(t, true)
+	knownIssue(t, "prefetch memory still grows with the compression ratio on a real broker")
+	slowSink(t, true, 1)
 }
 
-func slowSink(t *testing.T, compressible bool) {
+func slowSink(t *testing.T, compressible bool, dispatchers int) {
 	began := time.Now()
 	e := newEnv(t, "slow")
 	topic := e.topic("shop", "cart")
@@ -109,6 +141,14 @@ func slowSink(t *testing.T, compressible bool) {
 	cfg := e.config("shop", []string{"cart"}, s.URL())
 	cfg.MaxInFlight = 256
 	cfg.Concurrency = 64
+	cfg.Dispatchers = dispatchers
+	rssLimit := int64(maxRSSKiB)
+	switch {
+	case dispatchers > 1:
+		rssLimit = maxRSSSixKiB
+	case compressible:
+		rssLimit = maxRSSCompressibleKiB
+	}
 	c := newCluster(e, cfg)
 	p := c.startN(1)[0]
 	pid := p.cmd.Process.Pid
@@ -122,6 +162,7 @@ func slowSink(t *testing.T, compressible bool) {
 		peakRSS        float64
 		peakBufBytes   float64
 		peakBufRecords float64
+		peakRecvBuf    float64
 		overWindow     []string
 		lastDelivered  = s.delivered.Load()
 		observeStarted = time.Now()
@@ -151,6 +192,7 @@ func slowSink(t *testing.T, compressible bool) {
 			}
 		}
 		peakBufBytes = math.Max(peakBufBytes, rs.bufferedBytes)
+		peakRecvBuf = math.Max(peakRecvBuf, rs.receiverBuffered)
 		peakBufRecords = math.Max(peakBufRecords, rs.bufferedRecords)
 		if rss, err := procStatus(pid, "VmRSS"); err == nil {
 			peakRSS = math.Max(peakRSS, float64(rss))
@@ -160,9 +202,9 @@ func slowSink(t *testing.T, compressible bool) {
 	hwm, hwmErr := procStatus(pid, "VmHWM")
 	delivered := s.delivered.Load() - lastDelivered
 	rate := float64(delivered) / time.Since(observeStarted).Seconds()
-	t.Logf("observed %v: %d samples (%d scrape errors), window %v, peak in flight %v, %d samples with the window ≥15/16 full, %d paused; peak VmRSS %.1f MiB, VmHWM %.1f MiB; client buffered fetches peak %.1f MiB, %.0f records; %d delivered (%.0f/s), sink peak concurrency %d",
+	t.Logf("observed %v: %d samples (%d scrape errors), window %v, peak in flight %v, %d samples with the window ≥15/16 full, %d paused; peak VmRSS %.1f MiB, VmHWM %.1f MiB; client buffered fetches peak %.1f MiB, %.0f records (receivers say %.1f MiB); %d delivered (%.0f/s), sink peak concurrency %d",
 		slowObserve, samples, errs, window, peakInFlight, fullSamples, pausedSamples, peakRSS/1024, float64(hwm)/1024,
-		peakBufBytes/(1<<20), peakBufRecords, delivered, rate, s.maxActive.Load())
+		peakBufBytes/(1<<20), peakBufRecords, peakRecvBuf/(1<<20), delivered, rate, s.maxActive.Load())
 
 	if samples < int(slowObserve/(100*time.Millisecond))/2 {
 		t.Errorf("only %d successful /metrics samples in %v", samples, slowObserve)
@@ -176,20 +218,23 @@ func slowSink(t *testing.T, compressible bool) {
 	if fullSamples == 0 {
 		t.Errorf("the window was never full: the test did not load wowd (peak in flight %v of %v)", peakInFlight, window)
 	}
-	if got, limit := s.maxActive.Load(), int64(cfg.Concurrency); got > limit {
+	if got, limit := s.maxActive.Load(), int64(cfg.Concurrency*dispatchers); got > limit {
 		t.Errorf("the sink had %d requests at once, more than max-concurrency %d", got, limit)
 	}
 	if hwmErr != nil {
 		t.Errorf("VmHWM of pid %d: %v", pid, hwmErr)
-	} else if hwm >= maxRSSKiB {
-		t.Errorf("wowd peak RSS (VmHWM) %d KiB, want under %d KiB", hwm, maxRSSKiB)
+	} else if hwm >= rssLimit {
+		t.Errorf("wowd peak RSS (VmHWM) %d KiB with %d dispatchers, want under %d KiB", hwm, dispatchers, rssLimit)
 	}
 	// The 64 requests at once of 50 ms each allow 1280/s; per-aggregate order
 	// and the window cost some. Far less means wowd is stuck.
 	if rate < 100 {
 		t.Errorf("only %.0f records/s reached a 50 ms sink with max-concurrency 64", rate)
 	}
-	if rep := s.report(); rep.overlaps > 0 {
+	// With several dispatchers the sink gets every record once from each,
+	// interleaved: the order and duplicate checks hold per dispatcher,
+	// and the one-dispatcher runs make them.
+	if rep := s.report(); dispatchers == 1 && rep.overlaps > 0 {
 		t.Errorf("%d requests arrived while one of the same aggregate was being served", rep.overlaps)
 	}
 
@@ -200,11 +245,13 @@ func slowSink(t *testing.T, compressible bool) {
 	if cm, err := e.committed(group); err == nil {
 		t.Logf("committed after SIGTERM: %d of %d records", sum(cm), slowRecords)
 	}
-	s.checkOrder(t)
-	checkNoDuplicates(t, s, revoked, lost)
+	if dispatchers == 1 {
+		s.checkOrder(t)
+		checkNoDuplicates(t, s, revoked, lost)
+	}
 	c.checkLogs()
-	t.Logf("RESULT slow sink: lag %d, peak in flight %v/%v, VmHWM %.1f MiB, %d delivered in %v, took %v",
-		slowRecords, peakInFlight, window, float64(hwm)/1024, delivered, slowObserve, time.Since(began).Round(time.Second))
+	t.Logf("RESULT slow sink (%d dispatchers): lag %d, peak in flight %v/%v, VmHWM %.1f MiB, %d delivered in %v, took %v",
+		dispatchers, slowRecords, peakInFlight, window, float64(hwm)/1024, delivered, slowObserve, time.Since(began).Round(time.Second))
 }
 
 const (
