@@ -1,6 +1,9 @@
 package executor
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"strings"
+)
 
 // Group is a namespace of keys, typically one per dispatcher and aggregate
 // type: equal keys of different groups are different mailboxes.
@@ -69,7 +72,9 @@ func (g *Group) enqueue(key string, t Task) (*mailbox, bool, error) {
 	mb := sh.m.get(h)
 	if mb == nil {
 		mb = sh.take()
-		mb.group, mb.id, mb.hash = g.id, key, h
+		// A copy: callers may pass views of buffers they reuse, and the
+		// mailbox outlives the task (kept while idle, named in stats).
+		mb.group, mb.id, mb.hash = g.id, strings.Clone(key), h
 		sh.insert(mb)
 	}
 	if mb.pending.Add(1) > 1 {

@@ -37,6 +37,13 @@ type job struct {
 	// try is the context of the latest attempt, stored before the token is
 	// armed; the deadline watcher and closePartition end it.
 	try atomic.Pointer[tryContext]
+	// own is the job's copy of a fetched record, its key, value and
+	// headers in one new allocation: the client's record points into its
+	// whole decompressed batch, which the job would keep alive as long as
+	// the record is unfinished, a batch per partition or more for every
+	// window. The copy is never reused: handlers may keep strings made
+	// from it (an aggregate ID as a map key), which must not change.
+	own kgo.Record
 	jobState
 }
 
@@ -87,6 +94,10 @@ var jobPool = sync.Pool{New: func() any { return new(job) }}
 func newJob(r *Receiver, p *partition, rec *kgo.Record, seq int64) *job {
 	j := jobPool.Get().(*job)
 	j.r, j.p, j.rec, j.seq = r, p, rec, seq
+	if p != r.local {
+		rec = j.copyRecord(rec)
+		j.rec = rec
+	}
 	j.msg = handler.Message{
 		Dispatcher: r.o.Dispatcher,
 		Service:    r.o.Service,
@@ -104,6 +115,37 @@ func newJob(r *Receiver, p *partition, rec *kgo.Record, seq int64) *job {
 		j.msg.AggregateID = unsafe.String(unsafe.SliceData(rec.Key), len(rec.Key))
 	}
 	return j
+}
+
+// copyRecord copies rec into the job's own record, its bytes into one new
+// allocation, and returns it.
+func (j *job) copyRecord(rec *kgo.Record) *kgo.Record {
+	n := len(rec.Key) + len(rec.Value)
+	for _, h := range rec.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	b := make([]byte, 0, n)
+	clone := func(s []byte) []byte {
+		if s == nil {
+			return nil
+		}
+		start := len(b)
+		b = append(b, s...)
+		return b[start:len(b):len(b)]
+	}
+	j.own = *rec
+	j.own.Key, j.own.Value = clone(rec.Key), clone(rec.Value)
+	j.own.Headers = nil
+	if len(rec.Headers) > 0 {
+		hs := make([]kgo.RecordHeader, len(rec.Headers))
+		for i, h := range rec.Headers {
+			start := len(b)
+			b = append(b, h.Key...)
+			hs[i] = kgo.RecordHeader{Key: unsafe.String(unsafe.SliceData(b[start:]), len(h.Key)), Value: clone(h.Value)}
+		}
+		j.own.Headers = hs
+	}
+	return &j.own
 }
 
 // The casts in headers and fillWow view a slice of one struct type as a
@@ -134,6 +176,7 @@ func (j *job) free() {
 	j.try.Store(nil)
 	ws := j.ws
 	j.jobState = jobState{}
+	j.own = kgo.Record{}
 	if ws != nil {
 		ws.pub = handler.Wow{} // no references into the record while pooled
 		clear(ws.events)
