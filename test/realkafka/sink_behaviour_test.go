@@ -94,24 +94,25 @@ func TestSlowSinkBoundedWindowAndMemory(t *testing.T) {
 // TestSlowSinkSixDispatchers is the same with six dispatchers reading the
 // topic, each its own consumer group and client: the memory budget is
 // shared, so the peak RSS should stay under 150 MB (it was 1.43 GB when
-// every client held its own 16 MiB of compressed fetches). Measured: 270
-// MB, the clients together holding about 110 MB of fetched records against
-// a 25.6 MB share: the budget does not yet hold with several clients on a
-// real broker (it does on kfake, see internal/receiver's memory test).
+// every client held its own 16 MiB of compressed fetches). Measured: 266
+// MB, the clients together holding about 105 MB of fetched records against
+// a 25.6 MB share although each was given a fetch limit of about 1.7 MiB:
+// they hold several times one fetch, and why is not found yet (on kfake
+// the budget holds, see internal/receiver's memory test).
 func TestSlowSinkSixDispatchers(t *testing.T) {
 	knownIssue(t, "six receivers buffer about four times their shared fetch budget on a real broker")
 	slowSink(t, false, 6)
 }
 
 // TestSlowSinkCompressibleValues is the same with events padded by 1000
-// copies of one digit, so that batches compress about 10:1 or more. The
-// client held one fetch of up to wow.kafka.fetch-max-bytes (16 MiB) of
-// compressed batches, about 97 MiB decompressed, and wowd's RSS peaked
-// near 250 MB. With the memory budget each receiver sizes its fetches from
-// the compression it observes; the target is 100 MB. Measured with the
-// budget: 89 MiB buffered, 230 MB RSS: the first fetch, sized before any
-// ratio was seen, stays buffered while the slow sink drains the window
-// (InitialRatio was raised to 16 since; not measured again).
+// copies of one digit, so that batches compress about 30:1. The client held
+// one fetch of up to wow.kafka.fetch-max-bytes (16 MiB) of compressed
+// batches, about 97 MiB decompressed, and wowd's RSS peaked near 250 MB.
+// With the memory budget each receiver sizes its fetches from the
+// compression it observes; the target is 100 MB. Measured: 216 MB, 89 MiB
+// buffered, and a fetch limit of 3 MiB: the ratio the receiver observed
+// (about 8, from kgo's batch metrics) is far below the 30 the buffered
+// bytes show, and why is not found yet.
 func TestSlowSinkCompressibleValues(t *testing.T) {
 	knownIssue(t, "prefetch memory still grows with the compression ratio on a real broker")
 	slowSink(t, true, 1)
