@@ -206,7 +206,7 @@ func TestPauseEndsWithItsAssignment(t *testing.T) {
 	r := h.receiver("g-pause-reassign", hd, 4) // span cap 16
 	testwait.For(t, 10*time.Second, "the span pause", func() bool { return r.Snapshot().PausedPartitions == 1 })
 	var once sync.Once
-	testHookDone = func(r *Receiver, p *partition, lifted bool) {
+	hook := func(r *Receiver, p *partition, lifted bool) {
 		if !lifted {
 			return
 		}
@@ -218,7 +218,8 @@ func TestPauseEndsWithItsAssignment(t *testing.T) {
 			r.onAssigned(context.Background(), r.cl, m)
 		})
 	}
-	t.Cleanup(func() { testHookDone = nil })
+	testHookDone.Store(&hook)
+	t.Cleanup(func() { testHookDone.Store(nil) })
 	(<-head).Done(nil)
 	testwait.For(t, 10*time.Second, "every record handled after the partition came back", func() bool {
 		mu.Lock()

@@ -158,8 +158,8 @@ func (r *Receiver) finished(p *partition, seq int64) {
 		}
 	}
 	p.mu.Unlock()
-	if testHookDone != nil {
-		testHookDone(r, p, lifted)
+	if hook := testHookDone.Load(); hook != nil {
+		(*hook)(r, p, lifted)
 	}
 	p.pending.Add(-1)
 	r.release()
@@ -167,7 +167,8 @@ func (r *Receiver) finished(p *partition, seq int64) {
 
 // testHookDone, when a test sets it, runs after finished updated a partition,
 // with whether the update lifted one of its pauses.
-var testHookDone func(r *Receiver, p *partition, lifted bool)
+// Atomic: a test sets it while workers of a running receiver read it.
+var testHookDone atomic.Pointer[func(r *Receiver, p *partition, lifted bool)]
 
 // forget detaches the job of seq from p's tracker without finishing the
 // record: the job was dropped and may be reused.

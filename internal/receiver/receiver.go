@@ -187,7 +187,7 @@ type Receiver struct {
 	routes map[string]*Route // o.Routes, addressable
 	groups []*executor.Group // the groups of the routes, each once
 	keyBuf []string          // scratch of the poll loop
-	// fetchMax is the fetch limit last given to the client (poll loop
+	// fetchMax is the fetch limit last given to the client (New, then the poll loop
 	// only; read by Snapshot through fetchMaxSeen).
 	fetchMax, fetchPart int32
 	fetchMaxSeen        atomic.Int32
@@ -320,6 +320,9 @@ func New(o Options) (*Receiver, error) {
 	maxBytes, _ := cl.OptValue(kgo.FetchMaxBytes).(int32)
 	maxPart, _ := cl.OptValue(kgo.FetchMaxPartitionBytes).(int32)
 	r.o.Fetch.Configure(maxBytes, maxPart)
+	// Now, not in the poll loop: the client may fetch as soon as it has
+	// joined, before the loop's first round runs.
+	r.fitFetch()
 	return r, nil
 }
 
