@@ -110,3 +110,49 @@ func produceWow(t *testing.T, c interface{ ListenAddrs() []string }, records int
 		}
 	}
 }
+
+// Six receivers of one budget, on a topic of 12 partitions with a handler
+// that takes 20 ms per message (so windows fill and drain, and partitions
+// pause and resume): what their clients hold together stays within the
+// budget's fetch share, plus a batch per receiver.
+func TestReceiversShareTheMemoryBudget(t *testing.T) {
+	const (
+		receivers = 6
+		records   = 30_000
+	)
+	c := newCluster(t, 12, testTopic)
+	produceWow(t, c, records)
+	h := harnessOn(t, c)
+	b, err := memory.New(32<<20, 10) // 3.3 MB for all six
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []*Receiver
+	for i := range receivers {
+		hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) {
+			time.AfterFunc(20*time.Millisecond, func() { ack.Done(nil) })
+		})
+		rs = append(rs, h.receiver(fmt.Sprintf("g-share-%d", i), hd, 256, func(o *Options) {
+			o.ClientOpts = append(o.ClientOpts, kgo.FetchMaxBytes(16<<20), kgo.FetchMaxPartitionBytes(1<<20))
+			o.Fetch = b.Join() // without: 16 MB held together
+		}))
+	}
+	var most int64
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		var sum int64
+		for _, r := range rs {
+			sum += r.Snapshot().BufferedBytes
+		}
+		most = max(most, sum)
+	}
+	for _, r := range rs {
+		stop(t, r)
+	}
+	t.Logf("six receivers held at most %d bytes of fetched records together; the share is %d", most, b.FetchBytes())
+	if bound := b.FetchBytes() + receivers*64<<10; most > bound {
+		t.Fatalf("six receivers held %d bytes of fetched records; the budget's share is %d (+ a batch each)", most, b.FetchBytes())
+	}
+	if most == 0 {
+		t.Fatal("nothing was ever buffered: the test did not load the receivers")
+	}
+}
