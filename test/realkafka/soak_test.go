@@ -190,9 +190,14 @@ func TestSoak(t *testing.T) {
 	producedFor := prod.stopped.Sub(runStart)
 	ends := e.endOffsets(topic)
 	records := sum(ends)
-	if records != prod.acked.Load() {
-		t.Errorf("end offsets add up to %d, the producer had %d records acknowledged: the topic holds duplicates or gaps of the producer's own",
-			records, prod.acked.Load())
+	switch acked, failed := prod.acked.Load(), prod.failed.Load(); {
+	case records < acked || records > acked+failed:
+		t.Errorf("end offsets add up to %d, the producer had %d records acknowledged and %d failed: the topic holds duplicates or gaps of the producer's own",
+			records, acked, failed)
+	case records > acked:
+		// Failed records can be written all the same (their
+		// acknowledgement was lost); the sink must get them like any.
+		t.Logf("%d of the producer's %d failed records were written all the same", records-acked, failed)
 	}
 	// A group that does not catch up is what the soak is for: report it
 	// with the rest instead of stopping here.
@@ -309,7 +314,26 @@ func TestSoak(t *testing.T) {
 
 	// The assertions.
 	if n := prod.failed.Load(); n > 0 {
-		t.Errorf("producer: %d records not acknowledged (first error: %v); the run did not get the load it claims", n, prod.firstErr())
+		// The test's own producer can lose records it cannot resend safely
+		// when the broker goes away under it (kgo fails an idempotent
+		// batch whose fate is unknown). That is the broker fault doing
+		// what it should, not wowd: tolerated when every failure came
+		// during the outage and they are under 1% of the load.
+		prod.errMu.Lock()
+		first, last := prod.firstFail, prod.lastFail
+		prod.errMu.Unlock()
+		inOutage := false
+		for _, fw := range faults {
+			if fw.kind == faultBroker && !first.Before(fw.start) && !last.After(fw.end.Add(soakBrokerAfter)) {
+				inOutage = true
+			}
+		}
+		if inOutage && float64(n) <= 0.01*float64(prod.issued.Load()) {
+			t.Logf("producer: %d records not acknowledged, all during the broker outage (first error: %v); the load is that much short", n, prod.firstErr())
+		} else {
+			t.Errorf("producer: %d records not acknowledged between %v and %v (first error: %v); the run did not get the load it claims",
+				n, first.Format(time.TimeOnly), last.Format(time.TimeOnly), prod.firstErr())
+		}
 	}
 	if lost > 0 {
 		t.Errorf("records lost: %d of %d never reached the sink nor the dead-letter topic, want 0; the first: %v", lost, records, lostList)
@@ -780,7 +804,8 @@ type soakProducer struct {
 
 	issued, acked, failed atomic.Int64
 	errMu                 sync.Mutex
-	err                   error // the first failure
+	err                   error     // the first failure
+	firstFail, lastFail   time.Time // when failures were reported
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -818,8 +843,9 @@ func startSoakProducer(t *testing.T, e *env, topic string) *soakProducer {
 				p.failed.Add(1)
 				p.errMu.Lock()
 				if p.err == nil {
-					p.err = err
+					p.err, p.firstFail = err, time.Now()
 				}
+				p.lastFail = time.Now()
 				p.errMu.Unlock()
 				return
 			}
