@@ -152,6 +152,9 @@ type Ingest struct {
 	// Listen is the ingest endpoint's host:port; "" serves it on the
 	// metrics listener.
 	Listen string
+	// TokenFile is the file of the bearer token requests must carry; ""
+	// requires none (allowed only on a loopback listener).
+	TokenFile string
 }
 
 // Log is wow.log.

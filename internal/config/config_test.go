@@ -341,6 +341,13 @@ func TestBadConfigs(t *testing.T) {
 			"wow.kafka.tls.key-file: required with wow.kafka.tls.cert-file",
 			":6:7: wow.kafka.tls.cert-file: set, but wow.kafka.tls.enabled is false",
 			"wow.kafka.sasl.password: required with wow.kafka.sasl.mechanism"}},
+		{"ingest-unauthenticated.yaml", 1, []string{
+			`wow.ingest.token-file: required: wow.ingest.listen "0.0.0.0:9465" is not loopback, so anyone who reaches it could publish; set wow.ingest.token-file`}},
+		{"ingest-on-public-metrics.yaml", 1, []string{
+			`wow.ingest.listen: required: ingest would be served on the metrics listener "0.0.0.0:9464", which is not loopback`,
+			"set wow.ingest.listen to an address of its own"}},
+		{"ingest-no-host.yaml", 1, []string{
+			`wow.ingest.token-file: required: wow.ingest.listen "[::]:9465" is not loopback`}},
 		{"syntax-error.yaml", 1, []string{"bad/syntax-error.yaml:3: did not find expected"}},
 		{"not-wow.yaml", 3, []string{":1:1: service: unknown key", "wow: required"}},
 		{"many-errors.yaml", 11, []string{
@@ -426,5 +433,61 @@ func TestNoContextsReportedOnce(t *testing.T) {
 		"  dispatchers: {d: {topics: [event], handler: {type: log}}}\n")
 	if len(errs.List) != 1 || errs.List[0].Path != "wow.contexts" {
 		t.Errorf("errors:\n%s\nwant only wow.contexts: required", errs)
+	}
+}
+
+// TestIngestListeners: ingest needs a bearer token off loopback, and is
+// served on the metrics listener only when that is loopback.
+func TestIngestListeners(t *testing.T) {
+	const head = "wow:\n  service: s\n  kafka:\n    bootstrap-servers: [k:9092]\n  contexts:\n    c:\n      aggregates: [a]\n" +
+		"  dispatchers:\n    d:\n      topics: [event]\n      handler: {type: log}\n"
+	tests := []struct {
+		name, metrics, listen, token, want string // want "": valid
+	}{
+		{"default metrics listener", "", "", "", ""},
+		{"loopback metrics listener", "127.0.0.2:9464", "", "", ""},
+		{"ipv6 loopback metrics listener", "'[::1]:9464'", "", "", ""},
+		{"localhost metrics listener", "localhost:9464", "", "", ""},
+		{"loopback own listener", "0.0.0.0:9464", "127.0.0.1:9465", "", ""},
+		{"localhost own listener", "0.0.0.0:9464", "LOCALHOST:9465", "", ""},
+		{"public own listener with a token", "0.0.0.0:9464", "0.0.0.0:9465", "/run/t", ""},
+		{"public own listener without a token", "0.0.0.0:9464", "10.0.0.1:9465", "", "wow.ingest.token-file: required"},
+		{"all interfaces without a token", "", ":9465", "", "wow.ingest.token-file: required"},
+		{"hostname without a token", "", "wowd.local:9465", "", "wow.ingest.token-file: required"},
+		{"public metrics listener", ":9464", "", "", "wow.ingest.listen: required: ingest would be served on the metrics listener"},
+		{"public metrics listener with a token", "0.0.0.0:9464", "", "/run/t", "wow.ingest.listen: required: ingest would be served on the metrics listener"},
+		{"no metrics listener", `""`, "", "", "wow.ingest.listen: required when wow.metrics.listen is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			y := head
+			if tt.metrics != "" {
+				y += "  metrics:\n    listen: " + tt.metrics + "\n"
+			}
+			y += "  ingest:\n    enabled: true\n"
+			if tt.listen != "" {
+				y += "    listen: " + tt.listen + "\n"
+			}
+			if tt.token != "" {
+				y += "    token-file: " + tt.token + "\n"
+			}
+			if tt.want == "" {
+				c := mustParse(t, y)
+				if c.Ingest.TokenFile != tt.token {
+					t.Errorf("token file %q", c.Ingest.TokenFile)
+				}
+				return
+			}
+			errs := parseErrors(t, y)
+			if !strings.Contains(errs.Error(), tt.want) || len(errs.List) != 1 {
+				t.Errorf("errors:\n%s\nwant exactly one, containing %q", errs, tt.want)
+			}
+		})
+	}
+	// Disabled, nothing is required of its listeners.
+	mustParse(t, head+"  metrics:\n    listen: 0.0.0.0:9464\n  ingest:\n    listen: 0.0.0.0:9465\n")
+	// The environment sets the token file too.
+	if c := mustParse(t, head+"  ingest:\n    enabled: true\n    listen: 0.0.0.0:9465\n", "WOW_INGEST_TOKEN_FILE=/run/t"); c.Ingest.TokenFile != "/run/t" {
+		t.Errorf("WOW_INGEST_TOKEN_FILE: %q", c.Ingest.TokenFile)
 	}
 }

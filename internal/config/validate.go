@@ -48,8 +48,8 @@ func (d *decoder) validate(c *Config) {
 	if c.Ingest.Listen != "" {
 		d.hostPort("wow.ingest.listen", c.Ingest.Listen, true)
 	}
-	if c.Ingest.Enabled && c.Ingest.Listen == "" && c.Metrics.Listen == "" {
-		d.errorf("wow.ingest.listen", "required when wow.metrics.listen is empty")
+	if c.Ingest.Enabled {
+		d.validateIngest(c)
 	}
 	d.oneOf("wow.log.level", c.Log.Level, "debug", "info", "warn", "error")
 	d.oneOf("wow.log.format", c.Log.Format, "json", "console")
@@ -71,6 +71,37 @@ func (d *decoder) validate(c *Config) {
 		d.errorf("wow.memory.fetch-percent", "must be 1 to 90, got %d", c.Memory.FetchPercent)
 	}
 	d.atLeast("wow.dev.partitions", c.Dev.Partitions, 1)
+}
+
+// validateIngest keeps the ingest endpoint, a write path into Kafka, from
+// being reachable by anyone: off loopback it needs a bearer token, and it
+// shares the metrics listener (which Prometheus and the probes reach from
+// outside) only when that listener is loopback.
+func (d *decoder) validateIngest(c *Config) {
+	in := c.Ingest
+	switch {
+	case in.Listen == "" && c.Metrics.Listen == "":
+		d.errorf("wow.ingest.listen", "required when wow.metrics.listen is empty")
+	case in.Listen == "" && !loopback(c.Metrics.Listen):
+		d.errorf("wow.ingest.listen", "required: ingest would be served on the metrics listener %q, which is not loopback, and ingest is only served there on loopback; set wow.ingest.listen to an address of its own (with wow.ingest.token-file unless it is loopback)", c.Metrics.Listen)
+	case in.Listen != "" && !loopback(in.Listen) && in.TokenFile == "":
+		d.errorf("wow.ingest.token-file", "required: wow.ingest.listen %q is not loopback, so anyone who reaches it could publish; set wow.ingest.token-file to a file holding a bearer token, or listen on 127.0.0.1", in.Listen)
+	}
+}
+
+// loopback reports whether a listen address (host:port) only accepts
+// connections from this machine: 127.0.0.0/8, ::1 or localhost. No host
+// means every interface.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (d *decoder) validateKafka(k *Kafka) {

@@ -140,6 +140,14 @@ func (rt *Daemon) buildIngest() error {
 		Contexts:    cfg.Contexts,
 		Producer:    cl,
 		Log:         rt.log.Named("ingest"),
+		Metrics:     rt.metrics.Ingest(),
+	}
+	if cfg.Ingest.TokenFile != "" {
+		tok, err := ingest.OpenTokenFile(cfg.Ingest.TokenFile, in.Log)
+		if err != nil {
+			return &ConfigError{Path: "wow.ingest.token-file", Err: err}
+		}
+		in.Token = tok
 	}
 	for _, r := range rt.receivers {
 		in.Receivers = append(in.Receivers, r)

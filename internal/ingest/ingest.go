@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/wow"
 )
@@ -69,6 +70,12 @@ type Ingest struct {
 	Receivers   []Receiver
 	Producer    Producer
 	Log         *zap.Logger
+	// Token, when set, is the bearer token every request must carry
+	// (wow.ingest.token-file); others are answered 401 before anything is
+	// read or published.
+	Token *TokenFile
+	// Metrics counts the answers; nil counts nothing.
+	Metrics *metrics.Ingest
 
 	mu       sync.Mutex    // guards stopping, requests, idle and quit
 	stopping bool          // refusing new requests
@@ -153,49 +160,71 @@ type response struct {
 	Error     string   `json:"error,omitempty"`
 }
 
-func reply(w http.ResponseWriter, status int, r response) {
+func (in *Ingest) reply(w http.ResponseWriter, status int, r response) {
+	in.Metrics.Count(outcome(status))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(r)
 }
 
+// outcome is the metrics outcome of an answer.
+func outcome(status int) metrics.IngestOutcome {
+	switch {
+	case status == http.StatusAccepted:
+		return metrics.IngestAccepted
+	case status == http.StatusUnauthorized:
+		return metrics.IngestUnauthorized
+	case status == http.StatusServiceUnavailable:
+		return metrics.IngestUnavailable
+	case status >= 500:
+		return metrics.IngestFailed
+	default:
+		return metrics.IngestRejected
+	}
+}
+
 // ServeHTTP handles POST /v1/messages/{kind}.
 func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if in.Token != nil && !in.Token.Allows(req) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="wowd ingest"`)
+		in.reply(w, http.StatusUnauthorized, response{Error: "a bearer token is required (Authorization: Bearer <token>); this one is missing or wrong"})
+		return
+	}
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		reply(w, http.StatusMethodNotAllowed, response{Error: "POST a Wow message"})
+		in.reply(w, http.StatusMethodNotAllowed, response{Error: "POST a Wow message"})
 		return
 	}
 	quit, ok := in.enter()
 	if !ok {
 		w.Header().Set("Retry-After", "5")
-		reply(w, http.StatusServiceUnavailable, response{Error: "wowd is stopping"})
+		in.reply(w, http.StatusServiceUnavailable, response{Error: "wowd is stopping"})
 		return
 	}
 	defer in.leave()
 	kind, err := handler.ParseKind(strings.TrimPrefix(req.URL.Path, Path))
 	if err != nil {
-		reply(w, http.StatusNotFound, response{Error: "POST " + Path + "command, event or state: " + err.Error()})
+		in.reply(w, http.StatusNotFound, response{Error: "POST " + Path + "command, event or state: " + err.Error()})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
 	if err != nil {
-		reply(w, http.StatusRequestEntityTooLarge, response{Error: fmt.Sprintf("reading the message: %v", err)})
+		in.reply(w, http.StatusRequestEntityTooLarge, response{Error: fmt.Sprintf("reading the message: %v", err)})
 		return
 	}
 	var m wow.Message
 	if err := m.Decode(kind, body); err != nil {
-		reply(w, http.StatusBadRequest, response{Error: err.Error()})
+		in.reply(w, http.StatusBadRequest, response{Error: err.Error()})
 		return
 	}
 	bc, ok := in.Contexts[m.ContextName]
 	if !ok || !contains(bc.Aggregates, m.AggregateName) {
-		reply(w, http.StatusUnprocessableEntity, response{Error: fmt.Sprintf("aggregate %s of context %s is not configured", m.AggregateName, m.ContextName)})
+		in.reply(w, http.StatusUnprocessableEntity, response{Error: fmt.Sprintf("aggregate %s of context %s is not configured", m.AggregateName, m.ContextName)})
 		return
 	}
 	marked, err := markLocalFirst(body)
 	if err != nil {
-		reply(w, http.StatusBadRequest, response{Error: err.Error()})
+		in.reply(w, http.StatusBadRequest, response{Error: err.Error()})
 		return
 	}
 	topic := wow.Topic(in.TopicPrefix, bc.Alias, m.AggregateName, kind)
@@ -227,7 +256,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if errors.Is(refused, receiver.ErrStopping) {
 			w.Header().Set("Retry-After", "5")
 		}
-		reply(w, http.StatusServiceUnavailable, response{Error: fmt.Sprintf("admitting: %v", refused)})
+		in.reply(w, http.StatusServiceUnavailable, response{Error: fmt.Sprintf("admitting: %v", refused)})
 		return
 	}
 
@@ -268,14 +297,14 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if err := res.FirstErr(); err != nil {
 		in.Log.Error("publishing an ingested message failed after it was admitted locally",
 			zap.String("topic", topic), zap.String("aggregate_id", m.AggregateID), zap.Int("handled_locally", handled), zap.Error(err))
-		reply(w, http.StatusBadGateway, response{Topic: topic, Admitted: len(admitted), Handled: handled,
+		in.reply(w, http.StatusBadGateway, response{Topic: topic, Admitted: len(admitted), Handled: handled,
 			Error: fmt.Sprintf("handled locally by %d of %d receivers, but publishing to %s failed (retry: it may be handled again): %v",
 				handled, wanted, topic, err)})
 		return
 	}
 	rec := res[0].Record
 	w.Header().Set("Location", topic+"/"+strconv.Itoa(int(rec.Partition))+"/"+strconv.FormatInt(rec.Offset, 10))
-	reply(w, http.StatusAccepted, response{Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
+	in.reply(w, http.StatusAccepted, response{Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
 		Admitted: len(admitted), Handled: handled, Marked: mark, HandledBy: handledBy})
 }
 

@@ -31,6 +31,7 @@ func Catalog() []Doc {
 	r.Timeout()
 	r.Panic()
 	r.Rewind()
+	m.Ingest().Count(IngestAccepted)
 	m.Executor(func() ExecutorSnapshot { return ExecutorSnapshot{} })
 	mfs, err := m.Registry.Gather()
 	if err != nil {

@@ -54,6 +54,7 @@ type Metrics struct {
 	rewinds         *prometheus.CounterVec
 	receivers       *receiverCollector
 	memoryLimit     prometheus.Gauge
+	ingest          *prometheus.CounterVec
 }
 
 // New returns metrics registered on a new registry, together with the Go
@@ -96,6 +97,10 @@ func New(version string) *Metrics {
 			Help: "Times the Kafka client rewound a partition because the broker reported records it had read as lost (truncated): the partition is delivered again from wow.kafka.start-offset.",
 		}, []string{"dispatcher", "context"}),
 		receivers: newReceiverCollector(),
+		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "ingest_requests_total",
+			Help: "Requests to the ingest endpoint by answer (outcome: accepted, unauthorized, rejected, unavailable, failed).",
+		}, []string{"outcome"}),
 		memoryLimit: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "memory_limit_bytes",
 			Help: "The process's memory budget (wow.memory.limit, or its default): the Go runtime's soft memory limit, of which wow.memory.fetch-percent is for fetched records.",
@@ -106,9 +111,50 @@ func New(version string) *Metrics {
 		Help: "Always 1; the version label names the running build.",
 	}, []string{"version"})
 	buildInfo.WithLabelValues(version).Set(1)
-	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.rewinds, m.receivers, m.memoryLimit, buildInfo,
+	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.rewinds, m.receivers, m.memoryLimit, m.ingest, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// IngestOutcome is the answer to an ingest request; the value of the outcome
+// label of wowd_ingest_requests_total.
+type IngestOutcome uint8
+
+// Ingest outcomes.
+const (
+	IngestAccepted     IngestOutcome = iota // 202: admitted and published
+	IngestUnauthorized                      // 401: no bearer token, or a wrong one (wow.ingest.token-file); nothing published
+	IngestRejected                          // another 4xx: not a POST, an unknown kind, too large, not a Wow message of a configured aggregate
+	IngestUnavailable                       // 503: stopping, or admitted nowhere
+	IngestFailed                            // 502: handled here, but the publish failed
+	numIngestOutcomes
+)
+
+var ingestOutcomeNames = [numIngestOutcomes]string{"accepted", "unauthorized", "rejected", "unavailable", "failed"}
+
+// String returns the label value.
+func (o IngestOutcome) String() string { return ingestOutcomeNames[o] }
+
+// Ingest counts the answers of the ingest endpoint. A nil *Ingest records
+// nothing.
+type Ingest struct {
+	outcomes [numIngestOutcomes]prometheus.Counter
+}
+
+// Ingest returns the ingest endpoint's instruments.
+func (m *Metrics) Ingest() *Ingest {
+	in := &Ingest{}
+	for o := range numIngestOutcomes {
+		in.outcomes[o] = m.ingest.WithLabelValues(o.String())
+	}
+	return in
+}
+
+// Count records one request answered with outcome o.
+func (in *Ingest) Count(o IngestOutcome) {
+	if in != nil {
+		in.outcomes[o].Inc()
+	}
 }
 
 // MemoryLimit records the process's memory budget.
