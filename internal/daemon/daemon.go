@@ -312,6 +312,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 		return nil, err
 	}
 	dlTopic := d.DeadLetter.Topic
+	fetch := rt.memory.Join()
 	r, err := receiver.New(receiver.Options{
 		Dispatcher:     dispatcher,
 		Context:        ctxName,
@@ -333,11 +334,12 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 			Topic:   func(src string) string { return strings.ReplaceAll(dlTopic, "{topic}", src) },
 		},
 		ClientOpts: opts,
-		Fetch:      rt.memory.Join(),
+		Fetch:      fetch,
 		Logger:     log,
 		Metrics:    rt.metrics,
 	})
 	if err != nil {
+		fetch.Leave() // the others' parts stay whole
 		return nil, fmt.Errorf("dispatcher %s, context %s: %w", dispatcher, ctxName, err)
 	}
 	return r, nil

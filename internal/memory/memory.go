@@ -58,10 +58,12 @@ const initialPerRecord = 128
 // records it may hold: Kafka returns whole batches anyway.
 const minPartitionFetch = 16 << 10
 
-// minFetch is the least a client's fetch is ever sized to: small enough
+// minFetch is the least a client's fetch is ever sized to (compressed):
+// Kafka returns the first batch of a fetch whole anyway, so it only keeps
+// fetches from carrying a record or two; small enough
 // for any budget, large enough that a fetch carries more than a handful of
 // records.
-const minFetch = 64 << 10
+const minFetch = 16 << 10
 
 // ParseSize reads a size: bytes as an integer, or with a unit (KiB, MiB,
 // GiB, or KB, MB, GB as powers of ten).
@@ -197,7 +199,7 @@ type Fetch struct {
 	maxBytes, maxPart int32         // configured upper bounds (Configure)
 	ratio             atomic.Uint64 // float64 bits: decompressed / compressed bytes of recent batches
 	perRecord         atomic.Uint64 // float64 bits: compressed bytes per record of recent batches; 0 before the first
-	perBatch          atomic.Uint64 // float64 bits: compressed bytes per batch of recent batches; 0 before the first
+	maxBatch          atomic.Int64  // the largest compressed batch read
 	left              atomic.Bool
 }
 
@@ -241,7 +243,12 @@ func (f *Fetch) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.
 			break
 		}
 	}
-	average(&f.perBatch, float64(m.CompressedBytes))
+	for b := int64(m.CompressedBytes); ; {
+		old := f.maxBatch.Load()
+		if b <= old || f.maxBatch.CompareAndSwap(old, b) {
+			break
+		}
+	}
 	if m.NumRecords > 0 {
 		average(&f.perRecord, float64(m.CompressedBytes)/float64(m.NumRecords))
 	}
@@ -290,11 +297,12 @@ func (f *Fetch) Limits(brokers, partitionRecords int) (maxBytes, maxPartitionByt
 		pr = initialPerRecord
 	}
 	if partitionRecords > 0 {
-		// Never below two batches: Kafka returns a partition's batch whole
-		// or not at all (unless it comes first in the response), so a
-		// limit below the batch size would starve the partition.
-		batch := math.Float64frombits(f.perBatch.Load())
-		p = min(p, max(minPartitionFetch, int64(2*pr*float64(partitionRecords)), int64(2*batch)))
+		// Never below twice the largest batch seen: Kafka returns a
+		// partition's batch whole or not at all (unless it comes first in
+		// the response), so a limit below a batch's size holds the
+		// partition back until it comes first. A batch larger than any
+		// seen before still waits for that (see docs/operations.md).
+		p = min(p, max(minPartitionFetch, int64(2*pr*float64(partitionRecords)), 2*f.maxBatch.Load()))
 	}
 	return int32(n), int32(p)
 }

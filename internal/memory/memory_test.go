@@ -190,11 +190,10 @@ func TestPartitionLimitFollowsTheRecordsAPartitionMayHold(t *testing.T) {
 	if _, part := f.Limits(1, 4000); part != 1<<20 {
 		t.Fatalf("partition limit %d; want the configured %d", part, 1<<20)
 	}
-	// Tiny records: never below two batches (the average of 60,000 and
-	// 1,000 bytes moved by an eighth: 52,625).
+	// Tiny records: never below twice the largest batch seen (60,000).
 	f.OnFetchBatchRead(kgo.BrokerMetadata{}, "t", 0, kgo.FetchBatchMetrics{NumRecords: 1000, CompressedBytes: 1000, UncompressedBytes: 8000})
-	if _, part := f.Limits(1, 10); part != 2*52625 {
-		t.Fatalf("partition limit %d for a few tiny records in 52 KB batches; want two batches, %d", part, 2*52625)
+	if _, part := f.Limits(1, 10); part != 2*60000 {
+		t.Fatalf("partition limit %d for a few tiny records after a 60 KB batch; want twice that, %d", part, 2*60000)
 	}
 	g := Unbudgeted()
 	g.Configure(16<<20, 1<<20)

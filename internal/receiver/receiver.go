@@ -317,8 +317,14 @@ func New(o Options) (*Receiver, error) {
 		return nil, fmt.Errorf("kafka client for %s/%s: %w", o.Dispatcher, o.Context, err)
 	}
 	r.cl = cl
-	maxBytes, _ := cl.OptValue(kgo.FetchMaxBytes).(int32)
-	maxPart, _ := cl.OptValue(kgo.FetchMaxPartitionBytes).(int32)
+	maxBytes, ok := cl.OptValue(kgo.FetchMaxBytes).(int32)
+	if !ok || maxBytes <= 0 {
+		maxBytes = 50 << 20 // kgo's default
+	}
+	maxPart, ok := cl.OptValue(kgo.FetchMaxPartitionBytes).(int32)
+	if !ok || maxPart <= 0 {
+		maxPart = 1 << 20 // kgo's default
+	}
 	r.o.Fetch.Configure(maxBytes, maxPart)
 	// Now, not in the poll loop: the client may fetch as soon as it has
 	// joined, before the loop's first round runs.
