@@ -10,7 +10,7 @@ HELM_VERSION ?= v3.22.0
 SEEDS ?= 200
 SOAK ?= 10m
 
-.PHONY: help build run dev test test-unit sim soak bench bench-e2e docs docker tools clean bench-http
+.PHONY: help build run dev test test-unit sim soak bench bench-e2e docs docker tools clean bench-http bench-kafka bench-latency
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -71,3 +71,14 @@ bench-http: ## the http sink against a sequential per-partition pusher, a 5 ms s
 	  bin/handlers.test -test.run '^$$' -test.bench 'HTTPSink' -test.benchtime 10000x; \
 	done | tee bench-http.txt
 	go run ./internal/executor/benchratio < bench-http.txt
+
+BENCH_KAFKA_COUNT ?= 3
+BENCH_KAFKA_ARGS ?=
+
+bench-kafka: build ## wowd (format raw, wow) against a plain franz-go consumer, as processes on a real broker
+	go build -o bin/benchkafka ./test/benchkafka
+	bin/benchkafka throughput -wowd bin/wowd -rounds $(BENCH_KAFKA_COUNT) $(BENCH_KAFKA_ARGS)
+
+bench-latency: build ## broker-to-HTTP-sink p50/p99 at 1,000 msg/s, wowd against plain franz-go, real broker
+	go build -o bin/benchkafka ./test/benchkafka
+	bin/benchkafka latency -wowd bin/wowd -rounds $(BENCH_KAFKA_COUNT) $(BENCH_KAFKA_ARGS)
