@@ -144,7 +144,22 @@ type Handler struct {
 // Metrics is wow.metrics.
 type Metrics struct {
 	Listen string // host:port of /metrics, /healthz and /readyz; "" disables
+	TLS    ListenerTLS
 }
+
+// ListenerTLS is the TLS of one of wowd's own listeners (wow.metrics.tls,
+// wow.ingest.tls): PEM files, read again when they change. No cert-file
+// means plain HTTP. Its fields are those of tlsconf.Files.
+type ListenerTLS struct {
+	CertFile string
+	KeyFile  string
+	// ClientCAFile, when set, requires every client to present a
+	// certificate signed by one of its CAs (mutual TLS).
+	ClientCAFile string
+}
+
+// Enabled reports whether the listener serves TLS.
+func (t ListenerTLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" }
 
 // Ingest configures the local-first ingest endpoint.
 type Ingest struct {
@@ -153,8 +168,10 @@ type Ingest struct {
 	// metrics listener.
 	Listen string
 	// TokenFile is the file of the bearer token requests must carry; ""
-	// requires none (allowed only on a loopback listener).
+	// requires none (allowed only on a loopback listener or with mutual TLS).
 	TokenFile string
+	// TLS is the TLS of the ingest endpoint's own listener.
+	TLS ListenerTLS
 }
 
 // Log is wow.log.

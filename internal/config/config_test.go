@@ -491,3 +491,53 @@ func TestIngestListeners(t *testing.T) {
 		t.Errorf("WOW_INGEST_TOKEN_FILE: %q", c.Ingest.TokenFile)
 	}
 }
+
+// TestListenerTLS: the TLS keys of wowd's own listeners come in pairs, a
+// client CA needs a certificate, and mutual TLS authenticates ingest off
+// loopback as a token file does.
+func TestListenerTLS(t *testing.T) {
+	const head = "wow:\n  service: s\n  kafka:\n    bootstrap-servers: [k:9092]\n  contexts:\n    c:\n      aggregates: [a]\n" +
+		"  dispatchers:\n    d:\n      topics: [event]\n      handler: {type: log}\n"
+	tests := []struct {
+		name, yaml string
+		want       []string // nil: valid
+	}{
+		{"metrics TLS", "  metrics:\n    listen: 0.0.0.0:9464\n    tls: {cert-file: /c, key-file: /k, client-ca-file: /ca}\n", nil},
+		{"metrics cert without key", "  metrics:\n    tls: {cert-file: /c}\n",
+			[]string{"wow.metrics.tls.key-file: required with wow.metrics.tls.cert-file"}},
+		{"metrics key without cert", "  metrics:\n    tls: {key-file: /k}\n",
+			[]string{"wow.metrics.tls.cert-file: required with wow.metrics.tls.key-file"}},
+		{"client CA alone", "  metrics:\n    tls: {client-ca-file: /ca}\n",
+			[]string{"wow.metrics.tls.cert-file: required with wow.metrics.tls.client-ca-file"}},
+		{"metrics TLS without a listener", "  metrics:\n    listen: ''\n    tls: {cert-file: /c, key-file: /k}\n",
+			[]string{"wow.metrics.tls.cert-file: set, but wow.metrics.listen is empty"}},
+		{"public ingest with mutual TLS", "  ingest:\n    enabled: true\n    listen: 0.0.0.0:9465\n    tls: {cert-file: /c, key-file: /k, client-ca-file: /ca}\n", nil},
+		{"public ingest with TLS but no client CA", "  ingest:\n    enabled: true\n    listen: 0.0.0.0:9465\n    tls: {cert-file: /c, key-file: /k}\n",
+			[]string{"wow.ingest.token-file: required", "or wow.ingest.tls.client-ca-file (with cert-file and key-file)"}},
+		{"public ingest with a client CA but no certificate", "  ingest:\n    enabled: true\n    listen: 0.0.0.0:9465\n    tls: {client-ca-file: /ca}\n",
+			[]string{"wow.ingest.tls.cert-file: required with wow.ingest.tls.client-ca-file"}},
+		{"ingest TLS on the metrics listener", "  ingest:\n    enabled: true\n    token-file: /t\n    tls: {cert-file: /c, key-file: /k}\n",
+			[]string{"wow.ingest.tls: set, but ingest has no listener of its own", "wow.metrics.tls"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.want == nil {
+				mustParse(t, head+tt.yaml)
+				return
+			}
+			errs := parseErrors(t, head+tt.yaml)
+			for _, w := range tt.want {
+				if !strings.Contains(errs.Error(), w) {
+					t.Errorf("errors:\n%s\nwant one containing %q", errs, w)
+				}
+			}
+			if len(errs.List) != 1 {
+				t.Errorf("errors:\n%s\nwant exactly one", errs)
+			}
+		})
+	}
+	c := mustParse(t, head, "WOW_INGEST_TLS_CLIENT_CA_FILE=/ca", "WOW_INGEST_TLS_CERT_FILE=/c", "WOW_INGEST_TLS_KEY_FILE=/k", "WOW_INGEST_LISTEN=127.0.0.1:1")
+	if want := (config.ListenerTLS{CertFile: "/c", KeyFile: "/k", ClientCAFile: "/ca"}); c.Ingest.TLS != want {
+		t.Errorf("ingest TLS from the environment: %+v, want %+v", c.Ingest.TLS, want)
+	}
+}

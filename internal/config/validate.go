@@ -45,8 +45,16 @@ func (d *decoder) validate(c *Config) {
 	if c.Metrics.Listen != "" {
 		d.hostPort("wow.metrics.listen", c.Metrics.Listen, true)
 	}
+	d.listenerTLS("wow.metrics", c.Metrics.Listen != "", c.Metrics.TLS)
 	if c.Ingest.Listen != "" {
 		d.hostPort("wow.ingest.listen", c.Ingest.Listen, true)
+	}
+	if c.Ingest.TLS.Enabled() || c.Ingest.TLS.ClientCAFile != "" {
+		if c.Ingest.Listen == "" {
+			d.errorf("wow.ingest.tls", "set, but ingest has no listener of its own (wow.ingest.listen is empty): it is served on the metrics listener, whose TLS is wow.metrics.tls")
+		} else {
+			d.listenerTLS("wow.ingest", true, c.Ingest.TLS)
+		}
 	}
 	if c.Ingest.Enabled {
 		d.validateIngest(c)
@@ -84,8 +92,24 @@ func (d *decoder) validateIngest(c *Config) {
 		d.errorf("wow.ingest.listen", "required when wow.metrics.listen is empty")
 	case in.Listen == "" && !loopback(c.Metrics.Listen):
 		d.errorf("wow.ingest.listen", "required: ingest would be served on the metrics listener %q, which is not loopback, and ingest is only served there on loopback; set wow.ingest.listen to an address of its own (with wow.ingest.token-file unless it is loopback)", c.Metrics.Listen)
-	case in.Listen != "" && !loopback(in.Listen) && in.TokenFile == "":
-		d.errorf("wow.ingest.token-file", "required: wow.ingest.listen %q is not loopback, so anyone who reaches it could publish; set wow.ingest.token-file to a file holding a bearer token, or listen on 127.0.0.1", in.Listen)
+	case in.Listen != "" && !loopback(in.Listen) && in.TokenFile == "" && in.TLS.ClientCAFile == "":
+		d.errorf("wow.ingest.token-file", "required: wow.ingest.listen %q is not loopback, so anyone who reaches it could publish; set wow.ingest.token-file to a file holding a bearer token, or wow.ingest.tls.client-ca-file (with cert-file and key-file) to require client certificates, or listen on 127.0.0.1", in.Listen)
+	}
+}
+
+// listenerTLS checks the TLS keys under prefix (wow.metrics, wow.ingest, …)
+// of a listener, which listens when listening is true.
+func (d *decoder) listenerTLS(prefix string, listening bool, t ListenerTLS) {
+	p := prefix + ".tls."
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		d.errorf(p+"key-file", "required with %scert-file", p)
+	case t.KeyFile != "" && t.CertFile == "":
+		d.errorf(p+"cert-file", "required with %skey-file", p)
+	case t.ClientCAFile != "" && t.CertFile == "":
+		d.errorf(p+"cert-file", "required with %sclient-ca-file: client certificates are asked for in a TLS handshake, which needs the listener's own certificate", p)
+	case t.CertFile != "" && !listening:
+		d.errorf(p+"cert-file", "set, but %s.listen is empty: there is no listener", prefix)
 	}
 }
 

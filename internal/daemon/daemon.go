@@ -31,6 +31,7 @@ import (
 	"github.com/wowd/wowd/internal/memory"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/receiver"
+	"github.com/wowd/wowd/internal/tlsconf"
 	"github.com/wowd/wowd/internal/wow"
 )
 
@@ -97,10 +98,18 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 		return nil, err
 	}
 	if cfg.Metrics.Listen != "" {
+		tc, err := listenerTLS("wow.metrics.tls", cfg.Metrics.TLS, rt.log.Named("metrics"))
+		if err != nil {
+			rt.abort()
+			return nil, err
+		}
 		srv, err := metrics.NewServer(cfg.Metrics.Listen, rt.metrics, rt.Ready)
 		if err != nil {
 			rt.abort()
 			return nil, fmt.Errorf("wow.metrics.listen: %w", err)
+		}
+		if tc != nil {
+			srv.UseTLS(tc.Config())
 		}
 		rt.server = srv
 	}
@@ -157,15 +166,35 @@ func (rt *Daemon) buildIngest() error {
 		rt.server.Handle(ingest.Path, in) // validated: metrics listen is set
 		return nil
 	}
+	tc, err := listenerTLS("wow.ingest.tls", cfg.Ingest.TLS, in.Log)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Ingest.Listen)
 	if err != nil {
 		return fmt.Errorf("wow.ingest.listen: %w", err)
+	}
+	if tc != nil {
+		ln = tc.Listen(ln)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(ingest.Path, in)
 	rt.ingestLn = ln
 	rt.ingestServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return nil
+}
+
+// listenerTLS opens the TLS files of a listener, configured under key; it
+// returns nil when the listener serves plain HTTP.
+func listenerTLS(key string, t config.ListenerTLS, log *zap.Logger) (*tlsconf.Reloader, error) {
+	if !t.Enabled() {
+		return nil, nil
+	}
+	r, err := tlsconf.New(tlsconf.Files(t), log)
+	if err != nil {
+		return nil, &ConfigError{Path: key, Err: err}
+	}
+	return r, nil
 }
 
 // IngestAddr returns the address of the ingest endpoint's own listener, or "".

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -56,6 +57,10 @@ func NewServer(listen string, m *Metrics, ready Check) (*Server, error) {
 
 // Addr returns the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// UseTLS makes the server speak TLS with cfg (see internal/tlsconf). Call
+// it before Start.
+func (s *Server) UseTLS(cfg *tls.Config) { s.ln = tls.NewListener(s.ln, cfg) }
 
 // Handle adds a handler on the same listener (for example an ingest
 // endpoint). Call it before Start.
