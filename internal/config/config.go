@@ -1,11 +1,30 @@
 // Package config loads, validates and prints the wowd configuration: a YAML
-// file whose settings live under the top-level key `wow`, overridden by
-// WOW_* environment variables.
+// file whose settings live under the top-level key `wow`.
 //
-// Decoding is strict (an unknown key is an error), defaults and descriptions
-// of the fixed keys are defined once in keys.go, and every problem found is
-// reported at once in an [*Errors], each with its key path and, when known,
-// its position in the file.
+// Values come from four layers, each over the one before: the defaults
+// (keys.go), the file, the WOW_* environment variables (the fixed keys
+// outside contexts and dispatchers), and --set key=value arguments (any
+// key, Helm's syntax in its simple cases). [Origins] tells which layer gave
+// each value; `wowd config print` shows it.
+//
+// Decoding is strict (an unknown key is an error, with the closest known
+// key), defaults and descriptions of the fixed keys are defined once in
+// keys.go, and every problem found is reported at once in an [*Errors],
+// each with its key path and, when known, its position in the file or the
+// variable or --set pair that set it.
+//
+// Why the layers are merged here and not by viper, which the command line
+// uses for --config and WOWD_CONFIG: viper folds keys to lower case, and
+// dispatcher and context names are case-sensitive (a context's name is its
+// topic alias); it decodes the file to plain maps, so an unknown or
+// mistyped key could no longer be reported at its line and column; it
+// reads the environment of the process only, where wowd's tests and
+// `wowd config validate` pass one explicitly; and its WatchConfig goroutine
+// cannot be stopped (and exits the process when a watcher cannot be made).
+// So --set pairs are written into the parsed YAML document before the one
+// strict decoding, the environment is applied to the decoded values, and
+// the daemon watches the file with fsnotify itself (internal/daemon).
+// [Changes] tells a reload which changed keys apply while running.
 package config
 
 import (
@@ -220,14 +239,30 @@ func Default() Config {
 	return c
 }
 
+// Sources are the layers over the file, by increasing precedence.
+type Sources struct {
+	// Env holds the environment, in the form of os.Environ; its WOW_*
+	// variables override the file.
+	Env []string
+	// Set holds --set arguments (key=value pairs, see parseSets); they
+	// override the file and the environment.
+	Set []string
+}
+
 // Load reads the YAML file at path and returns the effective configuration:
 // see [Parse]. A file that cannot be read is reported as a plain error.
 func Load(path string, reg *handler.Registry, env []string) (*Config, error) {
+	c, _, err := LoadSources(path, reg, Sources{Env: env})
+	return c, err
+}
+
+// LoadSources is [Load] with every layer: see [ParseSources].
+func LoadSources(path string, reg *handler.Registry, src Sources) (*Config, *Origins, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	return Parse(data, path, reg, env)
+	return ParseSources(data, path, reg, src)
 }
 
 // Parse decodes data, a YAML document with the top-level key `wow`,
@@ -236,19 +271,32 @@ func Load(path string, reg *handler.Registry, env []string) (*Config, error) {
 // means handler.Default()) and validates the result. Every problem is
 // reported at once in an *Errors naming the file name.
 func Parse(data []byte, name string, reg *handler.Registry, env []string) (*Config, error) {
+	c, _, err := ParseSources(data, name, reg, Sources{Env: env})
+	return c, err
+}
+
+// ParseSources is [Parse] with every layer: the --set arguments of src are
+// written into the document before it is decoded, so they are checked as
+// strictly as the file (an unknown key is named, with the closest known
+// one); the environment does not override what they set. The Origins say
+// where each value came from.
+func ParseSources(data []byte, name string, reg *handler.Registry, src Sources) (*Config, *Origins, error) {
 	if reg == nil {
 		reg = handler.Default()
 	}
 	d := newDecoder(reg)
+	sets, errs := parseSets(src.Set)
+	d.sets = sets
+	d.errs = append(d.errs, errs...)
 	c := Default()
 	if d.decodeDocument(data, &c) {
-		d.applyEnv(&c, env)
+		d.applyEnv(&c, src.Env)
 		d.metadata(&c, name)
 		d.complete(&c)
 		d.validate(&c)
 	}
 	if len(d.errs) > 0 {
-		return nil, d.errors(name)
+		return nil, nil, d.errors(name)
 	}
-	return &c, nil
+	return &c, &Origins{file: name, pos: d.pos, env: d.env, set: d.set, metadata: c.Metadata != ""}, nil
 }

@@ -25,6 +25,8 @@ type decoder struct {
 	reg  *handler.Registry
 	pos  map[string]position // key path (or list item) → where it is in the file
 	env  map[string]string   // key path → the variable that set it
+	set  map[string]string   // key path → the --set pair that set it
+	sets []setting           // the --set pairs, written into the document
 	bad  map[string]bool     // key paths whose value could not be decoded
 	errs []Error
 }
@@ -34,6 +36,7 @@ func newDecoder(reg *handler.Registry) *decoder {
 		reg: reg,
 		pos: map[string]position{},
 		env: map[string]string{},
+		set: map[string]string{},
 		bad: map[string]bool{},
 	}
 }
@@ -48,7 +51,7 @@ func (d *decoder) errorf(path, format string, args ...any) {
 		}
 	}
 	e := Error{Path: path, Msg: fmt.Sprintf(format, args...)}
-	if v := d.envSource(path); v != "" {
+	if v := d.source(path); v != "" {
 		e.Msg += " (set by " + v + ")"
 	} else {
 		for p := path; p != ""; p = parent(p) {
@@ -67,13 +70,29 @@ func (d *decoder) fail(path, format string, args ...any) {
 	d.bad[path] = true
 }
 
-func (d *decoder) envSource(path string) string {
+// source names the environment variable or --set pair that set path or an
+// ancestor of it; "" when the file did.
+func (d *decoder) source(path string) string {
 	for p := path; p != ""; p = parent(p) {
+		if v, ok := d.set[p]; ok {
+			return "--set " + v
+		}
 		if v, ok := d.env[p]; ok {
 			return v
 		}
 	}
 	return ""
+}
+
+// setCovers reports whether a --set pair set path, a part of it or an
+// ancestor: the environment does not override it.
+func (d *decoder) setCovers(path string) bool {
+	for k := range d.set {
+		if k == path || strings.HasPrefix(k, path+"[") || strings.HasPrefix(k, path+".") || strings.HasPrefix(path, k+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // parent strips the last element of a key path: a list index or a key.
@@ -138,6 +157,7 @@ func (d *decoder) decodeDocument(data []byte, c *Config) bool {
 			Msg: "expected a mapping with the key wow, got " + describe(root)})
 		return false
 	}
+	d.applySets(root, d.sets)
 	var wow *yaml.Node
 	d.eachKey("", root, func(key, path string, v *yaml.Node) {
 		if key == "wow" {
@@ -264,19 +284,53 @@ func childNames[T any](fields []field[T], rel string) []string {
 	return names
 }
 
-// unknownKey reports key, suggesting the known key it resembles when it
-// differs only in case, dashes or underscores.
+// unknownKey reports key, suggesting the known key closest to it.
 func (d *decoder) unknownKey(path, key string, known []string) {
+	if k := closest(key, known); k != "" {
+		d.errorf(path, "unknown key (did you mean %q?)", k)
+		return
+	}
+	d.errorf(path, "unknown key")
+}
+
+// closest returns the known key that key resembles: the same but for case,
+// dashes and underscores, else the nearest within a few typing mistakes
+// (edit distance at most 2, or a third of the key's length); "" when none.
+func closest(key string, known []string) string {
 	norm := func(s string) string {
 		return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(s))
 	}
+	best, bestDist := "", max(2, len(key)/3)+1
 	for _, k := range known {
 		if norm(k) == norm(key) {
-			d.errorf(path, "unknown key (did you mean %q?)", k)
-			return
+			return k
+		}
+		if dist := editDistance(key, k); dist < bestDist {
+			best, bestDist = k, dist
 		}
 	}
-	d.errorf(path, "unknown key")
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // value decodes the scalar or list n into the field p points to.
@@ -427,7 +481,7 @@ func (d *decoder) applyEnv(c *Config, env []string) {
 		}
 		name, path := envName(f.name), "wow."+f.name
 		v := vars[name]
-		if v == "" {
+		if v == "" || d.setCovers(path) {
 			continue
 		}
 		if err := setText(f.ptr(c), v); err != nil {

@@ -140,6 +140,13 @@ var configFields = []field[Config]{
 		ptr: func(c *Config) any { return &c.Dev.Demo }},
 }
 
+// reloadFields are the fixed keys a running wowd applies when the file
+// changes (see Changes); a change of any other needs a restart. Handler
+// keys are marked with the tag reload:"true" instead.
+var reloadFields = map[string]bool{
+	"log.level": true,
+}
+
 // contextFields are the keys of one entry of wow.contexts.
 var contextFields = []field[Context]{
 	{name: "alias", defDoc: "the context name", desc: "Name of the context in topic names; may contain dots.",
@@ -190,6 +197,7 @@ type KeyDoc struct {
 	Default     string // empty when there is none
 	Description string
 	Env         string // the overriding environment variable, if any
+	Reload      bool   // applied while running when the file changes
 }
 
 // Keys describes every fixed key, in file order. The per-handler keys are
@@ -220,6 +228,7 @@ func keyDoc[T any](path string, f field[T]) KeyDoc {
 		k.Type = typeName(f.ptr(&zero))
 		if _, ok := any(zero).(Config); ok {
 			k.Env = envName(f.name)
+			k.Reload = reloadFields[f.name]
 		}
 	}
 	if k.Default == "" {

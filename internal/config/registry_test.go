@@ -10,7 +10,7 @@ import (
 
 type httpConfig struct {
 	URL     string            `config:"url" required:"true" desc:"Where to POST messages."`
-	Timeout time.Duration     `config:"request-timeout" desc:"Per-request timeout."`
+	Timeout time.Duration     `config:"request-timeout" reload:"true" desc:"Per-request timeout."`
 	Headers map[string]string `config:"headers" desc:"Extra request headers."`
 	Token   string            `config:"token" secret:"true" desc:"Bearer token."`
 }

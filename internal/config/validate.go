@@ -377,8 +377,10 @@ func (d *decoder) knownHandlers() string {
 // the handler key it names.
 func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]any, err error) {
 	keys := map[string]bool{}
+	var known []string // the handler's keys, for suggestions
 	for _, f := range handlerconfig.Fields(spec) {
 		keys[f.Name] = true
+		known = append(known, f.Name)
 	}
 	for k := range raw {
 		keys[k] = true
@@ -390,7 +392,7 @@ func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]a
 	for _, e := range problems {
 		var uk *handlerconfig.UnknownKeyError
 		if errors.As(e, &uk) {
-			d.errorf(path+"."+uk.Key, "unknown key")
+			d.unknownKey(path+"."+uk.Key, uk.Key, known)
 			continue
 		}
 		if de, ok := e.(*mapstructure.DecodeError); ok {
@@ -401,7 +403,7 @@ func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]a
 			msg := de.Unwrap().Error()
 			if list, ok := strings.CutPrefix(msg, "has invalid keys: "); ok {
 				for _, k := range strings.Split(list, ", ") {
-					d.errorf(at+"."+k, "unknown key")
+					d.unknownKey(at+"."+k, k, known)
 				}
 				continue
 			}

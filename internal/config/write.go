@@ -24,20 +24,34 @@ const mask = "******"
 // marked Secret in reg (nil means handler.Default()). Handlers are written
 // from their decoded configuration, defaults included.
 func (c *Config) WriteYAML(w io.Writer, reg *handler.Registry) error {
-	if reg == nil {
-		reg = handler.Default()
-	}
-	wow, err := encodeFields(configFields, c, func(name string) (*yaml.Node, error) {
-		if name == "contexts" {
-			return c.contextsNode()
-		}
-		return c.dispatchersNode(reg)
-	})
+	root, err := c.tree(reg, true)
 	if err != nil {
 		return err
 	}
+	return encode(w, root)
+}
+
+// tree returns the effective configuration as a YAML document, its secrets
+// masked when mask is set.
+func (c *Config) tree(reg *handler.Registry, mask bool) (*yaml.Node, error) {
+	if reg == nil {
+		reg = handler.Default()
+	}
+	wow, err := encodeFields(configFields, c, mask, func(name string) (*yaml.Node, error) {
+		if name == "contexts" {
+			return c.contextsNode()
+		}
+		return c.dispatchersNode(reg, mask)
+	})
+	if err != nil {
+		return nil, err
+	}
 	root := mappingNode()
 	addPair(root, "wow", wow)
+	return root, nil
+}
+
+func encode(w io.Writer, root *yaml.Node) error {
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(root); err != nil {
@@ -50,7 +64,7 @@ func (c *Config) contextsNode() (*yaml.Node, error) {
 	m := mappingNode()
 	for _, name := range slices.Sorted(maps.Keys(c.Contexts)) {
 		ctx := c.Contexts[name]
-		n, err := encodeFields(contextFields, &ctx, nil)
+		n, err := encodeFields(contextFields, &ctx, true, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -59,15 +73,15 @@ func (c *Config) contextsNode() (*yaml.Node, error) {
 	return m, nil
 }
 
-func (c *Config) dispatchersNode(reg *handler.Registry) (*yaml.Node, error) {
+func (c *Config) dispatchersNode(reg *handler.Registry, mask bool) (*yaml.Node, error) {
 	m := mappingNode()
 	for _, name := range slices.Sorted(maps.Keys(c.Dispatchers)) {
 		disp := c.Dispatchers[name]
-		n, err := encodeFields(dispatcherFields, &disp, nil)
+		n, err := encodeFields(dispatcherFields, &disp, mask, nil)
 		if err != nil {
 			return nil, err
 		}
-		if err := handlerFields(child(n, "handler"), disp.Handler, reg); err != nil {
+		if err := handlerFields(child(n, "handler"), disp.Handler, reg, mask); err != nil {
 			return nil, fmt.Errorf("dispatcher %q: %w", name, err)
 		}
 		addPair(m, name, n)
@@ -77,7 +91,7 @@ func (c *Config) dispatchersNode(reg *handler.Registry) (*yaml.Node, error) {
 
 // encodeFields encodes v as a mapping following its fields table; special
 // encodes the entries without ptr.
-func encodeFields[T any](fields []field[T], v *T, special func(name string) (*yaml.Node, error)) (*yaml.Node, error) {
+func encodeFields[T any](fields []field[T], v *T, mask bool, special func(name string) (*yaml.Node, error)) (*yaml.Node, error) {
 	root := mappingNode()
 	for _, f := range fields {
 		var val *yaml.Node
@@ -91,7 +105,7 @@ func encodeFields[T any](fields []field[T], v *T, special func(name string) (*ya
 			if f.omitEmpty && reflect.ValueOf(p).Elem().IsZero() {
 				continue
 			}
-			val = fieldNode(p, f.secret)
+			val = fieldNode(p, f.secret && mask)
 		}
 		keys := strings.Split(f.name, ".")
 		m := root
@@ -128,14 +142,14 @@ func fieldNode(p any, secret bool) *yaml.Node {
 
 // handlerFields adds the configuration of h to its mapping m: the decoded
 // value when it is a struct (defaults included), otherwise the raw keys.
-func handlerFields(m *yaml.Node, h Handler, reg *handler.Registry) error {
+func handlerFields(m *yaml.Node, h Handler, reg *handler.Registry, mask bool) error {
 	spec, ok := reg.Lookup(h.Type)
 	if !ok {
 		return fmt.Errorf("unknown handler type %q: cannot tell its secrets", h.Type)
 	}
 	secret := map[string]bool{}
 	for _, f := range handlerconfig.Fields(spec) {
-		if f.Secret {
+		if f.Secret && mask {
 			secret[f.Name] = true
 		}
 	}

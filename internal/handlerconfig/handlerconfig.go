@@ -34,6 +34,10 @@ type Field struct {
 	Description string
 	Required    bool
 	Secret      bool
+	// Reload marks a key (tag reload:"true") a running handler takes
+	// without a restart when the configuration file changes: the handler
+	// implements the daemon's reconfiguration interface.
+	Reload bool
 }
 
 // Fields returns the configuration fields of spec, in declaration order.
@@ -73,6 +77,7 @@ func fieldsOf(v reflect.Value, prefix string) []Field {
 			Description: sf.Tag.Get("desc"),
 			Required:    sf.Tag.Get("required") == "true",
 			Secret:      sf.Tag.Get("secret") == "true",
+			Reload:      sf.Tag.Get("reload") == "true",
 		})
 	}
 	return out
