@@ -97,9 +97,11 @@ func newRoot(stdout, stderr io.Writer, env []string, reg *handler.Registry) *cob
 	return root
 }
 
-// configFlag adds --config, also read from WOWD_CONFIG.
+// configFlag adds --config, also read from WOWD_CONFIG, and --set.
 func (a *app) configFlag(cmd *cobra.Command, def, help string) {
 	cmd.Flags().String("config", def, help+" (env WOWD_CONFIG)")
+	cmd.Flags().StringArray("set", nil, "set a key over the file and the environment: wow.log.level=debug; "+
+		"repeatable; pairs may be comma-separated, a list is {a,b}, an item key[0]=v, null restores the default")
 }
 
 // configPath returns --config of cmd, else WOWD_CONFIG.
@@ -114,16 +116,24 @@ func (a *app) configPath(cmd *cobra.Command) string {
 	return v.GetString("config")
 }
 
-// load reads and validates the configuration at path.
-func (a *app) load(path string) (*config.Config, error) {
+// sources returns the layers over the file: the environment and --set.
+func (a *app) sources(cmd *cobra.Command) config.Sources {
+	set, _ := cmd.Flags().GetStringArray("set") // defined by configFlag
+	return config.Sources{Env: a.env, Set: set}
+}
+
+// load reads and validates the configuration of cmd: --config (or
+// WOWD_CONFIG), the environment and --set.
+func (a *app) load(cmd *cobra.Command) (*config.Config, *config.Origins, error) {
+	path := a.configPath(cmd)
 	if path == "" {
-		return nil, configError(errors.New("no configuration: pass --config FILE or set WOWD_CONFIG"))
+		return nil, nil, configError(errors.New("no configuration: pass --config FILE or set WOWD_CONFIG"))
 	}
-	cfg, err := config.Load(path, a.reg, a.env)
+	cfg, origins, err := config.LoadSources(path, a.reg, a.sources(cmd))
 	if err != nil {
-		return nil, configError(err)
+		return nil, nil, configError(err)
 	}
-	return cfg, nil
+	return cfg, origins, nil
 }
 
 func (a *app) versionCmd() *cobra.Command {

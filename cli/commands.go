@@ -29,7 +29,7 @@ within wow.shutdown.timeout, offsets are committed, and it exits 0. Exit code
 1 means a runtime failure, 2 a configuration error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := a.load(a.configPath(cmd))
+			cfg, _, err := a.load(cmd)
 			if err != nil {
 				return err
 			}
@@ -102,9 +102,9 @@ after it stops.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var cfg *config.Config
 			var err error
-			if path := a.configPath(cmd); path != "" {
-				cfg, err = a.load(path)
-			} else if cfg, err = config.Parse(configs.Dev, "configs/dev.yaml", a.reg, a.env); err != nil {
+			if a.configPath(cmd) != "" {
+				cfg, _, err = a.load(cmd)
+			} else if cfg, _, err = config.ParseSources(configs.Dev, "configs/dev.yaml", a.reg, a.sources(cmd)); err != nil {
 				err = configError(err)
 			}
 			if err != nil {
@@ -172,7 +172,7 @@ func (a *app) configCmd() *cobra.Command {
 		Short: "Check a configuration: every problem is reported; exit 2 if any",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := a.load(a.configPath(cmd))
+			cfg, _, err := a.load(cmd)
 			if err != nil {
 				return err
 			}
@@ -186,19 +186,27 @@ func (a *app) configCmd() *cobra.Command {
 		},
 	}
 	a.configFlag(validate, "", "configuration file")
+	var plain bool
 	print := &cobra.Command{
 		Use:   "print",
 		Short: "Print the effective configuration, defaults included, secrets masked",
-		Args:  cobra.NoArgs,
+		Long: `Print the effective configuration, defaults included, secrets masked. A
+comment after each value says where it came from: default, the file and
+line, env WOW_..., or --set.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := a.load(a.configPath(cmd))
+			cfg, origins, err := a.load(cmd)
 			if err != nil {
 				return err
 			}
-			return cfg.WriteYAML(a.stdout, a.reg)
+			if plain {
+				return cfg.WriteYAML(a.stdout, a.reg)
+			}
+			return cfg.WriteOrigins(a.stdout, a.reg, origins)
 		},
 	}
 	a.configFlag(print, "", "configuration file")
+	print.Flags().BoolVar(&plain, "plain", false, "leave out where each value came from")
 	cmd.AddCommand(validate, print)
 	return cmd
 }

@@ -300,6 +300,16 @@ func TestConfigValidateExitCodes(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "workers: 7") {
 			t.Fatalf("%v:\n%s", err, out)
 		}
+		cmd = exec.Command(wowd.Path(t), "config", "print", "--config", good[0], "--set", "wow.dispatch.workers=9")
+		cmd.Env = append(os.Environ(), "WOW_DISPATCH_WORKERS=7")
+		out, err = cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "workers: 9 # --set") {
+			t.Fatalf("--set over the environment:\n%s", out)
+		}
+		vout, code := runWowd(t, "config", "validate", "--config", good[0], "--set", "wow.dispatch.workerz=9")
+		if code != 2 || !strings.Contains(vout, `wow.dispatch.workerz: unknown key (did you mean "workers"?) (set by --set wow.dispatch.workerz=9)`) {
+			t.Fatalf("--set of an unknown key: exit %d:\n%s", code, vout)
+		}
 		cmd = exec.Command(wowd.Path(t), "config", "validate", "--config", good[0])
 		cmd.Env = append(os.Environ(), "WOW_DISPATCH_WORKERS=seven")
 		out, _ = cmd.CombinedOutput()

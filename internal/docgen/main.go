@@ -193,11 +193,35 @@ at once with its key path. Check a file with ` + "`wowd config validate --config
 filled in and secrets masked, with ` + "`wowd config print --config FILE`" + `.
 ` + "`configs/wowd.yaml`" + ` is a commented example with every key.
 
+## Sources
+
+Each value comes from the first of these that sets it:
+
+1. ` + "`--set key=value`" + ` on the command line (every command that reads a
+   configuration takes it, repeatable);
+2. a ` + "`WOW_*`" + ` environment variable;
+3. the file;
+4. the default.
+
 Environment variables override the scalar and list keys outside ` + "`contexts`" + ` and
 ` + "`dispatchers`" + `: ` + "`WOW_`" + ` followed by the path after ` + "`wow.`" + ` in upper case, with
 dots and dashes turned into underscores (` + "`WOW_DISPATCH_WORKERS=8`" + `). Lists are
 comma-separated (` + "`WOW_KAFKA_BOOTSTRAP_SERVERS=a:9092,b:9092`" + `). Durations use Go's
 syntax: ` + "`500ms`, `30s`, `1m`, `1h30m`" + `.
+
+` + "`--set`" + ` reaches any key, those of dispatchers and handlers included, with Helm's
+syntax in its simple cases: ` + "`--set wow.dispatchers.cart.handler.request-timeout=5s`" + `;
+several pairs in one argument separated by commas (` + "`a=1,b=2`" + `); a list in braces
+(` + "`--set wow.kafka.bootstrap-servers={a:9092,b:9092}`" + `); one item by index
+(` + "`wow.contexts.shop.aggregates[0]=cart`" + `); a map entry as one more key element
+(` + "`wow.dispatchers.cart.handler.headers.X-Tenant=acme`" + `); ` + "`null`" + ` to remove a key
+of the file, leaving its default; a backslash before a comma, a dot or a brace that
+is part of a key or value. A ` + "`--set`" + ` key is checked as strictly as the file: one
+that does not exist is an error naming the argument and the closest key.
+
+` + "`wowd config print`" + ` follows each value with a comment saying where it came from:
+` + "`# default`" + `, ` + "`# FILE:LINE`" + `, ` + "`# env WOW_LOG_LEVEL`" + ` or ` + "`# --set`" + ` (` + "`--plain`" + `
+leaves them out).
 
 `)
 	b.WriteString("## Keys\n\n")
