@@ -91,9 +91,14 @@ type TLS struct {
 
 // SASL is wow.kafka.sasl.
 type SASL struct {
-	Mechanism string // "", plain, scram-sha-256 or scram-sha-512
+	Mechanism string // "", plain, scram-sha-256, scram-sha-512 or oauthbearer
 	Username  string
 	Password  string // secret: masked by WriteYAML
+	// PasswordFile holds the password instead of Password, read at each
+	// authentication.
+	PasswordFile string
+	// TokenFile holds the OAUTHBEARER token, read at each authentication.
+	TokenFile string
 }
 
 // Context is an entry of wow.contexts: a bounded context, as Wow's

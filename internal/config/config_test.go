@@ -541,3 +541,54 @@ func TestListenerTLS(t *testing.T) {
 		t.Errorf("ingest TLS from the environment: %+v, want %+v", c.Ingest.TLS, want)
 	}
 }
+
+// TestSASLCredentials: each mechanism takes its credentials, a password
+// comes from the file or the file's twin but not both, and credentials
+// without a mechanism or of another mechanism are refused, by key.
+func TestSASLCredentials(t *testing.T) {
+	const head = "wow:\n  service: s\n  contexts:\n    c:\n      aggregates: [a]\n" +
+		"  dispatchers:\n    d:\n      topics: [event]\n      handler: {type: log}\n" +
+		"  kafka:\n    bootstrap-servers: [k:9092]\n    sasl:\n"
+	tests := []struct {
+		name, sasl string
+		want       []string // nil: valid
+	}{
+		{"plain with password", "      {mechanism: plain, username: u, password: p}", nil},
+		{"scram with password file", "      {mechanism: scram-sha-512, username: u, password-file: /run/p}", nil},
+		{"oauthbearer", "      {mechanism: oauthbearer, token-file: /run/jwt}", nil},
+		{"both passwords", "      {mechanism: plain, username: u, password: p, password-file: /run/p}",
+			[]string{"wow.kafka.sasl.password-file: set together with wow.kafka.sasl.password: set only one of them"}},
+		{"no password", "      {mechanism: scram-sha-256, username: u}",
+			[]string{"wow.kafka.sasl.password: required with wow.kafka.sasl.mechanism scram-sha-256 (or wow.kafka.sasl.password-file)"}},
+		{"oauthbearer without token", "      {mechanism: oauthbearer}",
+			[]string{"wow.kafka.sasl.token-file: required with wow.kafka.sasl.mechanism oauthbearer"}},
+		{"oauthbearer with a password", "      {mechanism: oauthbearer, token-file: /t, username: u, password-file: /p}",
+			[]string{"wow.kafka.sasl.username: not used with wow.kafka.sasl.mechanism oauthbearer", "wow.kafka.sasl.password-file: not used"}},
+		{"token file with plain", "      {mechanism: plain, username: u, password: p, token-file: /t}",
+			[]string{"wow.kafka.sasl.token-file: needs wow.kafka.sasl.mechanism oauthbearer, not plain"}},
+		{"password file without mechanism", "      {password-file: /p}",
+			[]string{"wow.kafka.sasl.mechanism: required with SASL credentials"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			y := head + tt.sasl + "\n"
+			if tt.want == nil {
+				mustParse(t, y)
+				return
+			}
+			errs := parseErrors(t, y)
+			for _, w := range tt.want {
+				if !strings.Contains(errs.Error(), w) {
+					t.Errorf("errors:\n%s\nwant one containing %q", errs, w)
+				}
+			}
+			if len(errs.List) != len(tt.want) {
+				t.Errorf("errors:\n%s\nwant %d", errs, len(tt.want))
+			}
+		})
+	}
+	c := mustParse(t, head+"      {mechanism: plain, username: u}\n", "WOW_KAFKA_SASL_PASSWORD_FILE=/run/p")
+	if c.Kafka.SASL.PasswordFile != "/run/p" {
+		t.Errorf("WOW_KAFKA_SASL_PASSWORD_FILE: %q", c.Kafka.SASL.PasswordFile)
+	}
+}

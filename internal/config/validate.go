@@ -187,18 +187,39 @@ func (d *decoder) validateKafka(k *Kafka) {
 		}
 	}
 
-	s := k.SASL
-	d.oneOf(p+"sasl.mechanism", s.Mechanism, "", "plain", "scram-sha-256", "scram-sha-512")
-	switch {
-	case s.Mechanism != "":
+	d.validateSASL(k.SASL)
+}
+
+func (d *decoder) validateSASL(s SASL) {
+	const p = "wow.kafka.sasl."
+	d.oneOf(p+"mechanism", s.Mechanism, "", "plain", "scram-sha-256", "scram-sha-512", "oauthbearer")
+	switch s.Mechanism {
+	case "":
+		if s.Username != "" || s.Password != "" || s.PasswordFile != "" || s.TokenFile != "" {
+			d.errorf(p+"mechanism", "required with SASL credentials (username, password, password-file or token-file)")
+		}
+	case "oauthbearer":
+		if s.TokenFile == "" {
+			d.errorf(p+"token-file", "required with wow.kafka.sasl.mechanism oauthbearer: a file holding the bearer token")
+		}
+		for _, f := range []struct{ key, v string }{{"username", s.Username}, {"password", s.Password}, {"password-file", s.PasswordFile}} {
+			if f.v != "" {
+				d.errorf(p+f.key, "not used with wow.kafka.sasl.mechanism oauthbearer, which authenticates with token-file")
+			}
+		}
+	default:
 		if s.Username == "" {
-			d.errorf(p+"sasl.username", "required with wow.kafka.sasl.mechanism")
+			d.errorf(p+"username", "required with wow.kafka.sasl.mechanism %s", s.Mechanism)
 		}
-		if s.Password == "" {
-			d.errorf(p+"sasl.password", "required with wow.kafka.sasl.mechanism")
+		switch {
+		case s.Password != "" && s.PasswordFile != "":
+			d.errorf(p+"password-file", "set together with wow.kafka.sasl.password: set only one of them")
+		case s.Password == "" && s.PasswordFile == "":
+			d.errorf(p+"password", "required with wow.kafka.sasl.mechanism %s (or wow.kafka.sasl.password-file)", s.Mechanism)
 		}
-	case s.Username != "" || s.Password != "":
-		d.errorf(p+"sasl.mechanism", "required with a SASL username or password")
+		if s.TokenFile != "" {
+			d.errorf(p+"token-file", "needs wow.kafka.sasl.mechanism oauthbearer, not %s", s.Mechanism)
+		}
 	}
 }
 

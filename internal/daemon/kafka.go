@@ -1,14 +1,19 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/twmb/franz-go/plugin/kprom"
@@ -64,18 +69,78 @@ func ClientOptions(k config.Kafka, clientID string, log *zap.Logger, reg *promet
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
-	switch k.SASL.Mechanism {
-	case "":
-	case "plain":
-		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASL.Username, Pass: k.SASL.Password}.AsMechanism()))
-	case "scram-sha-256":
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASL.Username, Pass: k.SASL.Password}.AsSha256Mechanism()))
-	case "scram-sha-512":
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASL.Username, Pass: k.SASL.Password}.AsSha512Mechanism()))
-	default:
-		return nil, fmt.Errorf("wow.kafka.sasl.mechanism: unsupported %q", k.SASL.Mechanism)
+	if k.SASL.Mechanism != "" {
+		m, err := saslMechanism(k.SASL)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.SASL(m))
 	}
 	return opts, nil
+}
+
+// saslMechanism returns the SASL mechanism of s. Credentials from files
+// are read now, so that a missing file stops the start, and again at each
+// authentication, so that a rotated password or refreshed token is used on
+// the next connection or re-authentication.
+func saslMechanism(s config.SASL) (sasl.Mechanism, error) {
+	password := func() (string, error) { return s.Password, nil }
+	if s.PasswordFile != "" {
+		password = func() (string, error) { return readSecretFile(s.PasswordFile) }
+		if _, err := password(); err != nil {
+			return nil, &ConfigError{Path: "wow.kafka.sasl.password-file", Err: err}
+		}
+	}
+	scramAuth := func(context.Context) (scram.Auth, error) {
+		pass, err := password()
+		return scram.Auth{User: s.Username, Pass: pass}, err
+	}
+	switch s.Mechanism {
+	case "plain":
+		return plain.Plain(func(context.Context) (plain.Auth, error) {
+			pass, err := password()
+			return plain.Auth{User: s.Username, Pass: pass}, err
+		}), nil
+	case "scram-sha-256":
+		return scram.Sha256(scramAuth), nil
+	case "scram-sha-512":
+		return scram.Sha512(scramAuth), nil
+	case "oauthbearer":
+		if _, err := readSecretFile(s.TokenFile); err != nil {
+			return nil, &ConfigError{Path: "wow.kafka.sasl.token-file", Err: err}
+		}
+		return oauth.Oauth(func(context.Context) (oauth.Auth, error) {
+			tok, err := readSecretFile(s.TokenFile)
+			return oauth.Auth{Token: tok}, err
+		}), nil
+	}
+	return nil, &ConfigError{Path: "wow.kafka.sasl.mechanism", Err: fmt.Errorf("unsupported %q", s.Mechanism)}
+}
+
+// maxSecretFile bounds a file holding a credential (an OAuth token may be
+// a few kilobytes).
+const maxSecretFile = 64 << 10
+
+// readSecretFile reads a credential from the file at path, trimmed of the
+// white space around it. Its errors never quote the file's content.
+func readSecretFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	case len(b) > maxSecretFile:
+		return "", fmt.Errorf("%s is larger than %d bytes", path, maxSecretFile)
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return v, nil
 }
 
 func tlsConfig(t config.TLS) (*tls.Config, error) {
