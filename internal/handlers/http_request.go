@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/tracing"
 )
 
 const (
@@ -308,6 +309,7 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 		hb.set(keyName, key.in(text))
 	}
 	hb.set(hdrAttempt, strconv.Itoa(attempt))
+	tracing.Inject(ctx, hb.h) // the message's (or its span's) W3C trace context
 	req.Header = hb.h
 	return req, nil
 }

@@ -63,6 +63,7 @@ type jobState struct {
 	route   *Route
 	ws      *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
 	local   *localWait // admitted through Admit (ingest), not fetched: told when the record is finished or given up
+	trace   *jobTrace  // the message's trace context (trace.go); nil without one
 	// kept is set when a try's outcome was taken from the handler (its
 	// deadline passed, or it panicked): the handler may still hold
 	// &msg, so the job must never carry another record. free leaves it
@@ -195,6 +196,7 @@ func (j *job) Run(res executor.Resume) executor.Status {
 	j.res = res
 	j.start = j.r.since()
 	j.tried = j.start
+	j.traceStart()
 	if j.screen() {
 		j.call()
 	}
@@ -225,6 +227,7 @@ func (j *job) take(token uint64) bool {
 // class panic.
 func (j *job) call() {
 	tc := newTry(j.p)
+	tc.vals = j.traceValues()
 	j.try.Store(tc)
 	r, token := j.r, j.arm()
 	if j.p.ctx.Err() != nil {

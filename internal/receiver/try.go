@@ -19,7 +19,8 @@ import (
 // context.AfterFunc on a tryContext calls its AfterFunc method, so that the
 // wrappers that watch their message's cancellation cost no goroutine.
 type tryContext struct {
-	p *partition // fixed
+	p    *partition      // fixed
+	vals context.Context // fixed: answers Value when not nil (the message's trace context, over p.ctx)
 
 	mu    sync.Mutex // guards done, err, funcs and nextID
 	done  chan struct{}
@@ -65,8 +66,14 @@ func (c *tryContext) Err() error {
 	return err
 }
 
-// Value returns the partition context's value for key.
-func (c *tryContext) Value(key any) any { return c.p.ctx.Value(key) }
+// Value returns the partition context's value for key, or the message's
+// span context (package tracing).
+func (c *tryContext) Value(key any) any {
+	if c.vals != nil {
+		return c.vals.Value(key)
+	}
+	return c.p.ctx.Value(key)
+}
 
 // AfterFunc arranges for f to run in its own goroutine once the try ends,
 // as context.AfterFunc does; stop unregisters it and reports whether it did
