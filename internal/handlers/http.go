@@ -49,9 +49,8 @@ type httpSink struct {
 	target   *http.Request // a request to cfg.URL, parsed once: newRequest copies its URL and Host
 	redacted string        // url without its password, for errors
 	static   http.Header   // headers and headers-from-env, resolved
-	files    []*fileHeader // headers-from-file
 	client   *http.Client
-	limit    *limiter // nil without rate-limit
+	live     atomic.Pointer[httpLive] // the settings a reload may change (http_reload.go)
 	log      *zap.Logger
 
 	// stopping is closed by Close: workers waiting for the rate limiter
@@ -131,7 +130,7 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	static, files, err := resolveHeaders(cfg, log)
+	static, live, err := newLive(cfg, deps.Timeout, log)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +147,6 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 		target:   target,
 		redacted: u.Redacted(),
 		static:   static,
-		files:    files,
 		client: &http.Client{
 			Transport:     tr,
 			CheckRedirect: checkRedirect,
@@ -158,9 +156,7 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 		all:      make(map[*worker]struct{}),
 		idleFor:  workerIdle,
 	}
-	if cfg.RateLimit > 0 {
-		s.limit = newLimiter(cfg.RateLimit, cfg.RateBurst)
-	}
+	s.live.Store(live)
 	s.retry = handler.WithRetry(sinkAttempts{s}, retryPolicy(cfg, deps.Observer)).(retrying)
 	return s, nil
 }
@@ -212,7 +208,8 @@ func (s *httpSink) start(ctx context.Context, m *handler.Message, attempt int, a
 		return
 	}
 	c := &call{ctx: ctx, m: m, ack: ack, attempt: attempt}
-	if s.cfg.MaxConcurrency > 0 {
+	limit := s.live.Load().maxConcurrency
+	if limit > 0 {
 		// It may be queued: canceling ctx acknowledges it there. (A
 		// running attempt ends with its request, made with ctx.)
 		c.stop = context.AfterFunc(ctx, func() { s.abandon(c) })
@@ -224,7 +221,7 @@ func (s *httpSink) start(ctx context.Context, m *handler.Message, attempt int, a
 		s.finish(c, s.wrap(handler.ErrClosed))
 		return
 	}
-	if s.cfg.MaxConcurrency > 0 && s.busy >= s.cfg.MaxConcurrency {
+	if limit > 0 && s.busy >= limit {
 		c.state = callQueued
 		s.queue.Push(c)
 		s.mu.Unlock()
@@ -333,7 +330,7 @@ func (s *httpSink) pop() *call {
 // queued, or else the one it is given once idle; nil means stop.
 func (s *httpSink) next(w *worker) *call {
 	s.mu.Lock()
-	for c := s.pop(); c != nil; c = s.pop() {
+	for c := s.popUnder(); c != nil; c = s.popUnder() {
 		if c.state == callQueued { // others were abandoned while queued
 			c.state = callRunning
 			s.mu.Unlock()
@@ -415,10 +412,11 @@ func (s *httpSink) attempt(w *worker, c *call) {
 // request. It returns early with the error of c's context, or
 // handler.ErrClosed when the sink is closing.
 func (s *httpSink) waitTurn(c *call) error {
-	if s.limit == nil {
+	limit := s.live.Load().limit
+	if limit == nil {
 		return nil
 	}
-	d := s.limit.reserve(time.Now())
+	d := limit.reserve(time.Now())
 	if d <= 0 {
 		return nil
 	}

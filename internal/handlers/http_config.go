@@ -17,16 +17,16 @@ import (
 // HTTPConfig configures the http sink.
 type HTTPConfig struct {
 	URL             string            `config:"url" required:"true" desc:"Absolute http or https URL each message is POSTed to."`
-	RequestTimeout  time.Duration     `config:"request-timeout" desc:"Time limit of one request, reading the response included; less than the dispatcher's handler.timeout."`
+	RequestTimeout  time.Duration     `config:"request-timeout" reload:"true" desc:"Time limit of one request, reading the response included; less than the dispatcher's handler.timeout."`
 	MaxAttempts     int               `config:"max-attempts" desc:"Attempts per message, the first included, before a transient failure is reported; 0 retries transient failures forever."`
 	BackoffInitial  time.Duration     `config:"backoff-initial" desc:"Wait before the first retry; it doubles with each retry, with jitter."`
 	BackoffMax      time.Duration     `config:"backoff-max" desc:"Longest wait between retries (a Retry-After response header may ask for up to 5m)."`
-	MaxConcurrency  int               `config:"max-concurrency" desc:"Requests this sink has in flight at most, retries included; 0 sets no limit of its own: the window bounds them (wow.dispatch.max-in-flight per receiver, one request per message)."`
-	RateLimit       float64           `config:"rate-limit" desc:"Requests per second this sink sends at most, retries included; 0 means no limit."`
-	RateBurst       int               `config:"rate-burst" desc:"Requests that may go at once after a quiet period, when rate-limit is set."`
+	MaxConcurrency  int               `config:"max-concurrency" reload:"true" desc:"Requests this sink has in flight at most, retries included; 0 sets no limit of its own: the window bounds them (wow.dispatch.max-in-flight per receiver, one request per message)."`
+	RateLimit       float64           `config:"rate-limit" reload:"true" desc:"Requests per second this sink sends at most, retries included; 0 means no limit."`
+	RateBurst       int               `config:"rate-burst" reload:"true" desc:"Requests that may go at once after a quiet period, when rate-limit is set."`
 	Headers         map[string]string `config:"headers" secret:"true" desc:"Static headers added to every request."`
 	HeadersFromEnv  map[string]string `config:"headers-from-env" desc:"Headers whose values are read from environment variables at start, by header name (Authorization: WOWD_SINK_TOKEN); values are trimmed."`
-	HeadersFromFile map[string]string `config:"headers-from-file" desc:"Headers whose values are read from files, by header name (Authorization: /run/secrets/token); values are trimmed and read again when the file changes."`
+	HeadersFromFile map[string]string `config:"headers-from-file" reload:"true" desc:"Headers whose values are read from files, by header name (Authorization: /run/secrets/token); values are trimmed and read again when the file changes."`
 	ContentType     string            `config:"content-type" desc:"Content-Type of a request whose record has no content-type header."`
 	H2C             bool              `config:"h2c" desc:"Speak HTTP/2 without TLS (h2c, prior knowledge) to an http URL, whose server must accept it; otherwise http URLs get HTTP/1.1 (https URLs get HTTP/2 when the server offers it)."`
 	TLS             HTTPTLSConfig     `config:"tls"`

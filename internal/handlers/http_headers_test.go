@@ -98,7 +98,7 @@ func TestHTTPHeaderFromFileIsReadAgainWhenItChanges(t *testing.T) {
 	h := build(t, "http", sinkConfig(url, map[string]any{
 		"headers-from-file": map[string]any{"Authorization": path},
 	}), handler.Deps{Logger: zap.New(core)})
-	f := h.(*httpSink).files[0]
+	f := h.(*httpSink).live.Load().files[0]
 	f.mu.Lock()
 	f.every, f.next = 0, time.Time{} // check the file on every request
 	f.mu.Unlock()

@@ -29,7 +29,8 @@ const (
 // wait a Retry-After response header asked for, if any (see
 // retryAfterError).
 func (s *httpSink) post(w *worker, c *call) error {
-	ctx, cancel := context.WithTimeout(c.ctx, s.cfg.RequestTimeout)
+	timeout := s.live.Load().requestTimeout
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	// Close cancels the request if it stops waiting for it: it sets
 	// aborted, then cancels what workers hold.
@@ -57,7 +58,7 @@ func (s *httpSink) post(w *worker, c *call) error {
 			err = ue.Err // we name the URL ourselves, redacted
 		}
 		if errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil {
-			err = fmt.Errorf("timeout after %s: %w", s.cfg.RequestTimeout, err)
+			err = fmt.Errorf("timeout after %s: %w", timeout, err)
 		}
 		return noResponseAction().failure(s.wrap(err))
 	}
@@ -157,16 +158,17 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 	if w != nil {
 		nWow = len(w.Header) + 7
 	}
+	files := s.live.Load().files
 	hb := headerBuilder{
-		h:    make(http.Header, len(s.static)+len(s.files)+len(m.Headers)+nWow+14),
-		vals: make([]string, 0, len(s.files)+nWow+14),
+		h:    make(http.Header, len(s.static)+len(files)+len(m.Headers)+nWow+14),
+		vals: make([]string, 0, len(files)+nWow+14),
 	}
 	for k, v := range s.static {
 		hb.h[k] = v
 	}
-	if len(s.files) > 0 {
+	if len(files) > 0 {
 		now := time.Now()
-		for _, f := range s.files {
+		for _, f := range files {
 			hb.set(f.name, f.get(now))
 		}
 	}

@@ -123,13 +123,13 @@ func TestNewRequestAllocations(t *testing.T) {
 // referenceHeaders is the sink's request headers for attempt of m, built
 // the plain way newRequest once built them: newRequest must build the same.
 func referenceHeaders(s *httpSink, m *handler.Message, attempt int) http.Header {
-	h := make(http.Header, len(s.static)+len(s.files)+len(m.Headers)+14)
+	h := make(http.Header, len(s.static)+len(s.live.Load().files)+len(m.Headers)+14)
 	for k, v := range s.static {
 		h[k] = v
 	}
-	if len(s.files) > 0 {
+	if len(s.live.Load().files) > 0 {
 		now := time.Now()
-		for _, f := range s.files {
+		for _, f := range s.live.Load().files {
 			h.Set(f.name, f.get(now))
 		}
 	}

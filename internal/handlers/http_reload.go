@@ -1,0 +1,127 @@
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// httpLive holds the settings of a sink that a reload of the configuration
+// file may change: the keys of HTTPConfig tagged reload:"true". The sink
+// keeps them behind one atomic pointer (httpSink.live), replaced whole; an
+// attempt reads what it needs once, so it runs with one version of them.
+type httpLive struct {
+	maxConcurrency int
+	rate           float64
+	burst          int
+	limit          *limiter // nil without rate-limit
+	requestTimeout time.Duration
+	files          []*fileHeader // headers-from-file
+	tryTimeout     time.Duration // the dispatcher's handler.timeout, which request-timeout must fit (not reloaded)
+}
+
+// newLive resolves the headers of cfg (reading the environment variables
+// and files it names) and returns the static ones and the live settings.
+func newLive(cfg HTTPConfig, tryTimeout time.Duration, log *zap.Logger) (http.Header, *httpLive, error) {
+	static, files, err := resolveHeaders(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	l := &httpLive{
+		maxConcurrency: cfg.MaxConcurrency,
+		rate:           cfg.RateLimit,
+		burst:          cfg.RateBurst,
+		requestTimeout: cfg.RequestTimeout,
+		files:          files,
+		tryTimeout:     tryTimeout,
+	}
+	if cfg.RateLimit > 0 {
+		l.limit = newLimiter(cfg.RateLimit, cfg.RateBurst)
+	}
+	return static, l, nil
+}
+
+// Reconfigure checks cfg, the sink's configuration read again (a
+// *HTTPConfig differing from the running one only in keys tagged reload),
+// reads its header files, and returns the function that makes it the
+// sink's: attempts that start after it use the new max-concurrency,
+// rate-limit and rate-burst, request-timeout and headers-from-file; those
+// running finish with what they had. A raised limit starts queued attempts
+// at once; a lowered one is reached as running attempts end. An error
+// leaves the sink as it is. The daemon calls it when the file changes.
+func (s *httpSink) Reconfigure(cfg any) (apply func(), err error) {
+	c, ok := cfg.(*HTTPConfig)
+	if !ok {
+		return nil, fmt.Errorf("http: config is %T, want *HTTPConfig", cfg)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	old := s.live.Load()
+	if err := c.FitTry(old.tryTimeout); err != nil {
+		return nil, err
+	}
+	_, l, err := newLive(*c, old.tryTimeout, s.log)
+	if err != nil {
+		return nil, err
+	}
+	if l.rate == old.rate && l.burst == old.burst {
+		l.limit = old.limit // keep its state: a reload is no quiet period
+	}
+	return func() { s.setLive(l) }, nil
+}
+
+// setLive makes l the sink's settings and, when its concurrency limit is
+// higher than the number of running attempts, starts queued ones.
+func (s *httpSink) setLive(l *httpLive) {
+	type handoff struct {
+		w     *worker
+		c     *call
+		fresh bool // w is a new worker: start its goroutine
+	}
+	var starts []handoff
+	s.mu.Lock()
+	s.live.Store(l) // under mu: start and next see the limit change between their critical sections
+	for !s.closed && (l.maxConcurrency == 0 || s.busy < l.maxConcurrency) {
+		c := s.pop()
+		if c == nil {
+			break
+		}
+		if c.state != callQueued {
+			continue // abandoned while queued
+		}
+		c.state = callRunning
+		s.busy++
+		if n := len(s.idle); n > 0 {
+			w := s.idle[n-1]
+			s.idle[n-1] = nil
+			s.idle = s.idle[:n-1]
+			starts = append(starts, handoff{w: w, c: c})
+			continue
+		}
+		w := &worker{next: make(chan *call, 1)}
+		s.all[w] = struct{}{}
+		s.workers.Add(1)
+		starts = append(starts, handoff{w: w, c: c, fresh: true})
+	}
+	s.mu.Unlock()
+	for _, h := range starts {
+		if h.fresh {
+			go s.work(h.w, h.c)
+		} else {
+			h.w.next <- h.c // idle, it waits for nothing else: its channel is empty
+		}
+	}
+}
+
+// popUnder is pop for a worker that ended an attempt: nil while more
+// attempts run than the concurrency limit allows (it was lowered), so the
+// worker goes idle instead. Called with mu held.
+func (s *httpSink) popUnder() *call {
+	if limit := s.live.Load().maxConcurrency; limit > 0 && s.busy > limit {
+		return nil
+	}
+	return s.pop()
+}

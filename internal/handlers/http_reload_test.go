@@ -1,0 +1,146 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
+	"github.com/wowd/wowd/internal/testwait"
+)
+
+// decodeSink decodes raw as the http sink's configuration.
+func decodeSink(t *testing.T, raw map[string]any) any {
+	t.Helper()
+	spec, _ := handler.Default().Lookup("http")
+	cfg, err := handlerconfig.Decode(spec, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestHTTPReconfigureConcurrency checks that a raised max-concurrency
+// starts the attempts queued behind the old limit at once, and that a
+// lowered one bounds the requests that follow.
+func TestHTTPReconfigureConcurrency(t *testing.T) {
+	var inFlight, peak atomic.Int32
+	var mu sync.Mutex // guards release
+	release := make(chan struct{})
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		mu.Lock()
+		ch := release
+		mu.Unlock()
+		hang(r, ch)
+	})
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{"max-concurrency": 1}), handler.Deps{})
+	s := h.(*httpSink)
+	acks := newAcks(t)
+	for off := range int64(4) {
+		h.Handle(context.Background(), testMessage(off), acks.ack(off))
+	}
+	testwait.For(t, 10*time.Second, "one request in flight", func() bool { return inFlight.Load() == 1 })
+
+	apply, err := s.Reconfigure(decodeSink(t, sinkConfig(srv.URL, map[string]any{"max-concurrency": 4})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	testwait.For(t, 10*time.Second, "the queued requests started after the limit was raised",
+		func() bool { return inFlight.Load() == 4 })
+	mu.Lock()
+	close(release)
+	release = make(chan struct{})
+	mu.Unlock()
+	for off := range int64(4) {
+		if err := acks.wait(t, off); err != nil {
+			t.Fatalf("offset %d: %v", off, err)
+		}
+	}
+
+	apply, err = s.Reconfigure(decodeSink(t, sinkConfig(srv.URL, map[string]any{"max-concurrency": 2})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	peak.Store(0)
+	for off := int64(4); off < 10; off++ {
+		h.Handle(context.Background(), testMessage(off), acks.ack(off))
+	}
+	testwait.For(t, 10*time.Second, "two requests in flight", func() bool { return inFlight.Load() == 2 })
+	mu.Lock()
+	close(release)
+	mu.Unlock()
+	for off := int64(4); off < 10; off++ {
+		if err := acks.wait(t, off); err != nil {
+			t.Fatalf("offset %d: %v", off, err)
+		}
+	}
+	if p := peak.Load(); p > 2 {
+		t.Errorf("%d requests in flight at once after the limit was lowered to 2", p)
+	}
+}
+
+// TestHTTPReconfigureHeaderFiles checks that a new headers-from-file path
+// is read and sent, and that one that cannot be read is refused, leaving
+// the sink as it was; and that a request-timeout that no longer fits the
+// dispatcher's handler.timeout is refused.
+func TestHTTPReconfigureHeaderFiles(t *testing.T) {
+	dir := t.TempDir()
+	for name, tok := range map[string]string{"a": "Bearer one", "b": "Bearer two\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(tok), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan string, 10)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Get("Authorization") })
+	conf := func(file string, over map[string]any) map[string]any {
+		raw := sinkConfig(srv.URL, over)
+		raw["headers-from-file"] = map[string]any{"Authorization": filepath.Join(dir, file)}
+		return raw
+	}
+	h := build(t, "http", conf("a", nil), handler.Deps{Timeout: time.Minute})
+	s := h.(*httpSink)
+	acks := newAcks(t)
+	send := func(off int64) string {
+		h.Handle(context.Background(), testMessage(off), acks.ack(off))
+		if err := acks.wait(t, off); err != nil {
+			t.Fatal(err)
+		}
+		return <-got
+	}
+	if v := send(0); v != "Bearer one" {
+		t.Fatalf("first token %q", v)
+	}
+	if _, err := s.Reconfigure(decodeSink(t, conf("missing", nil))); err == nil || !strings.Contains(err.Error(), "headers-from-file.Authorization") {
+		t.Errorf("unreadable header file: %v", err)
+	}
+	if _, err := s.Reconfigure(decodeSink(t, conf("b", map[string]any{"request-timeout": "2m"}))); err == nil || !strings.Contains(err.Error(), "request-timeout") {
+		t.Errorf("request-timeout past handler.timeout: %v", err)
+	}
+	if v := send(1); v != "Bearer one" {
+		t.Fatalf("token after refused reloads %q", v)
+	}
+	apply, err := s.Reconfigure(decodeSink(t, conf("b", map[string]any{"request-timeout": "30s"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	if v := send(2); v != "Bearer two" {
+		t.Fatalf("token after the reload %q", v)
+	}
+	if rt := s.live.Load().requestTimeout; rt != 30*time.Second {
+		t.Errorf("request-timeout %v after the reload", rt)
+	}
+}
