@@ -196,6 +196,13 @@ type Ingest struct {
 	TokenFile string
 	// TLS is the TLS of the ingest endpoint's own listener.
 	TLS ListenerTLS
+	// MaxInFlight bounds the requests under way; 0 sets no bound.
+	MaxInFlight int
+	// RateLimit bounds the requests accepted per second; 0 sets no limit.
+	RateLimit int
+	// RateBurst is how many requests may come at once within RateLimit;
+	// 0 means RateLimit.
+	RateBurst int
 }
 
 // Log is wow.log.

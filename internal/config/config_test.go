@@ -592,3 +592,28 @@ func TestSASLCredentials(t *testing.T) {
 		t.Errorf("WOW_KAFKA_SASL_PASSWORD_FILE: %q", c.Kafka.SASL.PasswordFile)
 	}
 }
+
+// TestIngestBounds: the ingest bounds have defaults and refuse negative
+// values and a burst without a rate, by key.
+func TestIngestBounds(t *testing.T) {
+	const head = "wow:\n  service: s\n  kafka:\n    bootstrap-servers: [k:9092]\n  contexts:\n    c:\n      aggregates: [a]\n" +
+		"  dispatchers:\n    d:\n      topics: [event]\n      handler: {type: log}\n"
+	c := mustParse(t, head)
+	if c.Ingest.MaxInFlight != 256 || c.Ingest.RateLimit != 0 || c.Ingest.RateBurst != 0 {
+		t.Errorf("defaults: %+v", c.Ingest)
+	}
+	c = mustParse(t, head+"  ingest: {enabled: true, max-in-flight: 0, rate-limit: 50, rate-burst: 10}\n")
+	if c.Ingest.MaxInFlight != 0 || c.Ingest.RateLimit != 50 || c.Ingest.RateBurst != 10 {
+		t.Errorf("set: %+v", c.Ingest)
+	}
+	errs := parseErrors(t, head+"  ingest: {max-in-flight: -1, rate-limit: -2}\n")
+	for _, w := range []string{"wow.ingest.max-in-flight: must be >= 0, got -1", "wow.ingest.rate-limit: must be >= 0, got -2"} {
+		if !strings.Contains(errs.Error(), w) {
+			t.Errorf("errors:\n%s\nwant %q", errs, w)
+		}
+	}
+	errs = parseErrors(t, head+"  ingest: {rate-burst: 5}\n")
+	if !strings.Contains(errs.Error(), "wow.ingest.rate-burst: needs wow.ingest.rate-limit") || len(errs.List) != 1 {
+		t.Errorf("errors:\n%s\nwant one: rate-burst needs rate-limit", errs)
+	}
+}

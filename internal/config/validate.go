@@ -59,6 +59,12 @@ func (d *decoder) validate(c *Config) {
 	if c.Ingest.Enabled {
 		d.validateIngest(c)
 	}
+	d.atLeast("wow.ingest.max-in-flight", c.Ingest.MaxInFlight, 0)
+	d.atLeast("wow.ingest.rate-limit", c.Ingest.RateLimit, 0)
+	d.atLeast("wow.ingest.rate-burst", c.Ingest.RateBurst, 0)
+	if c.Ingest.RateBurst > 0 && c.Ingest.RateLimit == 0 {
+		d.errorf("wow.ingest.rate-burst", "needs wow.ingest.rate-limit: without a rate there is no burst to bound")
+	}
 	d.oneOf("wow.log.level", c.Log.Level, "debug", "info", "warn", "error")
 	d.oneOf("wow.log.format", c.Log.Format, "json", "console")
 	d.positive("wow.shutdown.timeout", c.Shutdown.Timeout)

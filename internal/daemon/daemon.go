@@ -23,6 +23,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
@@ -150,6 +151,14 @@ func (rt *Daemon) buildIngest() error {
 		Producer:    cl,
 		Log:         rt.log.Named("ingest"),
 		Metrics:     rt.metrics.Ingest(),
+		MaxInFlight: cfg.Ingest.MaxInFlight,
+	}
+	if n := cfg.Ingest.RateLimit; n > 0 {
+		burst := cfg.Ingest.RateBurst
+		if burst == 0 {
+			burst = n
+		}
+		in.Rate = rate.NewLimiter(rate.Limit(n), burst)
 	}
 	if cfg.Ingest.TokenFile != "" {
 		tok, err := ingest.OpenTokenFile(cfg.Ingest.TokenFile, in.Log)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/metrics"
@@ -76,6 +77,16 @@ type Ingest struct {
 	Token *TokenFile
 	// Metrics counts the answers; nil counts nothing.
 	Metrics *metrics.Ingest
+	// MaxInFlight bounds the requests under way (wow.ingest.max-in-flight);
+	// more are answered 503 with Retry-After before their body is read.
+	// 0 sets no bound.
+	MaxInFlight int
+	// Rate, when set, bounds the requests accepted per second on the
+	// endpoint's listener (wow.ingest.rate-limit); more are answered 429
+	// with Retry-After before their body is read.
+	Rate *rate.Limiter
+
+	now func() time.Time // time.Now; tests set another clock
 
 	mu       sync.Mutex    // guards stopping, requests, idle and quit
 	stopping bool          // refusing new requests
@@ -92,19 +103,59 @@ func (in *Ingest) Stop() {
 	in.mu.Unlock()
 }
 
-// enter counts a request in, unless the endpoint is stopping. It returns
-// the channel that Drain closes.
-func (in *Ingest) enter() (quit <-chan struct{}, ok bool) {
+// entry is what enter made of a request.
+type entry uint8
+
+const (
+	entered  entry = iota // counted in: call leave
+	stopping              // the endpoint is stopping
+	busy                  // MaxInFlight requests are under way
+)
+
+// enter counts a request in, unless the endpoint is stopping or busy. It
+// returns the channel that Drain closes.
+func (in *Ingest) enter() (quit <-chan struct{}, e entry) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.stopping {
-		return nil, false
+	switch {
+	case in.stopping:
+		return nil, stopping
+	case in.MaxInFlight > 0 && in.requests >= in.MaxInFlight:
+		return nil, busy
 	}
 	if in.quit == nil {
 		in.quit = make(chan struct{})
 	}
 	in.requests++
-	return in.quit, true
+	return in.quit, entered
+}
+
+// limited reports whether the request is over the rate limit and, if so,
+// how long until one would be accepted. A refused request takes nothing
+// from the limit.
+func (in *Ingest) limited() (time.Duration, bool) {
+	if in.Rate == nil {
+		return 0, false
+	}
+	now := time.Now()
+	if in.now != nil {
+		now = in.now()
+	}
+	r := in.Rate.ReserveN(now, 1)
+	if !r.OK() {
+		return time.Second, true // burst 0: nothing passes; the daemon never builds one
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return d, true
+	}
+	return 0, false
+}
+
+// retryAfter is the value of a Retry-After header asking to wait d: whole
+// seconds, at least one.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
 
 func (in *Ingest) leave() {
@@ -161,7 +212,12 @@ type response struct {
 }
 
 func (in *Ingest) reply(w http.ResponseWriter, status int, r response) {
-	in.Metrics.Count(outcome(status))
+	in.replyAs(w, status, outcome(status), r)
+}
+
+// replyAs is reply counted as o.
+func (in *Ingest) replyAs(w http.ResponseWriter, status int, o metrics.IngestOutcome, r response) {
+	in.Metrics.Count(o)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(r)
@@ -174,6 +230,10 @@ func outcome(status int) metrics.IngestOutcome {
 		return metrics.IngestAccepted
 	case status == http.StatusUnauthorized:
 		return metrics.IngestUnauthorized
+	case status == http.StatusRequestEntityTooLarge:
+		return metrics.IngestTooLarge
+	case status == http.StatusTooManyRequests:
+		return metrics.IngestRateLimited
 	case status == http.StatusServiceUnavailable:
 		return metrics.IngestUnavailable
 	case status >= 500:
@@ -195,10 +255,20 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusMethodNotAllowed, response{Error: "POST a Wow message"})
 		return
 	}
-	quit, ok := in.enter()
-	if !ok {
+	if wait, over := in.limited(); over {
+		w.Header().Set("Retry-After", retryAfter(wait))
+		in.reply(w, http.StatusTooManyRequests, response{Error: "over the ingest rate limit (wow.ingest.rate-limit); retry later"})
+		return
+	}
+	quit, e := in.enter()
+	switch e {
+	case stopping:
 		w.Header().Set("Retry-After", "5")
 		in.reply(w, http.StatusServiceUnavailable, response{Error: "wowd is stopping"})
+		return
+	case busy:
+		w.Header().Set("Retry-After", "1")
+		in.replyAs(w, http.StatusServiceUnavailable, metrics.IngestBusy, response{Error: fmt.Sprintf("%d ingest requests are under way already (wow.ingest.max-in-flight); retry later", in.MaxInFlight)})
 		return
 	}
 	defer in.leave()
@@ -209,7 +279,11 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
 	if err != nil {
-		in.reply(w, http.StatusRequestEntityTooLarge, response{Error: fmt.Sprintf("reading the message: %v", err)})
+		status := http.StatusBadRequest
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		in.reply(w, status, response{Error: fmt.Sprintf("reading the message: %v", err)})
 		return
 	}
 	var m wow.Message

@@ -99,7 +99,7 @@ func New(version string) *Metrics {
 		receivers: newReceiverCollector(),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "ingest_requests_total",
-			Help: "Requests to the ingest endpoint by answer (outcome: accepted, unauthorized, rejected, unavailable, failed).",
+			Help: "Requests to the ingest endpoint by answer (outcome: accepted, unauthorized, rejected, too_large, rate_limited, busy, unavailable, failed).",
 		}, []string{"outcome"}),
 		memoryLimit: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "memory_limit_bytes",
@@ -124,13 +124,17 @@ type IngestOutcome uint8
 const (
 	IngestAccepted     IngestOutcome = iota // 202: admitted and published
 	IngestUnauthorized                      // 401: no bearer token, or a wrong one (wow.ingest.token-file); nothing published
-	IngestRejected                          // another 4xx: not a POST, an unknown kind, too large, not a Wow message of a configured aggregate
+	IngestRejected                          // another 4xx: not a POST, an unknown kind, not a Wow message of a configured aggregate
 	IngestUnavailable                       // 503: stopping, or admitted nowhere
 	IngestFailed                            // 502: handled here, but the publish failed
+	IngestTooLarge                          // 413: the body is larger than the endpoint takes
+	IngestRateLimited                       // 429: over wow.ingest.rate-limit; nothing read
+	IngestBusy                              // 503: wow.ingest.max-in-flight requests under way already; nothing read
 	numIngestOutcomes
 )
 
-var ingestOutcomeNames = [numIngestOutcomes]string{"accepted", "unauthorized", "rejected", "unavailable", "failed"}
+var ingestOutcomeNames = [numIngestOutcomes]string{"accepted", "unauthorized", "rejected", "unavailable", "failed",
+	"too_large", "rate_limited", "busy"}
 
 // String returns the label value.
 func (o IngestOutcome) String() string { return ingestOutcomeNames[o] }
