@@ -67,11 +67,11 @@ wow:
       handler: {type: count}
   metrics:
     listen: 127.0.0.1:0
-    tls: {cert-file: %s, key-file: %s}
+    tls: {cert-file: %q, key-file: %q}
   ingest:
     enabled: true
     listen: 127.0.0.1:0
-    tls: {cert-file: %s, key-file: %s, client-ca-file: %s}
+    tls: {cert-file: %q, key-file: %q, client-ca-file: %q}
 `, c.ListenAddrs()[0], metricsTLS.CertFile, metricsTLS.KeyFile, ingestTLS.CertFile, ingestTLS.KeyFile, ingestTLS.ClientCAFile),
 		"test.yaml", &reg, nil)
 	if err != nil {
