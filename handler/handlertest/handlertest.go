@@ -14,7 +14,8 @@
 // outcomes are classified (success is nil, a permanent failure is
 // [handler.Permanent], a skip is [handler.Skip], transient failures are
 // retried and, once exhausted, reported as [handler.Transient] with
-// [handler.Attempts]); that a canceled context is acknowledged promptly with
+// [handler.Attempts]), each message's on its own when several are handed
+// over together (as a sink that batches sends them in one request); that a canceled context is acknowledged promptly with
 // an error wrapping ctx.Err() and stops the calls to the target; that Handle
 // does not block unless the handler is a [handler.Blocker]; and that Close
 // acknowledges everything outstanding and leaves no goroutine behind.
@@ -101,6 +102,40 @@ func Run(t *testing.T, newHandler func(t *testing.T, target Target) handler.Hand
 		calls := len(s.tg.callsOf(1))
 		if n := handler.Attempts(err); n < 1 || n != calls {
 			t.Errorf("error %q reports %d attempts; the target saw %d calls", err, n, calls)
+		}
+	})
+	t.Run("MixedOutcomes", func(t *testing.T) {
+		// Messages of different keys handed over together, as a sink
+		// batching them may send them in one request: each gets its own
+		// outcome, and the retried one alone is called again.
+		s := start(t, newHandler)
+		s.tg.set(1, failTransient, succeed)
+		s.tg.set(2, failPermanent)
+		s.tg.set(3, askSkip)
+		const n = 8
+		for off := range int64(n) {
+			s.handle(context.Background(), message(fmt.Sprint("k", off), off))
+		}
+		for off := range int64(n) {
+			err := s.acks.wait(t, off, ackWithin)
+			switch off {
+			case 2:
+				wantClass(t, err, handler.Permanent)
+			case 3:
+				wantClass(t, err, handler.Skip)
+			default:
+				if err != nil {
+					t.Errorf("offset %d: %v, want nil", off, err)
+				}
+			}
+		}
+		time.Sleep(inFlight)
+		for off := range int64(n) {
+			want := 1
+			if off == 1 {
+				want = 2
+			}
+			s.wantCalls(off, want)
 		}
 	})
 	t.Run("OrderPerKey", func(t *testing.T) {

@@ -2,9 +2,11 @@ package handlertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -23,7 +25,11 @@ import (
 // An HTTP sink POSTs to URL, a server on 127.0.0.1 that finds the message
 // by its kafka-offset request header (the wowd HTTP sink contract) and
 // answers 204 (success), 503 (transient), 400 (permanent), 200 with
-// `Wowd-Action: skip` (skip), or holds the request (slow).
+// `Wowd-Action: skip` (skip), or holds the request (slow). A batch
+// (Content-Type application/cloudevents-batch+json: a JSON array of
+// CloudEvents, each with its kafkaoffset attribute) gets, once every
+// message's call ended, 200 with a result per message that did not
+// succeed: {"results":[{"id":..., "action":"retry|dead-letter|skip"}]}.
 //
 // A Go plugin calls Call where it would do its I/O, with the message's
 // context (or one derived from it) and the message, and treats the error
@@ -173,6 +179,10 @@ func (tg *target) call(ctx context.Context, m *handler.Message) error {
 
 // serveHTTP is the target as an HTTP sink sees it.
 func (tg *target) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/cloudevents-batch+json" {
+		tg.serveBatch(w, r)
+		return
+	}
 	offset, err := strconv.ParseInt(r.Header.Get("kafka-offset"), 10, 64)
 	if err != nil {
 		http.Error(w, "no kafka-offset header", http.StatusBadRequest)
@@ -190,6 +200,55 @@ func (tg *target) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "handlertest: transient failure", http.StatusServiceUnavailable)
 	}
+}
+
+// serveBatch is the target as an HTTP sink sending batches sees it: each
+// message of the batch is a call, the calls run at once, and the response
+// says what follows for each message that did not succeed.
+func (tg *target) serveBatch(w http.ResponseWriter, r *http.Request) {
+	var events []struct {
+		ID     string `json:"id"`
+		Offset string `json:"kafkaoffset"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&events); err != nil {
+		http.Error(w, "handlertest: not a CloudEvents batch: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	offsets := make([]int64, len(events))
+	for i, ev := range events {
+		off, err := strconv.ParseInt(ev.Offset, 10, 64)
+		if err != nil {
+			http.Error(w, "handlertest: an event without a kafkaoffset attribute", http.StatusBadRequest)
+			return
+		}
+		offsets[i] = off
+	}
+	results := make([]result, len(events))
+	var wg sync.WaitGroup
+	for i, off := range offsets {
+		wg.Go(func() { results[i] = tg.run(r.Context(), off) })
+	}
+	wg.Wait()
+	type entry struct {
+		ID     string `json:"id"`
+		Action string `json:"action"`
+	}
+	out := struct {
+		Results []entry `json:"results"`
+	}{Results: []entry{}}
+	for i, res := range results {
+		switch res {
+		case resultOK:
+		case resultPermanent:
+			out.Results = append(out.Results, entry{events[i].ID, "dead-letter"})
+		case resultSkip:
+			out.Results = append(out.Results, entry{events[i].ID, "skip"})
+		default:
+			out.Results = append(out.Results, entry{events[i].ID, "retry"})
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
 }
 
 // callsOf returns the start times of the calls for offset.

@@ -51,3 +51,12 @@ func TestDiscardConformance(t *testing.T) {
 		return newConformance(t, "discard", nil)
 	})
 }
+
+func TestHTTPBatchConformance(t *testing.T) {
+	handlertest.Run(t, func(t *testing.T, target handlertest.Target) handler.Handler {
+		return newConformance(t, "http", sinkConfig(target.URL, map[string]any{
+			"max-attempts": 3, "max-concurrency": 4, "request-timeout": "5s",
+			"batch": map[string]any{"max-messages": 4, "linger": "5ms"},
+		}))
+	})
+}

@@ -70,6 +70,7 @@ type httpSink struct {
 	all     map[*worker]struct{} // every worker, busy or idle
 	reaping *time.Timer          // stops the workers idle for idleFor; set while some are idle
 	closed  bool                 // set by Close; nothing is queued or started after it
+	batcher batcher              // with batch.max-messages: the batch being filled (http_batch.go)
 
 	idleFor time.Duration // workerIdle; tests shorten it
 }
@@ -107,13 +108,22 @@ const (
 	callDone                     // outcome reported or being reported
 )
 
-// call is one attempt of a message on its way through the sink.
+// call is one attempt of a message on its way through the sink, or, with
+// batching, the request of a batch of them (a carrier: batch is set, and
+// the attempts it carries are its members). Workers and the queue handle
+// carriers as they handle attempts: one request each.
 type call struct {
 	ctx     context.Context // of the message; canceling it abandons the attempt
 	m       *handler.Message
 	ack     handler.Ack // the attempt's, given by handler.WithRetry
 	stop    func() bool // unregisters the ctx cancellation hook; nil without one
 	attempt int         // 1 for the first attempt of m
+
+	// With batching: a member's CloudEvent and its id, or a carrier's batch.
+	event   []byte
+	id      string
+	batch   *batch
+	batched bool // a member: its request may be in flight when its ctx is canceled
 
 	state callState // guarded by sink.mu
 }
@@ -207,6 +217,10 @@ func (s *httpSink) start(ctx context.Context, m *handler.Message, attempt int, a
 		ack.Done(s.wrap(err))
 		return
 	}
+	if s.cfg.Batch.MaxMessages > 0 {
+		s.startBatched(ctx, m, attempt, ack)
+		return
+	}
 	c := &call{ctx: ctx, m: m, ack: ack, attempt: attempt}
 	limit := s.live.Load().maxConcurrency
 	if limit > 0 {
@@ -221,11 +235,27 @@ func (s *httpSink) start(ctx context.Context, m *handler.Message, attempt int, a
 		s.finish(c, s.wrap(handler.ErrClosed))
 		return
 	}
-	if limit > 0 && s.busy >= limit {
+	h := s.place(c)
+	s.mu.Unlock()
+	s.hand(h)
+}
+
+// handoff is a call placed on a worker, to hand over once sink.mu is
+// released.
+type handoff struct {
+	c     *call
+	w     *worker // nil: nothing to hand over (the call was queued)
+	spawn bool    // w is new: start its goroutine
+}
+
+// place gives the new call c (an attempt or a carrier) to a worker, or
+// queues it when max-concurrency attempts run. Called with mu held; the
+// caller passes what it returns to hand once it released mu.
+func (s *httpSink) place(c *call) handoff {
+	if limit := s.live.Load().maxConcurrency; limit > 0 && s.busy >= limit {
 		c.state = callQueued
 		s.queue.Push(c)
-		s.mu.Unlock()
-		return
+		return handoff{}
 	}
 	for s.pop() != nil { // below the limit, the queue holds only abandoned calls
 	}
@@ -235,15 +265,23 @@ func (s *httpSink) start(ctx context.Context, m *handler.Message, attempt int, a
 		w := s.idle[n-1] // the last to go idle: its stack is grown, its memory warm
 		s.idle[n-1] = nil
 		s.idle = s.idle[:n-1]
-		s.mu.Unlock()
-		w.next <- c // idle, it waits for nothing else: its channel is empty
-		return
+		return handoff{c: c, w: w}
 	}
 	w := &worker{next: make(chan *call, 1)}
 	s.all[w] = struct{}{}
 	s.workers.Add(1)
-	s.mu.Unlock()
-	go s.work(w, c)
+	return handoff{c: c, w: w, spawn: true}
+}
+
+// hand hands a placed call to its worker. Called without mu.
+func (s *httpSink) hand(h handoff) {
+	switch {
+	case h.w == nil:
+	case h.spawn:
+		go s.work(h.w, h.c)
+	default:
+		h.w.next <- h.c // idle, it waits for nothing else: its channel is empty
+	}
 }
 
 // shutdown acknowledges the queued attempts and the ones waiting for the
@@ -257,7 +295,7 @@ func (s *httpSink) shutdown(ctx context.Context) error {
 	}
 	s.closed = true
 	close(s.stopping)
-	var dropped []*call
+	dropped := s.batcher.drop()
 	for c := s.pop(); c != nil; c = s.pop() {
 		if c.state == callQueued {
 			c.state = callDone
@@ -391,6 +429,10 @@ func (s *httpSink) stopIdle(n int) {
 // ended by the message's cancellation or by Close reports that instead of
 // what it got.
 func (s *httpSink) attempt(w *worker, c *call) {
+	if c.batch != nil {
+		s.attemptBatch(w, c)
+		return
+	}
 	if err := s.waitTurn(c); err != nil {
 		s.complete(c, s.wrap(err))
 		return
@@ -437,7 +479,10 @@ func (s *httpSink) waitTurn(c *call) error {
 // request returns.
 func (s *httpSink) abandon(c *call) {
 	s.mu.Lock()
-	if c.state != callQueued { // a queued call stays in the queue; next skips it
+	// A queued call stays in the queue; next skips it. A member of a batch
+	// stays in its batch, which leaves it out; its request may be in
+	// flight, for other messages too: its outcome is ignored.
+	if c.state != callQueued && (!c.batched || c.state != callRunning) {
 		s.mu.Unlock()
 		return
 	}
@@ -454,8 +499,13 @@ func (s *httpSink) complete(c *call, err error) {
 	s.finish(c, err)
 }
 
-// finish reports the outcome of c, which its caller moved to callDone.
+// finish reports the outcome of c, which its caller moved to callDone: of
+// a carrier, the outcome of each member not done yet.
 func (s *httpSink) finish(c *call, err error) {
+	if c.batch != nil {
+		s.settleAll(c.batch.calls, err)
+		return
+	}
 	if c.stop != nil {
 		c.stop()
 	}

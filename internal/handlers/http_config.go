@@ -30,6 +30,7 @@ type HTTPConfig struct {
 	ContentType     string            `config:"content-type" desc:"Content-Type of a request whose record has no content-type header."`
 	H2C             bool              `config:"h2c" desc:"Speak HTTP/2 without TLS (h2c, prior knowledge) to an http URL, whose server must accept it; otherwise http URLs get HTTP/1.1 (https URLs get HTTP/2 when the server offers it)."`
 	TLS             HTTPTLSConfig     `config:"tls"`
+	Batch           HTTPBatchConfig   `config:"batch"`
 }
 
 // HTTPTLSConfig configures the TLS connections of the http sink (an https
@@ -50,6 +51,7 @@ func defaultHTTPConfig() *HTTPConfig {
 		MaxConcurrency: 0, // the window's
 		RateBurst:      1,
 		ContentType:    "application/json",
+		Batch:          HTTPBatchConfig{MaxBytes: 1 << 20, Linger: 5 * time.Millisecond}, // off: max-messages 0
 	}
 }
 
@@ -67,7 +69,7 @@ func (c *HTTPConfig) FitTry(tryTimeout time.Duration) error {
 	if tryTimeout > 0 && c.RequestTimeout >= tryTimeout {
 		return fmt.Errorf("request-timeout: %v must be less than the dispatcher's handler.timeout (%v), or every slow request times out the message's try", c.RequestTimeout, tryTimeout)
 	}
-	return nil
+	return c.Batch.fitTry(c.RequestTimeout, tryTimeout)
 }
 
 // Validate checks the configuration, reporting every problem. It reads no
@@ -103,6 +105,7 @@ func (c *HTTPConfig) Validate() error {
 		errs = append(errs, errors.New("content-type: must be a non-empty header value"))
 	}
 	errs = append(errs, c.TLS.check(c.URL)...)
+	errs = append(errs, c.Batch.check()...)
 	if u, err := url.Parse(c.URL); err == nil && u.Scheme == "https" && c.H2C {
 		errs = append(errs, errors.New("h2c: set, but url is https: HTTP/2 is negotiated over TLS"))
 	}
@@ -210,7 +213,7 @@ func checkStaticHeader(k, v string) error {
 func httpSpec() handler.Spec {
 	return handler.Spec{
 		Name:    "http",
-		Summary: "POSTs each message to a URL as a CloudEvent in binary mode, retrying transient failures.",
+		Summary: "POSTs each message to a URL as a CloudEvent in binary mode, or batches of them in structured mode, retrying transient failures.",
 		Config:  func() any { return defaultHTTPConfig() },
 		New: func(cfg any, deps handler.Deps) (handler.Handler, error) {
 			c, ok := cfg.(*HTTPConfig)
