@@ -134,14 +134,14 @@ func (d *decoder) decodeDocument(data []byte, c *Config) bool {
 		if errors.Is(err, io.EOF) {
 			d.errorf("wow", "required: the file is empty")
 		} else {
-			d.syntaxError(err)
+			d.syntaxError(err, data)
 		}
 		return false
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
 		if err != nil {
-			d.syntaxError(err)
+			d.syntaxError(err, data)
 		} else {
 			d.errs = append(d.errs, Error{Line: next.Line, Col: next.Column, Msg: "more than one YAML document"})
 		}
@@ -190,13 +190,14 @@ func (d *decoder) decodeDocument(data []byte, c *Config) bool {
 	return true
 }
 
-func (d *decoder) syntaxError(err error) {
+func (d *decoder) syntaxError(err error, data []byte) {
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
 		line, _ := strconv.Atoi(m[1])
 		d.errs = append(d.errs, Error{Line: line, Msg: m[2]})
 		return
 	}
-	d.errs = append(d.errs, Error{Msg: err.Error()})
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	d.errs = append(d.errs, Error{Line: syntaxLine(data, msg), Msg: msg})
 }
 
 // eachKey calls fn for each key of the mapping n at path, with the key's path
