@@ -158,7 +158,7 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 		redacted: u.Redacted(),
 		static:   static,
 		client: &http.Client{
-			Transport:     tr,
+			Transport:     redirectGuard{next: tr},
 			CheckRedirect: checkRedirect,
 		},
 		log:      log,

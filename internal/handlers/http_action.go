@@ -66,12 +66,15 @@ var responseRules = []responseRule{
 	{kind: byStatus, from: 300, to: 399, act: actionDeadLetter, response: "other 3xx", note: "redirects are not followed"},
 	{kind: byStatus, codes: []int{http.StatusRequestTimeout, http.StatusTooManyRequests}, act: actionRetry, response: "408, 429"},
 	{kind: byStatus, from: 400, to: 499, act: actionDeadLetter, response: "other 4xx"},
-	{kind: byStatus, from: 500, to: 999, act: actionRetry, response: "5xx"}, // 6xx to 9xx too: a server error
+	{kind: byStatus, from: 500, to: 999, act: actionRetry, response: "5xx to 9xx"}, // 6xx to 9xx: read as a server error
+	// 1xx: the client passes on only 101, a protocol switch the sink never
+	// asks for; below 100 is no HTTP status.
+	{kind: byStatus, from: 0, to: 199, act: actionDeadLetter, response: "1xx, or below 100"},
 	{kind: byNoResponse, act: actionRetry, response: "timeout, connection refused or reset, TLS or DNS error"},
 }
 
-// otherStatus is what follows a status no row matches: 1xx, of which the
-// client only passes on 101, a protocol switch the sink never asks for.
+// otherStatus is what follows a status no row matches: none, since a
+// status has three digits.
 const otherStatus = actionDeadLetter
 
 // headerRule is the row of ActionHeader value v.

@@ -251,7 +251,7 @@ func TestHTTPSlowResponses(t *testing.T) {
 // and TestHTTPTimeoutIsRetried), and ResponseActions naming outcomes as
 // handler.Class does.
 func TestResponseRules(t *testing.T) {
-	for code := 100; code <= 999; code++ {
+	for code := 0; code <= 999; code++ {
 		want := actionDeadLetter
 		switch {
 		case code >= 200 && code <= 299:

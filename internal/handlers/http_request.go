@@ -21,6 +21,11 @@ import (
 const (
 	maxErrorBody = 256      // bytes of a response body quoted in an error
 	maxDrain     = 64 << 10 // bytes of a response body read to reuse its connection
+
+	// A record's or a Wow message's header is passed on only within these
+	// bounds (see passable): servers refuse or cut longer header lines.
+	maxHeaderName  = 256     // bytes of its name, without the prefix wowd adds
+	maxHeaderValue = 4 << 10 // bytes of its value
 )
 
 // post makes the running attempt c. It returns nil when the response says
@@ -179,7 +184,7 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 	var records []textHeader // the record's headers
 	contentType := s.cfg.ContentType
 	for _, rh := range m.Headers {
-		if !validHeaderName(rh.Key) || !validHeaderValue(rh.Value) {
+		if !passable(rh.Key, rh.Value) {
 			continue
 		}
 		var th textHeader
@@ -249,7 +254,7 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 		}
 		events.to = len(buf)
 		for _, e := range w.Header {
-			if !validHeaderName(e.Key) || !validHeaderValue(e.Value) {
+			if !passableString(e.Key, e.Value) {
 				continue
 			}
 			var th textHeader
@@ -342,9 +347,10 @@ func (b *headerBuilder) set(k, v string) {
 	b.h[k] = b.vals[n-1 : n : n] // full: an Add copies it
 }
 
-// setValid sets header k to v when v is not empty and a valid header value.
+// setValid sets header k to v when v is not empty, valid UTF-8 and a valid
+// header value.
 func (b *headerBuilder) setValid(k, v string) {
-	if v != "" && validHeaderValue(v) {
+	if v != "" && utf8.ValidString(v) && validHeaderValue(v) {
 		b.set(k, v)
 	}
 }
@@ -395,6 +401,24 @@ func appendCE(buf []byte, s string) []byte {
 }
 
 func ceEscape(c byte) bool { return c <= ' ' || c >= 0x7f || c == '"' || c == '%' }
+
+// passable reports whether a record's or a Wow message's header may be
+// passed on as a request header: its name a token of at most maxHeaderName
+// bytes, its value valid UTF-8 of at most maxHeaderValue bytes without
+// control characters. Others are dropped: sent as they are, they could
+// split a header line (CR, LF), be cut at a NUL, or make the server refuse
+// the request; and a value that is not text has no meaning a header could
+// keep.
+func passable(name string, value []byte) bool {
+	return len(name) <= maxHeaderName && len(value) <= maxHeaderValue &&
+		validHeaderName(name) && validHeaderValue(value) && utf8.Valid(value)
+}
+
+// passableString is passable of a value held as a string.
+func passableString(name, value string) bool {
+	return len(name) <= maxHeaderName && len(value) <= maxHeaderValue &&
+		validHeaderName(name) && validHeaderValue(value) && utf8.ValidString(value)
+}
 
 // validHeaderName reports whether s is an HTTP token (RFC 9110, 5.6.2).
 func validHeaderName(s string) bool {

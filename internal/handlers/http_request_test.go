@@ -136,7 +136,8 @@ func referenceHeaders(s *httpSink, m *handler.Message, attempt int) http.Header 
 	contentType := s.cfg.ContentType
 	for _, rh := range m.Headers {
 		v := string(rh.Value)
-		if !validHeaderName(rh.Key) || !validHeaderValue(v) {
+		if !validHeaderName(rh.Key) || !validHeaderValue(v) || !utf8.ValidString(v) ||
+			len(rh.Key) > maxHeaderName || len(v) > maxHeaderValue {
 			continue
 		}
 		if strings.EqualFold(rh.Key, "content-type") && v != "" {
@@ -183,7 +184,7 @@ func referenceWowHeaders(h http.Header, m *handler.Message, w *handler.Wow) {
 		h.Set("ce-time", w.CreateTime.UTC().Format(time.RFC3339Nano))
 	}
 	set := func(k, v string) {
-		if v != "" && validHeaderValue(v) {
+		if v != "" && validHeaderValue(v) && utf8.ValidString(v) {
 			h.Set(k, v)
 		}
 	}
@@ -199,7 +200,8 @@ func referenceWowHeaders(h http.Header, m *handler.Message, w *handler.Wow) {
 		set("wow-events", strings.Join(w.Events, ","))
 	}
 	for _, e := range w.Header {
-		if validHeaderName(e.Key) && validHeaderValue(e.Value) {
+		if validHeaderName(e.Key) && validHeaderValue(e.Value) && utf8.ValidString(e.Value) &&
+			len(e.Key) <= maxHeaderName && len(e.Value) <= maxHeaderValue {
 			h.Set("wow-header-"+e.Key, e.Value)
 		}
 	}

@@ -73,10 +73,14 @@ const maxRedirects = 10
 // (307, 308) and stay on the origin (scheme and host) of the sink's URL:
 // after a 301, 302 or 303 the client would send a GET without the message,
 // and another origin must not get the sink's headers (tokens). Any other
-// 3xx response is the outcome, a permanent failure.
+// 3xx response is the outcome, a permanent failure, and so is one with a
+// known ActionHeader: it decides, whatever the status.
 func checkRedirect(req *http.Request, via []*http.Request) error {
 	if req.Response == nil || len(via) >= maxRedirects {
 		return http.ErrUseLastResponse
+	}
+	if _, ok := parseAction(req.Response.Header.Get(ActionHeader)); ok {
+		return http.ErrUseLastResponse // the sink said what follows: that row comes first
 	}
 	switch req.Response.StatusCode {
 	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
@@ -87,4 +91,35 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 		return http.ErrUseLastResponse
 	}
 	return nil
+}
+
+// redirectGuard hands the client a redirect response whose Location cannot
+// be parsed without that Location, so that the response itself is the
+// outcome (an "other 3xx" of the response → action table) rather than the
+// client's error, which the sink would take for no response at all.
+type redirectGuard struct{ next http.RoundTripper }
+
+func (g redirectGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := g.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		if loc := resp.Header.Get("Location"); loc != "" {
+			if _, perr := req.URL.Parse(loc); perr != nil {
+				resp.Header.Del("Location")
+			}
+		}
+	}
+	return resp, nil
+}
+
+// CloseIdleConnections closes the idle connections of the transport under
+// g, as http.Client.CloseIdleConnections expects of its transport.
+func (g redirectGuard) CloseIdleConnections() {
+	if c, ok := g.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
