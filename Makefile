@@ -10,7 +10,7 @@ HELM_VERSION ?= v3.22.0
 SEEDS ?= 200
 SOAK ?= 10m
 
-.PHONY: help build run dev test test-unit sim soak bench bench-e2e docs docker tools clean bench-http bench-kafka bench-latency
+.PHONY: help build run dev test test-unit sim soak bench bench-e2e docs docker tools clean bench-http bench-kafka bench-latency fuzz
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -52,6 +52,11 @@ bench-e2e: ## the receiver end to end against a plain franz-go consumer, in one 
 	  bin/receiver.test -test.run '^$$' -test.bench 'Consume' -test.benchtime 3x; \
 	done | tee bench-e2e.txt
 	go run ./internal/executor/benchratio < bench-e2e.txt
+
+FUZZTIME ?= 60s
+
+fuzz: ## every fuzz target for FUZZTIME each (default 60s); failing inputs land in testdata/fuzz
+	scripts/fuzz $(FUZZTIME)
 
 docs: ## regenerate docs/configuration.md and docs/metrics.md from the code
 	go run ./internal/docgen -out docs
