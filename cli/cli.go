@@ -148,12 +148,15 @@ func (a *app) versionCmd() *cobra.Command {
 	}
 }
 
-// logger builds the process logger from wow.log.
-func (a *app) logger(cfg *config.Config) (*zap.Logger, error) {
+// logger builds the process logger from wow.log; its level can be changed
+// in place.
+func (a *app) logger(cfg *config.Config) (*zap.Logger, zap.AtomicLevel, error) {
+	atom := zap.NewAtomicLevel()
 	level, err := zapcore.ParseLevel(cfg.Log.Level)
 	if err != nil {
-		return nil, configError(fmt.Errorf("wow.log.level: %w", err))
+		return nil, atom, configError(fmt.Errorf("wow.log.level: %w", err))
 	}
+	atom.SetLevel(level)
 	var zc zap.Config
 	if cfg.Log.Format == "console" {
 		zc = zap.NewDevelopmentConfig()
@@ -163,14 +166,14 @@ func (a *app) logger(cfg *config.Config) (*zap.Logger, error) {
 	// Errors name what failed and why; a stack trace per retried error
 	// only buries that.
 	zc.DisableStacktrace = true
-	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.Level = atom
 	zc.OutputPaths = []string{"stderr"}
 	zc.ErrorOutputPaths = []string{"stderr"}
 	log, err := zc.Build()
 	if err != nil {
-		return nil, fmt.Errorf("building the logger: %w", err)
+		return nil, atom, fmt.Errorf("building the logger: %w", err)
 	}
-	return log.With(zap.String("service", cfg.Service)), nil
+	return log.With(zap.String("service", cfg.Service)), atom, nil
 }
 
 // signalContext is done at the first SIGTERM or SIGINT; a second one exits

@@ -33,7 +33,7 @@ within wow.shutdown.timeout, offsets are committed, and it exits 0. Exit code
 			if err != nil {
 				return err
 			}
-			return a.serve(cfg, nil)
+			return a.serve(cmd, cfg, nil)
 		},
 	}
 	a.configFlag(cmd, "", "configuration file")
@@ -41,10 +41,12 @@ within wow.shutdown.timeout, offsets are committed, and it exits 0. Exit code
 }
 
 // serve runs the runtime until a signal, then stops it within the shutdown
-// timeout. extra runs after the runtime started (dev mode's demo traffic)
-// and returns a function that undoes it.
-func (a *app) serve(cfg *config.Config, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
-	log, err := a.logger(cfg)
+// timeout. While `wowd run` runs, changes of its configuration file are
+// applied as far as they can be (see daemon.WatchConfig).
+// extra runs after the runtime started (dev mode's demo traffic) and
+// returns a function that undoes it.
+func (a *app) serve(cmd *cobra.Command, cfg *config.Config, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
+	log, level, err := a.logger(cfg)
 	if err != nil {
 		return err
 	}
@@ -59,6 +61,18 @@ func (a *app) serve(cfg *config.Config, extra func(ctx context.Context, log *zap
 	}
 	if extra == nil {
 		rt.ApplyMemoryLimit() // not in dev mode: its broker's records live in this process
+	}
+	// Not in dev mode, which changes the configuration it read (the
+	// embedded broker's address, --demo, --partitions).
+	if path := a.configPath(cmd); path != "" && extra == nil {
+		src := a.sources(cmd)
+		err := rt.WatchConfig(daemon.Reload{Path: path, Level: level, Load: func() (*config.Config, error) {
+			cfg, _, err := config.LoadSources(path, a.reg, src)
+			return cfg, err
+		}})
+		if err != nil {
+			log.Warn("changes of the configuration file will need a restart", zap.Error(err))
+		}
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
@@ -127,7 +141,7 @@ after it stops.`,
 			defer b.Close()
 			cfg.Kafka.BootstrapServers = []string{b.Addr()}
 			fmt.Fprintf(a.stderr, "wowd dev: embedded broker on %s with %d topics of %d partitions\n", b.Addr(), len(topics), cfg.Dev.Partitions)
-			return a.serve(cfg, func(ctx context.Context, log *zap.Logger) (func(), error) {
+			return a.serve(cmd, cfg, func(ctx context.Context, log *zap.Logger) (func(), error) {
 				if !cfg.Dev.Demo {
 					return nil, nil
 				}

@@ -2,10 +2,12 @@
 // shared executor, one handler per dispatcher, one receiver per dispatcher
 // and bounded context, and the metrics server.
 //
-// Start order: metrics server, receivers. Stop order: report not ready,
-// wait the quiet period, stop every receiver (no more admission, drain,
-// final commit, leave the group), close the handlers, close the executor,
-// stop the metrics server. One deadline, wow.shutdown.timeout, covers it all.
+// Start order: metrics server, receivers, the configuration watcher (when
+// WatchConfig asked for it; see reload.go). Stop order: report not ready,
+// stop the watcher, wait the quiet period, stop every receiver (no more
+// admission, drain, final commit, leave the group), close the handlers,
+// close the executor, stop the metrics server. One deadline,
+// wow.shutdown.timeout, covers it all.
 package daemon
 
 import (
@@ -51,6 +53,8 @@ type Daemon struct {
 	handlers  map[string]handler.Handler // by dispatcher
 	stopping  atomic.Bool
 	memory    *memory.Budget // shared by the receivers' fetches
+	reg       *handler.Registry
+	reload    *reloader // nil unless WatchConfig
 	memorySrc memory.Source
 
 	ingest       *ingest.Ingest // nil unless wow.ingest.enabled
@@ -69,6 +73,7 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 	rt := &Daemon{
 		cfg:      cfg,
 		log:      log,
+		reg:      reg,
 		metrics:  metrics.New(version),
 		handlers: make(map[string]handler.Handler),
 	}
@@ -412,6 +417,10 @@ func (rt *Daemon) Start() {
 	for _, r := range rt.receivers {
 		r.Start()
 	}
+	if rt.reload != nil {
+		rt.reload.started = true
+		go rt.watch() // owned by the daemon; ends at Stop
+	}
 	rt.log.Info("wowd started", zap.Int("receivers", len(rt.receivers)), zap.Int("workers", rt.ex.Stats().Workers),
 		zap.String("metrics", rt.MetricsAddr()))
 }
@@ -437,6 +446,12 @@ func (rt *Daemon) Ready() (bool, string) {
 // Stop shuts down in order within ctx: see the package documentation.
 func (rt *Daemon) Stop(ctx context.Context) error {
 	rt.stopping.Store(true)
+	if r := rt.reload; r != nil && r.started { // no handler is reconfigured while it closes
+		close(r.stop)
+		<-r.done
+	} else if r != nil {
+		_ = r.watcher.Close()
+	}
 	if q := rt.cfg.Shutdown.QuietPeriod; q > 0 {
 		rt.log.Info("quiet period before stopping", zap.Duration("quiet_period", q))
 		select {

@@ -224,6 +224,7 @@ that does not exist is an error naming the argument and the closest key.
 leaves them out).
 
 `)
+	b.WriteString(reloadSection())
 	b.WriteString("## Keys\n\n")
 	b.WriteString("`<name>` stands for a key of the enclosing map: a bounded context's or a dispatcher's name.\n\n")
 	b.WriteString("| Key | Type | Default | Environment | Description |\n")
@@ -261,6 +262,47 @@ leaves them out).
 		}
 	}
 	return b.Bytes()
+}
+
+// reloadSection says what `wowd run` applies when its file changes, listing
+// the keys from their definitions.
+func reloadSection() string {
+	var keys []string
+	for _, k := range config.Keys() {
+		if k.Reload {
+			keys = append(keys, code(k.Path))
+		}
+	}
+	reg := handler.Default()
+	for _, name := range reg.Names() {
+		spec, _ := reg.Lookup(name)
+		for _, f := range handlerconfig.Fields(spec) {
+			if f.Reload {
+				keys = append(keys, code("wow.dispatchers.<name>.handler."+f.Name)+" ("+name+")")
+			}
+		}
+	}
+	return `## Reload while running
+
+` + "`wowd run`" + ` watches its configuration file (its directory, so a file replaced by an
+editor or a Kubernetes ConfigMap update counts) and, once the file has been still
+for 200ms, reads it again over the same environment and ` + "`--set`" + ` arguments. These
+keys apply without a restart:
+
+- ` + strings.Join(keys, "\n- ") + `
+
+Each attempt of the http sink reads its settings once when it starts: a raised
+` + "`max-concurrency`" + ` starts queued requests at once, a lowered one holds once enough
+requests in flight ended, and requests in flight keep their timeout. (The contents of
+the header files are read again within a second of a change anyway.) A change of any
+other key is logged as needing a restart, naming the keys, and is not applied (the
+reloadable keys of the same file are). A file that does not load or validate, or whose
+new header files cannot be read, is refused whole and logged with every problem; the
+running configuration stays. ` + "`handler.timeout`" + ` is not among them: each receiver
+sizes its deadline checks from it when it starts. Each change read is counted in
+` + "`wowd_config_reloads_total{outcome}`" + ` (` + "`applied`, `restart_needed`, `invalid`" + `).
+
+`
 }
 
 // metricsDoc is docs/metrics.md: every wowd_ metric, then the Kafka client's

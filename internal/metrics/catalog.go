@@ -32,6 +32,7 @@ func Catalog() []Doc {
 	r.Panic()
 	r.Rewind()
 	m.Ingest().Count(IngestAccepted)
+	m.Reloads().Count(ReloadApplied)
 	m.Executor(func() ExecutorSnapshot { return ExecutorSnapshot{} })
 	mfs, err := m.Registry.Gather()
 	if err != nil {

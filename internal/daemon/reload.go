@@ -1,0 +1,248 @@
+package daemon
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/metrics"
+)
+
+// Reload is what the daemon needs to apply changes of its configuration
+// file while it runs.
+type Reload struct {
+	// Path is the configuration file.
+	Path string
+	// Load reads it again, over the same environment and --set arguments
+	// as at start, and validates it.
+	Load func() (*config.Config, error)
+	// Level is the logger's level, set in place when wow.log.level
+	// changes.
+	Level zap.AtomicLevel
+}
+
+// reconfigurer is a handler that takes new values of its reloadable keys
+// (tagged reload:"true") while it runs, such as the http sink.
+type reconfigurer interface {
+	// Reconfigure checks cfg, the handler's configuration decoded again,
+	// which differs from the running one only in reloadable keys, and
+	// returns the function that applies it; an error leaves the handler as
+	// it is. apply runs concurrently with Handle: the handler makes that
+	// safe.
+	Reconfigure(cfg any) (apply func(), err error)
+}
+
+// reloadSettle is how long the file must stay unchanged after an event
+// before it is read: editors and `kubectl` write it in several steps.
+var reloadSettle = 200 * time.Millisecond
+
+// reloader watches the configuration file. Its goroutine, started by
+// Start and stopped by Stop, is the only one to touch its fields.
+type reloader struct {
+	Reload
+	watcher *fsnotify.Watcher
+	count   *metrics.Reloads
+	last    []byte         // the file's contents last read
+	applied *config.Config // the running configuration, reloadable keys as last applied
+	started bool           // set by Start: the goroutine runs
+	stop    chan struct{}  // closed by Stop
+	done    chan struct{}  // closed when the goroutine ends
+}
+
+// WatchConfig makes the daemon apply changes of its configuration file
+// while it runs, from Start to Stop: log level, and the handler keys tagged
+// reload:"true" (the http sink's limits, request timeout and header files).
+// A change of any other key is logged as needing a restart and not applied;
+// a file that does not load is logged and refused whole. Each change read is
+// counted in wowd_config_reloads_total. Call it before Start.
+func (rt *Daemon) WatchConfig(r Reload) error {
+	data, err := os.ReadFile(r.Path)
+	if err != nil {
+		return fmt.Errorf("watching the configuration: %w", err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching the configuration: %w", err)
+	}
+	// The directory, not the file: an editor or a Kubernetes ConfigMap
+	// replaces the file, and a watch on the old one would see nothing more.
+	if err := w.Add(filepath.Dir(r.Path)); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("watching the configuration: %w", err)
+	}
+	rt.reload = &reloader{
+		Reload:  r,
+		watcher: w,
+		count:   rt.metrics.Reloads(),
+		last:    data,
+		applied: rt.cfg,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	return nil
+}
+
+// watch reads the file when it changed and settled, until stop.
+func (rt *Daemon) watch() {
+	r := rt.reload
+	defer close(r.done)
+	defer func() { _ = r.watcher.Close() }()
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case _, ok := <-r.watcher.Events:
+			if !ok {
+				return
+			}
+			settle.Reset(reloadSettle) // any event in the directory: the file may be a link that changed
+		case err, ok := <-r.watcher.Errors:
+			if !ok {
+				return
+			}
+			rt.log.Warn("watching the configuration file", zap.String("path", r.Path), zap.Error(err))
+		case <-settle.C:
+			rt.reloadFile()
+		}
+	}
+}
+
+// reloadFile reads the configuration file and applies what changed.
+func (rt *Daemon) reloadFile() {
+	r := rt.reload
+	data, err := os.ReadFile(r.Path)
+	if err != nil {
+		rt.log.Error("the configuration file cannot be read; the running configuration stays",
+			zap.String("path", r.Path), zap.Error(err))
+		r.count.Count(metrics.ReloadInvalid)
+		return
+	}
+	if bytes.Equal(data, r.last) {
+		return
+	}
+	outcome, err := rt.apply()
+	if err == nil {
+		// A refused file is read again at the next event in its directory:
+		// what made it fail may be another file (a header file, metadata).
+		r.last = data
+	}
+	if err != nil {
+		rt.log.Error("the configuration file changed but is refused; the running configuration stays",
+			zap.String("path", r.Path), zap.Error(err))
+		r.count.Count(metrics.ReloadInvalid)
+		return
+	}
+	if outcome != nil {
+		r.count.Count(*outcome)
+	}
+}
+
+// apply loads the configuration again and applies its reloadable changes,
+// all or none. It returns nil when no key changed.
+func (rt *Daemon) apply() (*metrics.ReloadOutcome, error) {
+	r := rt.reload
+	cfg, err := r.Load()
+	if err != nil {
+		return nil, err
+	}
+	// What needs a restart is what differs from the configuration the
+	// daemon started with; what may apply is what differs from the last
+	// applied.
+	fromStart, err := config.Changes(rt.cfg, cfg, rt.reg)
+	if err != nil {
+		return nil, err
+	}
+	var restart []string
+	for _, c := range fromStart {
+		_, canReload := rt.handlers[dispatcherOf(c.Path, cfg)].(reconfigurer)
+		if !c.Reload || (c.Path != "wow.log.level" && !canReload) {
+			restart = append(restart, c.Path)
+		}
+	}
+	changed, err := config.Changes(r.applied, cfg, rt.reg)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		applied []string
+		commits []func()
+		level   *zapcore.Level
+		done    = map[string]bool{} // dispatchers whose handler was prepared
+	)
+	for _, c := range changed {
+		if !c.Reload {
+			continue
+		}
+		if c.Path == "wow.log.level" {
+			l, err := zapcore.ParseLevel(cfg.Log.Level)
+			if err != nil {
+				return nil, fmt.Errorf("wow.log.level: %w", err)
+			}
+			level = &l
+			applied = append(applied, c.Path)
+			continue
+		}
+		name := dispatcherOf(c.Path, cfg)
+		h, ok := rt.handlers[name].(reconfigurer)
+		if !ok {
+			continue // in restart
+		}
+		applied = append(applied, c.Path)
+		if done[name] {
+			continue
+		}
+		done[name] = true
+		commit, err := h.Reconfigure(cfg.Dispatchers[name].Handler.Decoded)
+		if err != nil {
+			return nil, fmt.Errorf("wow.dispatchers.%s.handler: %w", name, err)
+		}
+		commits = append(commits, commit)
+	}
+	if level != nil {
+		r.Level.SetLevel(*level)
+	}
+	for _, commit := range commits {
+		commit()
+	}
+	r.applied = cfg
+	if len(applied) > 0 {
+		rt.log.Info("configuration reloaded", zap.String("path", r.Path), zap.Strings("applied", applied))
+	}
+	if len(restart) > 0 {
+		slices.Sort(restart)
+		rt.log.Warn("configuration changed: these keys need a restart and were not applied",
+			zap.String("path", r.Path), zap.Strings("keys", restart))
+		o := metrics.ReloadRestartNeeded
+		return &o, nil
+	}
+	if len(applied) == 0 {
+		rt.log.Info("configuration file changed; no key did", zap.String("path", r.Path))
+		return nil, nil
+	}
+	o := metrics.ReloadApplied
+	return &o, nil
+}
+
+// dispatcherOf returns the dispatcher whose handler key path is: the
+// longest name it starts with, names holding dots.
+func dispatcherOf(path string, cfg *config.Config) string {
+	name := ""
+	for n := range cfg.Dispatchers {
+		if strings.HasPrefix(path, "wow.dispatchers."+n+".handler.") && len(n) > len(name) {
+			name = n
+		}
+	}
+	return name
+}

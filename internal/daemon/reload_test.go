@@ -1,0 +1,205 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	zapobserver "go.uber.org/zap/zaptest/observer"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/testwait"
+)
+
+// reloadYAML is a configuration whose http sink POSTs to url with at most
+// conc requests in flight, logging at level, with workers workers.
+func reloadYAML(broker, url string, conc int, level string, workers int) string {
+	return fmt.Sprintf(`wow:
+  service: reloader
+  kafka:
+    bootstrap-servers: [%s]
+    commit-interval: 100ms
+  contexts:
+    example:
+      aggregates: [cart]
+  dispatch:
+    workers: %d
+  dispatchers:
+    sink:
+      topics: [event]
+      format: raw
+      handler:
+        type: http
+        url: %s
+        max-concurrency: %d
+  log:
+    level: %s
+  metrics:
+    listen: ""
+`, broker, workers, url, conc, level)
+}
+
+// TestReloadUnderARunningDaemon rewrites the configuration file under a
+// running daemon: a new log level and sink concurrency apply without a
+// restart, a change of a restart-only key is reported and not applied, and
+// a file that does not load is refused whole, each counted.
+func TestReloadUnderARunningDaemon(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const topic = "wow.example.cart.event"
+	if err := c.CreateTopic(topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var inFlight atomic.Int32
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer releaseAll() // before srv.Close: the requests end
+	broker := c.ListenAddrs()[0]
+
+	path := filepath.Join(t.TempDir(), "wowd.yaml")
+	write := func(s string) {
+		t.Helper()
+		// As an editor does: a new file renamed over the old one.
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(reloadYAML(broker, srv.URL, 1, "info", 2))
+	reg := handler.Default()
+	cfg, err := config.Load(path, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
+	core, logs := zapobserver.New(level)
+	rt, err := New(cfg, reg, zap.New(core), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.WatchConfig(Reload{Path: path, Level: level,
+		Load: func() (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
+		t.Fatal(err)
+	}
+	rt.Start()
+	stopped := false
+	defer func() {
+		if !stopped {
+			releaseAll()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_ = rt.Stop(ctx)
+		}
+	}()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range 4 { // four aggregates: nothing orders them
+		recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "cart-%d", i), Value: []byte("{}")})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "one request in flight", func() bool { return inFlight.Load() == 1 })
+
+	count := func(o metrics.ReloadOutcome) int {
+		mfs, err := rt.Metrics().Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "wowd_config_reloads_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == o.String() {
+					return int(m.GetCounter().GetValue())
+				}
+			}
+		}
+		return -1
+	}
+
+	// Reloadable keys only: applied.
+	write(reloadYAML(broker, srv.URL, 4, "debug", 2))
+	testwait.For(t, 10*time.Second, "the reload applied", func() bool { return count(metrics.ReloadApplied) == 1 })
+	if !level.Enabled(zapcore.DebugLevel) {
+		t.Error("log level not debug after the reload")
+	}
+	testwait.For(t, 10*time.Second, "four requests in flight after max-concurrency went to 4",
+		func() bool { return inFlight.Load() == 4 })
+	if n := logs.FilterMessage("configuration reloaded").Len(); n != 1 {
+		t.Errorf("%d reload logs", n)
+	}
+
+	// A restart-only key: reported, not applied; the reloadable one is.
+	write(reloadYAML(broker, srv.URL, 4, "warn", 7))
+	testwait.For(t, 10*time.Second, "the restart reported", func() bool { return count(metrics.ReloadRestartNeeded) == 1 })
+	restart := logs.FilterMessageSnippet("need a restart").All()
+	if len(restart) != 1 || !strings.Contains(fmt.Sprint(restart[0].ContextMap()["keys"]), "wow.dispatch.workers") {
+		t.Errorf("restart log: %+v", restart)
+	}
+	if w := rt.ex.Stats().Workers; w != 2 {
+		t.Errorf("%d workers: the restart-only change was applied", w)
+	}
+	if level.Level() != zapcore.WarnLevel {
+		t.Errorf("level %v, want warn", level.Level())
+	}
+
+	// A file that does not load: refused, nothing changes.
+	write(strings.Replace(reloadYAML(broker, srv.URL, 1, "error", 2), "max-concurrency", "max-concurency", 1))
+	testwait.For(t, 10*time.Second, "the invalid file refused", func() bool { return count(metrics.ReloadInvalid) == 1 })
+	refused := logs.FilterMessageSnippet("refused").All()
+	if len(refused) != 1 || !strings.Contains(refused[0].ContextMap()["error"].(string), `did you mean "max-concurrency"`) {
+		t.Errorf("refusal log: %+v", refused)
+	}
+	if level.Level() != zapcore.WarnLevel {
+		t.Errorf("level %v after an invalid file, want warn still", level.Level())
+	}
+	if count(metrics.ReloadApplied) != 1 || count(metrics.ReloadRestartNeeded) != 1 {
+		t.Errorf("counts applied %d, restart_needed %d", count(metrics.ReloadApplied), count(metrics.ReloadRestartNeeded))
+	}
+
+	releaseAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stopped = true
+	if err := rt.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
