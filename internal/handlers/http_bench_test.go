@@ -3,6 +3,7 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -265,15 +266,16 @@ func benchMessages() [][]*handler.Message {
 		out[p] = make([]*handler.Message, benchAggregates)
 		for a := range out[p] {
 			id := "cart-" + strconv.Itoa(p) + "-" + strconv.Itoa(a)
+			msgID := fmt.Sprintf("0ZX4dZ4Q%07d", p*benchAggregates+a) // unique, as Wow ids are: a batch holds one message of an id
 			out[p][a] = &handler.Message{
 				Dispatcher: "cart-projection", Service: "cart-service",
 				Context: "example", Aggregate: "cart", Kind: handler.KindEvent,
 				AggregateID: id, Topic: "wow.example.cart.event", Partition: int32(p),
 				Key:       []byte(id),
-				Value:     []byte(`{"id":"0ZX4dZ4Q0001002","contextName":"example","aggregateName":"cart","aggregateId":"` + id + `","tenantId":"(0)","requestId":"0ZX4dZ4Q0001001","commandId":"0ZX4dZ4Q0001001","version":2,"header":{"trace_id":"a1b2c3","local_first":"true"},"body":[{"name":"cart_item_added","revision":"0.0.1","bodyType":"me.ahoo.wow.example.api.cart.CartItemAdded","body":{"added":{"productId":"p-1","quantity":1}}}],"createTime":1764504000000}`),
+				Value:     []byte(`{"id":"` + msgID + `","contextName":"example","aggregateName":"cart","aggregateId":"` + id + `","tenantId":"(0)","requestId":"0ZX4dZ4Q0001001","commandId":"0ZX4dZ4Q0001001","version":2,"header":{"trace_id":"a1b2c3","local_first":"true"},"body":[{"name":"cart_item_added","revision":"0.0.1","bodyType":"me.ahoo.wow.example.api.cart.CartItemAdded","body":{"added":{"productId":"p-1","quantity":1}}}],"createTime":1764504000000}`),
 				Timestamp: created,
 				Wow: &handler.Wow{
-					ID: "0ZX4dZ4Q0001002", ContextName: "example", AggregateName: "cart", AggregateID: id,
+					ID: msgID, ContextName: "example", AggregateName: "cart", AggregateID: id,
 					TenantID: "(0)", RequestID: "0ZX4dZ4Q0001001", CommandID: "0ZX4dZ4Q0001001",
 					Version: 2, HasVersion: true, CreateTime: created,
 					Header: []handler.WowHeader{{Key: "trace_id", Value: "a1b2c3"}, {Key: "local_first", Value: "true"}},

@@ -75,6 +75,15 @@ func main() {
 			ratioRow{"http: sink/defaults speed / net/http alone", hs("ceiling/net-http"), hs("sink/defaults"), "ns/op", "(same concurrency)", 0, false},
 		)
 	}
+	// Batched delivery, when BenchmarkHTTPSinkBatch ran: batches of 100
+	// against one message per request, at the same max-concurrency.
+	hb := func(impl string) string { return "BenchmarkHTTPSinkBatch/impl=" + impl }
+	for _, mc := range []string{"8", "64"} {
+		if len(runs[hb("unbatched/max-concurrency="+mc)]) > 0 {
+			rows = append(rows, ratioRow{"http: batch=100 / unbatched, max-conc. " + mc,
+				hb("unbatched/max-concurrency=" + mc), hb("batch=100/max-concurrency=" + mc), "ns/op", ">= 5", 5, false})
+		}
+	}
 	fmt.Printf("%-46s %10s %10s %10s  %s\n", "ratio (median of rounds)", "median", "min", "max", "target")
 	for _, r := range rows {
 		ratios := pair(runs[r.a], runs[r.b], r.unit)
