@@ -163,6 +163,7 @@ func TestHTTPConfigFields(t *testing.T) {
 		"backoff-max": "30s", "max-concurrency": "", "headers": "", "content-type": "application/json", "h2c": "",
 		"rate-limit": "", "rate-burst": "1", "headers-from-env": "", "headers-from-file": "",
 		"tls.ca-file": "", "tls.cert-file": "", "tls.key-file": "", "tls.insecure-skip-verify": "",
+		"batch.max-messages": "", "batch.max-bytes": "1048576", "batch.linger": "5ms",
 	} {
 		f, ok := byName[name]
 		if !ok {

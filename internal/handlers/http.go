@@ -42,6 +42,10 @@ const maxRetryAfter = 5 * time.Minute
 // callDone reports its outcome, so each attempt is acknowledged once.
 //
 // The queue is unbounded: the window bounds it too.
+//
+// With batch.max-messages set, an attempt joins the batch being filled
+// instead, and a cut batch is started or queued as one attempt (see
+// http_batch.go).
 type httpSink struct {
 	retry retrying // handler.WithRetry over sinkAttempts{s}; Handle and Close go through it
 
@@ -259,6 +263,13 @@ func (s *httpSink) place(c *call) handoff {
 	}
 	for s.pop() != nil { // below the limit, the queue holds only abandoned calls
 	}
+	return s.assign(c)
+}
+
+// assign makes c running on a worker: the one that went idle last, or a new
+// one. Called with mu held; the caller passes what it returns to hand once
+// it released mu.
+func (s *httpSink) assign(c *call) handoff {
 	c.state = callRunning
 	s.busy++
 	if n := len(s.idle); n > 0 {

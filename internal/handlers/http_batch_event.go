@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -33,16 +34,27 @@ func (s *httpSink) encodeEvent(ctx context.Context, m *handler.Message, attempt 
 	if err != nil {
 		return nil, "", err
 	}
-	type attribute struct{ name, header string }
+	// The attribute names, as spans of names, sorted; one allocation for
+	// all of them.
+	type attribute struct {
+		name   span // in names
+		header string
+	}
 	attrs := make([]attribute, 0, len(req.Header))
+	names := make([]byte, 0, 24*len(req.Header))
 	for k := range req.Header {
 		if k == hdrContentType || s.configuredHeader(k) {
 			continue
 		}
-		attrs = append(attrs, attribute{name: attributeName(k), header: k})
+		a := attribute{header: k}
+		a.name.from = len(names)
+		names = appendAttributeName(names, k)
+		a.name.to = len(names)
+		attrs = append(attrs, a)
 	}
+	name := func(a attribute) []byte { return names[a.name.from:a.name.to] }
 	slices.SortFunc(attrs, func(a, b attribute) int {
-		if c := strings.Compare(a.name, b.name); c != 0 {
+		if c := bytes.Compare(name(a), name(b)); c != 0 {
 			return c
 		}
 		return strings.Compare(a.header, b.header)
@@ -50,21 +62,27 @@ func (s *httpSink) encodeEvent(ctx context.Context, m *handler.Message, attempt 
 
 	buf := make([]byte, 0, 1024+len(m.Value)+len(m.Value)/3)
 	buf = append(buf, '{')
-	prev := ""
+	var prev []byte
 	for _, a := range attrs {
-		if a.name == "" || a.name == prev {
+		n := name(a)
+		if len(n) == 0 || bytes.Equal(n, prev) {
 			continue
 		}
-		prev = a.name
-		v := strings.Join(req.Header[a.header], ",")
+		prev = n
+		vs := req.Header[a.header]
+		v := vs[0]
+		if len(vs) > 1 {
+			v = strings.Join(vs, ",")
+		}
 		if strings.HasPrefix(a.header, "Ce-") {
 			v = ceDecode(v)
 		}
 		if a.header == hdrID {
 			id = v
 		}
-		buf = appendJSONString(buf, a.name)
-		buf = append(buf, ':')
+		buf = append(buf, '"')
+		buf = append(buf, n...) // letters and digits: nothing to escape
+		buf = append(buf, '"', ':')
 		buf = appendJSONString(buf, v)
 		buf = append(buf, ',')
 	}
@@ -101,11 +119,13 @@ func (s *httpSink) configuredHeader(k string) bool {
 
 // attributeName is the CloudEvents attribute of header k: for Ce-X, x;
 // otherwise k; lower case, with only the letters and digits kept.
-func attributeName(k string) string {
+func attributeName(k string) string { return string(appendAttributeName(nil, k)) }
+
+// appendAttributeName appends attributeName(k).
+func appendAttributeName(b []byte, k string) []byte {
 	if rest, ok := strings.CutPrefix(k, "Ce-"); ok {
 		k = rest
 	}
-	b := make([]byte, 0, len(k))
 	for i := range len(k) {
 		switch c := k[i]; {
 		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
@@ -114,7 +134,7 @@ func attributeName(k string) string {
 			b = append(b, c+'a'-'A')
 		}
 	}
-	return string(b)
+	return b
 }
 
 // jsonMediaType reports whether ct is a JSON media type: application/json

@@ -76,11 +76,6 @@ func (s *httpSink) Reconfigure(cfg any) (apply func(), err error) {
 // setLive makes l the sink's settings and, when its concurrency limit is
 // higher than the number of running attempts, starts queued ones.
 func (s *httpSink) setLive(l *httpLive) {
-	type handoff struct {
-		w     *worker
-		c     *call
-		fresh bool // w is a new worker: start its goroutine
-	}
 	var starts []handoff
 	s.mu.Lock()
 	s.live.Store(l) // under mu: start and next see the limit change between their critical sections
@@ -92,27 +87,11 @@ func (s *httpSink) setLive(l *httpLive) {
 		if c.state != callQueued {
 			continue // abandoned while queued
 		}
-		c.state = callRunning
-		s.busy++
-		if n := len(s.idle); n > 0 {
-			w := s.idle[n-1]
-			s.idle[n-1] = nil
-			s.idle = s.idle[:n-1]
-			starts = append(starts, handoff{w: w, c: c})
-			continue
-		}
-		w := &worker{next: make(chan *call, 1)}
-		s.all[w] = struct{}{}
-		s.workers.Add(1)
-		starts = append(starts, handoff{w: w, c: c, fresh: true})
+		starts = append(starts, s.assign(c))
 	}
 	s.mu.Unlock()
 	for _, h := range starts {
-		if h.fresh {
-			go s.work(h.w, h.c)
-		} else {
-			h.w.next <- h.c // idle, it waits for nothing else: its channel is empty
-		}
+		s.hand(h)
 	}
 }
 
