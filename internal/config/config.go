@@ -136,7 +136,34 @@ type Dispatcher struct {
 	Commands []string
 	// DeadLetter says where records whose handler failed for good go.
 	DeadLetter DeadLetter
-	Handler    Handler
+	// OnFailure is park or dead-letter; empty means the default (see
+	// FailurePolicy).
+	OnFailure string
+	// MaxParked bounds the aggregates a receiver keeps parked.
+	MaxParked int
+	Handler   Handler
+}
+
+// Failure policies of a dispatcher (on-failure).
+const (
+	OnFailurePark       = "park"
+	OnFailureDeadLetter = "dead-letter"
+)
+
+// FailurePolicy returns what a message that failed for good does to its
+// aggregate: on-failure when set; else park for Wow messages (they are
+// events of aggregates, whose order handlers rely on) unless dead letters
+// are disabled, in which case failures are held and retried as before;
+// dead-letter for raw records.
+func (d Dispatcher) FailurePolicy() string {
+	switch {
+	case d.OnFailure != "":
+		return d.OnFailure
+	case d.Format == "wow" && d.DeadLetter.Enabled:
+		return OnFailurePark
+	default:
+		return OnFailureDeadLetter
+	}
 }
 
 // DeadLetter configures a dispatcher's dead-letter topic.
@@ -150,6 +177,9 @@ type DeadLetter struct {
 
 // DefaultHandlerTimeout is the default of handler.timeout.
 const DefaultHandlerTimeout = time.Minute
+
+// DefaultMaxParked is the default of max-parked.
+const DefaultMaxParked = 1000
 
 // DefaultDeadLetterTopic is the default dead-letter topic template.
 const DefaultDeadLetterTopic = "{topic}.dlq"

@@ -94,6 +94,7 @@ func TestParseFillsDefaults(t *testing.T) {
 		Contexts:   []string{"alpha", "mid", "zeta"},
 		Format:     "wow",
 		DeadLetter: config.DeadLetter{Enabled: true, Topic: "{topic}.dlq"},
+		MaxParked:  config.DefaultMaxParked,
 		Handler: config.Handler{
 			Type:    "http",
 			Timeout: time.Minute,

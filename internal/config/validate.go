@@ -342,6 +342,15 @@ func (d *decoder) validateDispatchers(c *Config) {
 					disp.DeadLetter.Topic, strings.Join(hops, ", "))
 			}
 		}
+		if disp.OnFailure != "" {
+			d.oneOf(path+".on-failure", disp.OnFailure, OnFailurePark, OnFailureDeadLetter)
+		}
+		if disp.FailurePolicy() == OnFailurePark && disp.Format == "raw" {
+			d.errorf(path+".on-failure", "park needs format wow: a raw record's key is not known to be its aggregate's ID")
+		}
+		if disp.MaxParked < 1 {
+			d.errorf(path+".max-parked", "must be at least 1")
+		}
 		if disp.Handler.Timeout < 0 {
 			d.errorf(path+".handler.timeout", "must not be negative (0: no deadline)")
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/wowd/wowd/internal/ingest"
 	"github.com/wowd/wowd/internal/memory"
 	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/tlsconf"
 	"github.com/wowd/wowd/internal/wow"
@@ -355,6 +356,10 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 		return nil, err
 	}
 	dlTopic := d.DeadLetter.Topic
+	var parking *receiver.Parking
+	if d.FailurePolicy() == config.OnFailurePark {
+		parking = &receiver.Parking{StateTopic: park.StateTopic(cfg.Service, dispatcher), Max: d.MaxParked}
+	}
 	fetch := rt.memory.Join()
 	r, err := receiver.New(receiver.Options{
 		Dispatcher:     dispatcher,
@@ -376,6 +381,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 			Enabled: d.DeadLetter.Enabled,
 			Topic:   func(src string) string { return strings.ReplaceAll(dlTopic, "{topic}", src) },
 		},
+		Park:       parking,
 		ClientOpts: opts,
 		Fetch:      fetch,
 		Logger:     log,

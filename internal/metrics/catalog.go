@@ -31,6 +31,7 @@ func Catalog() []Doc {
 	r.Timeout()
 	r.Panic()
 	r.Rewind()
+	r.ParkAction("park", "done")
 	m.Ingest().Count(IngestAccepted)
 	m.Reloads().Count(ReloadApplied)
 	m.Executor(func() ExecutorSnapshot { return ExecutorSnapshot{} })

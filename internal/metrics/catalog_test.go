@@ -21,7 +21,7 @@ func TestCatalogCoversTheDesignNames(t *testing.T) {
 	for _, d := range have {
 		for _, l := range d.Labels {
 			switch l {
-			case "dispatcher", "context", "handler", "outcome", "result", "event", "state", "version":
+			case "dispatcher", "context", "handler", "outcome", "result", "event", "state", "version", "action":
 			default:
 				t.Errorf("%s has label %q outside the bounded set", d.Name, l)
 			}

@@ -20,8 +20,11 @@ type ReceiverSnapshot struct {
 	MaxKeyBacklog      int   // most messages waiting for one aggregate ID of this receiver
 	BackingOff         bool  // most recent handler attempts failed: fetching paused, failures held
 	BackoffDelay       time.Duration
-	BufferedBytes      int64 // record bytes the Kafka client holds fetched but not yet polled
-	FetchMaxBytes      int64 // the client's fetch limit set from the memory budget; 0: the configured one
+	BufferedBytes      int64         // record bytes the Kafka client holds fetched but not yet polled
+	FetchMaxBytes      int64         // the client's fetch limit set from the memory budget; 0: the configured one
+	ParkedAggregates   int           // aggregates parked in the owned partitions
+	OldestParked       time.Duration // age of the oldest parked aggregate's parking; 0 when none
+	ParkFull           bool          // max-parked reached: fetching paused until an aggregate is unparked
 }
 
 // ReceiverSource gives a receiver's snapshot; called at scrape time.
@@ -56,6 +59,12 @@ var (
 		"Bytes of records (keys, values and headers, decompressed) the receiver's Kafka client holds fetched but not yet handed out: what wow.memory.fetch-percent bounds.", receiverLabels, nil)
 	descFetchMax = prometheus.NewDesc(Namespace+"_receiver_fetch_max_bytes",
 		"The receiver's fetch limit (compressed bytes per fetch), sized from its part of the memory budget and the compression it observes.", receiverLabels, nil)
+	descParked = prometheus.NewDesc(Namespace+"_parked_aggregates",
+		"Aggregates parked in the receiver's owned partitions: a message of each failed for good, and it and the aggregate's later messages wait in the parked topic for a redrive, skip or discard.", receiverLabels, nil)
+	descParkedAge = prometheus.NewDesc(Namespace+"_parked_oldest_age_seconds",
+		"Time since the oldest parked aggregate of the receiver's owned partitions was parked; 0 when none is.", receiverLabels, nil)
+	descParkFull = prometheus.NewDesc(Namespace+"_receiver_park_full",
+		"1 while the receiver holds max-parked parked aggregates and another must park: fetching is paused until one is unparked.", receiverLabels, nil)
 	descBackoffDelay = prometheus.NewDesc(Namespace+"_receiver_backoff_seconds",
 		"Current backoff delay between probes while backing off; 0 otherwise.", receiverLabels, nil)
 )
@@ -80,7 +89,7 @@ func (c *receiverCollector) add(dispatcher, context string, src ReceiverSource) 
 }
 
 func (c *receiverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog, descBackingOff, descBackoffDelay, descBuffered, descFetchMax} {
+	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog, descBackingOff, descBackoffDelay, descBuffered, descFetchMax, descParked, descParkedAge, descParkFull} {
 		ch <- d
 	}
 }
@@ -107,6 +116,9 @@ func (c *receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descBackoffDelay, s.BackoffDelay.Seconds())
 		g(descBuffered, float64(s.BufferedBytes))
 		g(descFetchMax, float64(s.FetchMaxBytes))
+		g(descParked, float64(s.ParkedAggregates))
+		g(descParkedAge, s.OldestParked.Seconds())
+		g(descParkFull, b2f(s.ParkFull))
 	}
 }
 

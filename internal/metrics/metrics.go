@@ -32,10 +32,11 @@ const (
 	Dropped                         // abandoned on revoke or shutdown; redelivered later
 	Local                           // already handled when it was ingested (local first); acknowledged on return
 	DeadLetterFailed                // failed for good, and its dead-letter write was refused for good: committed past, logged as an error
+	Parked                          // written to the parked topic: it failed for good, or its aggregate was parked already
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "skipped", "unroutable", "dropped", "local", "dead_letter_failed"}
+var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "skipped", "unroutable", "dropped", "local", "dead_letter_failed", "parked"}
 
 // String returns the label value.
 func (o Outcome) String() string { return outcomeNames[o] }
@@ -52,6 +53,7 @@ type Metrics struct {
 	timeouts        *prometheus.CounterVec
 	panics          *prometheus.CounterVec
 	rewinds         *prometheus.CounterVec
+	parkActions     *prometheus.CounterVec
 	receivers       *receiverCollector
 	memoryLimit     prometheus.Gauge
 	ingest          *prometheus.CounterVec
@@ -65,7 +67,7 @@ func New(version string) *Metrics {
 		Registry: reg,
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "messages_total",
-			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, skipped, unroutable, dropped, local, dead_letter_failed).",
+			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, skipped, unroutable, dropped, local, dead_letter_failed, parked).",
 		}, []string{"dispatcher", "context", "outcome"}),
 		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "handler_duration_seconds",
@@ -96,6 +98,10 @@ func New(version string) *Metrics {
 			Namespace: Namespace, Name: "receiver_rewinds_total",
 			Help: "Times the Kafka client rewound a partition because the broker reported records it had read as lost (truncated): the partition is delivered again from wow.kafka.start-offset.",
 		}, []string{"dispatcher", "context"}),
+		parkActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "parked_actions_total",
+			Help: "Actions on parked aggregates by result (action: park, redrive, skip, discard; result: done, failed, canceled). A park is done when an aggregate's first failed message was written to the parked topic; a redrive that fails again leaves the aggregate parked with the new reason.",
+		}, []string{"dispatcher", "context", "action", "result"}),
 		receivers: newReceiverCollector(),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "ingest_requests_total",
@@ -111,7 +117,7 @@ func New(version string) *Metrics {
 		Help: "Always 1; the version label names the running build.",
 	}, []string{"version"})
 	buildInfo.WithLabelValues(version).Set(1)
-	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.rewinds, m.receivers, m.memoryLimit, m.ingest, buildInfo,
+	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.rewinds, m.parkActions, m.receivers, m.memoryLimit, m.ingest, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -181,6 +187,7 @@ func (m *Metrics) Receiver(dispatcher, context, handlerType string, src Receiver
 	r.timeouts = m.timeouts.WithLabelValues(dispatcher, context, handlerType)
 	r.panics = m.panics.WithLabelValues(dispatcher, context, handlerType)
 	r.rewinds = m.rewinds.WithLabelValues(dispatcher, context)
+	r.parkActions = m.parkActions.MustCurryWith(prometheus.Labels{"dispatcher": dispatcher, "context": context})
 	if src != nil {
 		m.receivers.add(dispatcher, context, src)
 	}
@@ -201,6 +208,15 @@ type Receiver struct {
 	lost, backoffs      prometheus.Counter
 	timeouts, panics    prometheus.Counter
 	rewinds             prometheus.Counter
+	parkActions         *prometheus.CounterVec // curried: action, result
+}
+
+// ParkAction records an action on a parked aggregate (park, redrive, skip,
+// discard) and its result (done, failed, canceled).
+func (r *Receiver) ParkAction(action, result string) {
+	if r != nil {
+		r.parkActions.WithLabelValues(action, result).Inc()
+	}
 }
 
 // Rewind records a partition the client rewound after lost records.

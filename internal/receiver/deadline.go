@@ -141,4 +141,10 @@ func (r *Receiver) extend(m *handler.Message, wait time.Duration) {
 	r.partsMu.RUnlock()
 	scan(p)
 	scan(r.local)
+	r.retireMu.Lock()
+	retiring := slices.Clone(r.retiring) // includes the pseudo-partitions of parked-aggregate actions
+	r.retireMu.Unlock()
+	for _, p := range retiring {
+		scan(p)
+	}
 }

@@ -44,11 +44,14 @@ func (a Admitted) Finished() bool {
 // the caller. The job calls exactly one of finished and dropped, once.
 type localWait struct {
 	done chan struct{}
-	ok   bool // written before done is closed
+	// Written before done is closed:
+	ok      bool            // finished, not given up
+	outcome metrics.Outcome // what became of it; Dropped when given up
+	fail    failure         // a redriven message that failed for good again: why (outcome Parked)
 }
 
-func (w *localWait) finished(metrics.Outcome) { w.ok = true; close(w.done) }
-func (w *localWait) dropped()                 { close(w.done) }
+func (w *localWait) finished(o metrics.Outcome) { w.ok, w.outcome = true, o; close(w.done) }
+func (w *localWait) dropped()                   { w.outcome = metrics.Dropped; close(w.done) }
 
 // Admit hands the receiver a record that did not come from Kafka (the
 // local-first ingest): it waits until the window has room (that is the

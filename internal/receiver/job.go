@@ -64,6 +64,10 @@ type jobState struct {
 	ws      *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
 	local   *localWait // admitted through Admit (ingest), not fetched: told when the record is finished or given up
 	trace   *jobTrace  // the message's trace context (trace.go); nil without one
+	// redriven: a parked message handed to the handler again by an
+	// operator's action (see park.go); it is never parked again, a final
+	// failure is reported to the action through local.
+	redriven bool
 	// kept is set when a try's outcome was taken from the handler (its
 	// deadline passed, or it panicked): the handler may still hold
 	// &msg, so the job must never carry another record. free leaves it
@@ -197,6 +201,12 @@ func (j *job) Run(res executor.Resume) executor.Status {
 	j.start = j.r.since()
 	j.tried = j.start
 	j.traceStart()
+	if !j.redriven && j.r.park != nil {
+		if _, parked := j.r.parkedAgg(j.rec.Topic, j.msg.AggregateID); parked {
+			j.park() // behind its aggregate's parked messages
+			return executor.Pending
+		}
+	}
 	if j.screen() {
 		j.call()
 	}
@@ -301,7 +311,7 @@ func (j *job) conclude(err error) {
 		// Revoked or shutting down: the failure may only be the cancellation.
 		// Not finished; the next owner gets it again.
 		j.abandon()
-	case !r.o.DeadLetter.Enabled || (class == handler.Transient && r.fails.overlapped(r.epoch.Add(j.tried))):
+	case (!r.o.DeadLetter.Enabled && r.park == nil) || (class == handler.Transient && r.fails.overlapped(r.epoch.Add(j.tried))):
 		// Dead letters disabled, or a transient failure of an attempt made
 		// while the sink was down: dead-lettering would empty the stream
 		// into the dead-letter topic. Hold the message (not the worker) and
@@ -321,7 +331,15 @@ func (j *job) conclude(err error) {
 		}
 		j.failure = failure{class: cls, reason: err.Error(), attempts: handler.Attempts(err)}
 		j.tries = 0
-		r.deadLetter(j)
+		switch {
+		case j.redriven:
+			j.local.fail = j.failure // the action keeps the aggregate parked with this at its head
+			j.finish(metrics.Parked)
+		case r.park != nil && len(j.rec.Key) > 0:
+			j.park()
+		default:
+			r.deadLetter(j)
+		}
 	}
 }
 

@@ -49,7 +49,27 @@ const (
 	// while other partitions are assigned (a stuck aggregate with a
 	// backlog), so it alone stops instead of the whole receiver.
 	pauseShare
+	// pauseLoading: newly assigned, waiting for its parked aggregates to be
+	// read from the state topic (see park.go).
+	pauseLoading
 )
+
+// String names the reasons, joined by '+': span, share, parked-state.
+func (w pauseReason) String() string {
+	var s string
+	for _, r := range []struct {
+		bit  pauseReason
+		name string
+	}{{pauseSpan, "span"}, {pauseShare, "share"}, {pauseLoading, "parked-state"}} {
+		if w&r.bit != 0 {
+			if s != "" {
+				s += "+"
+			}
+			s += r.name
+		}
+	}
+	return s
+}
 
 // newLocalPartition returns the pseudo-partition of the records the ingest
 // admits: they have no offsets and finish in any order.

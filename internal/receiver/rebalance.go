@@ -10,14 +10,14 @@ import (
 // onAssigned starts a new incarnation of every assigned partition. kgo calls
 // it before fetching the partitions, and with an empty map at the start of
 // every group session: the receiver is a member again.
-func (r *Receiver) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+func (r *Receiver) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	r.joined.Store(true)
 	r.rebalancing.Store(false)
 	select {
 	case r.assignedSig <- struct{}{}:
 	default:
 	}
-	n := 0
+	var fresh []*partition
 	r.partsMu.Lock()
 	for topic, ps := range assigned {
 		for _, p := range ps {
@@ -25,12 +25,15 @@ func (r *Receiver) onAssigned(_ context.Context, _ *kgo.Client, assigned map[str
 			if old := r.parts[k]; old != nil {
 				r.closePartition(old) // a loss we were not told about
 			}
-			r.parts[k] = newPartition(topic, p)
-			n++
+			np := newPartition(topic, p)
+			r.parts[k] = np
+			fresh = append(fresh, np)
 		}
 	}
 	r.nparts.Store(int32(len(r.parts)))
 	r.partsMu.Unlock()
+	r.assignedParking(cl, fresh)
+	n := len(fresh)
 	if n > 0 {
 		r.m.Assigned(n)
 		r.log.Info("partitions assigned", zap.Any("partitions", assigned))
@@ -70,6 +73,7 @@ func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	for _, p := range gone {
 		r.closePartition(p)
 	}
+	r.unloadParked(gone)
 	r.recheckShares()
 	if len(gone) > 0 {
 		r.m.Revoked(len(gone))
@@ -89,6 +93,7 @@ func (r *Receiver) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 	for _, p := range gone {
 		r.closePartition(p)
 	}
+	r.unloadParked(gone)
 	r.recheckShares()
 	if len(gone) > 0 {
 		r.m.Lost(len(gone))

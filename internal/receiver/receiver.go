@@ -151,6 +151,9 @@ type Options struct {
 	Handler     handler.Handler
 	HandlerType string
 	DeadLetter  DeadLetter
+	// Park parks the aggregate of a message that failed for good instead
+	// of dead-lettering the message (see park.go); nil: dead-letter.
+	Park *Parking
 
 	// Wow decodes each record as a Wow message: checked against its key and
 	// topic, filtered by Events and Commands, given to the handler decoded.
@@ -220,6 +223,16 @@ type Receiver struct {
 
 	panicLogged atomic.Bool // the stack of a handler panic was logged
 
+	park    *parkState   // nil without Options.Park
+	nparked atomic.Int32 // len(park.parked), read without its lock
+	// parkSlots are max-parked slots reserved by aggregates whose parking
+	// is being written (see reservePark).
+	parkSlots atomic.Int32
+	// clientMade is closed once New stored the client in cl: the group may
+	// assign partitions before (see assignedParking).
+	clientMade chan struct{}
+	parkFull   atomic.Bool // max-parked reached and another aggregate must park: fetching paused
+
 	retireMu sync.Mutex   // guards retiring
 	retiring []*partition // incarnations no longer owned (draining or closed) with records pending: the deadline watcher keeps watching them
 
@@ -279,6 +292,7 @@ func New(o Options) (*Receiver, error) {
 		assignedSig: make(chan struct{}, 1),
 		parts:       make(map[tp]*partition),
 		local:       newLocalPartition(),
+		clientMade:  make(chan struct{}),
 		pollDone:    make(chan struct{}),
 		commitMu:    make(chanLock, 1),
 		commitStop:  make(chan struct{}),
@@ -287,6 +301,14 @@ func New(o Options) (*Receiver, error) {
 		watchDone:   make(chan struct{}),
 	}
 	r.stopExpired, r.expireStop = context.WithCancel(context.Background())
+	if o.Park != nil {
+		if o.Park.Max <= 0 {
+			return nil, fmt.Errorf("receiver: max parked %d, want at least 1", o.Park.Max)
+		}
+		if err := r.newParking(); err != nil {
+			return nil, err
+		}
+	}
 	r.routes = make(map[string]*Route, len(o.Routes))
 	for t, rt := range o.Routes {
 		r.topics = append(r.topics, t)
@@ -314,9 +336,13 @@ func New(o Options) (*Receiver, error) {
 	opts = append(opts, kgo.WithHooks(r.o.Fetch))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		if r.park != nil {
+			r.park.tail.Close()
+		}
 		return nil, fmt.Errorf("kafka client for %s/%s: %w", o.Dispatcher, o.Context, err)
 	}
 	r.cl = cl
+	close(r.clientMade)
 	maxBytes, ok := cl.OptValue(kgo.FetchMaxBytes).(int32)
 	if !ok || maxBytes <= 0 {
 		maxBytes = 50 << 20 // kgo's default
@@ -338,6 +364,9 @@ func (r *Receiver) Start() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		r.ensureDeadLetterTopics(ctx)
 		cancel()
+	}
+	if r.park != nil {
+		r.startParking()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.pollCancel = cancel
@@ -373,6 +402,9 @@ func (r *Receiver) stop(ctx context.Context) error {
 	r.changed.Notify() // ingest admissions waiting for room give up
 	if !r.started {
 		r.cl.Close()
+		if r.park != nil {
+			r.park.tail.Close()
+		}
 		return nil
 	}
 	r.pollCancel()
@@ -422,6 +454,11 @@ func (r *Receiver) stop(ctx context.Context) error {
 	}
 	r.closePartition(r.local)
 	r.commitMu.unlock()
+	// Parking's loads and actions end with their partitions, closed above;
+	// the deadline watcher still runs for the tries of actions.
+	if err := r.stopParking(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	close(r.watchStop)
 	<-r.watchDone
 
@@ -450,6 +487,15 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		BackoffDelay:  r.fails.current(),
 		FetchMaxBytes: int64(r.fetchMaxSeen.Load()),
 		BufferedBytes: r.cl.BufferedFetchBytes(),
+		ParkFull:      r.parkFull.Load(),
+	}
+	if ps := r.park; ps != nil {
+		ps.mu.RLock()
+		s.ParkedAggregates = len(ps.parked)
+		for _, a := range ps.parked {
+			s.OldestParked = max(s.OldestParked, time.Since(a.state.Since))
+		}
+		ps.mu.RUnlock()
 	}
 	r.partsMu.RLock()
 	s.AssignedPartitions = len(r.parts)
@@ -500,7 +546,7 @@ type PartitionStatus struct {
 	Unfinished    int64 // records read and not finished (queued or running)
 	Span          int   // records read since the watermark: finished or not
 	// Paused says why the partition is paused on its own: "" (not paused),
-	// "span", "share" or "span+share".
+	// or "span", "share" and "parked-state" joined by '+'.
 	Paused string
 }
 
@@ -520,14 +566,7 @@ func (r *Receiver) Partitions() []PartitionStatus {
 			st.HighWatermark = p.hwm
 		}
 		st.Span = p.tr.span()
-		switch p.paused {
-		case pauseSpan:
-			st.Paused = "span"
-		case pauseShare:
-			st.Paused = "share"
-		case pauseSpan | pauseShare:
-			st.Paused = "span+share"
-		}
+		st.Paused = p.paused.String()
 		p.mu.Unlock()
 		out = append(out, st)
 	}
@@ -595,6 +634,20 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 	idle := time.NewTicker(100 * time.Millisecond) // safety net for missed wake-ups
 	defer idle.Stop()
 	for {
+		if r.parkFull.Load() {
+			// max-parked reached: nothing new until an aggregate is unparked.
+			if !r.paused.Load() {
+				r.cl.PauseFetchTopics(r.topics...)
+				r.paused.Store(true)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.room:
+			case <-idle.C:
+			}
+			continue
+		}
 		if hold, until := r.fails.hold(time.Now()); hold {
 			// A sink or dependency is down: fetch nothing new until the
 			// backoff delay passed, then probe with what comes.

@@ -1,0 +1,292 @@
+package park
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Ends returns the end offset of each partition of topic; a topic that does
+// not exist has none.
+func Ends(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
+	listed, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("listing the end offsets of %s: %w", topic, err)
+	}
+	ends := make(map[int32]int64)
+	for _, o := range listed[topic] {
+		switch {
+		case errors.Is(o.Err, kerr.UnknownTopicOrPartition):
+			return map[int32]int64{}, nil
+		case o.Err != nil:
+			return nil, fmt.Errorf("listing the end offset of %s/%d: %w", topic, o.Partition, o.Err)
+		}
+		ends[o.Partition] = o.Offset
+	}
+	return ends, nil
+}
+
+// Read calls fn with the records of topic from the offsets of from up to
+// (not including) the offsets of to, in offset order per partition, with a
+// client of its own made from opts (brokers, TLS, SASL). Partitions missing
+// from from are read from their start. It stops at the first error of fn.
+func Read(ctx context.Context, opts []kgo.Opt, topic string, from, to map[int32]int64, fn func(*kgo.Record) error) error {
+	start := make(map[int32]kgo.Offset)
+	left := make(map[int32]int64)
+	for p, end := range to {
+		o, ok := from[p]
+		if !ok {
+			o = 0
+		}
+		if o >= end {
+			continue
+		}
+		if ok {
+			start[p] = kgo.NewOffset().At(o)
+		} else {
+			start[p] = kgo.NewOffset().AtStart()
+		}
+		left[p] = end
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}))...)
+	if err != nil {
+		return fmt.Errorf("kafka client reading %s: %w", topic, err)
+	}
+	defer cl.Close()
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("reading %s: %w", topic, err)
+		}
+		var ferr error
+		fs.EachError(func(_ string, p int32, err error) {
+			ferr = errors.Join(ferr, fmt.Errorf("reading %s/%d: %w", topic, p, err))
+		})
+		if ferr != nil {
+			return ferr
+		}
+		var stop error
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := left[r.Partition]
+			if stop != nil || !ok || r.Offset >= end {
+				return
+			}
+			if err := fn(r); err != nil {
+				stop = err
+			}
+			if r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+		})
+		if stop != nil {
+			return stop
+		}
+	}
+	return nil
+}
+
+// ReadState returns the parked aggregates of a state topic by key, as of
+// now.
+func ReadState(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic string) (map[string]*State, error) {
+	ends, err := Ends(ctx, adm, topic)
+	if err != nil {
+		return nil, err
+	}
+	states := make(map[string]*State)
+	var bad error
+	err = Read(ctx, opts, topic, nil, ends, func(r *kgo.Record) error {
+		if r.Value == nil {
+			delete(states, string(r.Key))
+			return nil
+		}
+		s, err := Unmarshal(r.Key, r.Value)
+		if err != nil {
+			bad = errors.Join(bad, err)
+			return nil
+		}
+		states[string(r.Key)] = s
+		return nil
+	})
+	return states, errors.Join(err, bad)
+}
+
+// Parked returns the parked messages of s's aggregate, from its head on, in
+// order, as they are in the parked topic (with the parking headers).
+func Parked(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State) ([]*kgo.Record, error) {
+	topic := Topic(s.Topic)
+	ends, err := Ends(ctx, adm, topic)
+	if err != nil {
+		return nil, err
+	}
+	end, ok := ends[s.Head.Partition]
+	if !ok {
+		return nil, fmt.Errorf("parked topic %s has no partition %d", topic, s.Head.Partition)
+	}
+	var out []*kgo.Record
+	err = Read(ctx, opts, topic, map[int32]int64{s.Head.Partition: s.Head.Offset}, map[int32]int64{s.Head.Partition: end},
+		func(r *kgo.Record) error {
+			if string(r.Key) == s.Aggregate && header(r, HeaderDispatcher) == s.Dispatcher {
+				out = append(out, r)
+			}
+			return nil
+		})
+	return out, err
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// Source returns a parked record as the record it was parked from: its
+// source topic, partition and offset, without the parking headers.
+func Source(r *kgo.Record) (*kgo.Record, error) {
+	src := *r
+	src.Headers = nil
+	var topic, part, off string
+	for _, h := range r.Headers {
+		switch h.Key {
+		case HeaderSourceTopic:
+			topic = string(h.Value)
+		case HeaderSourcePartition:
+			part = string(h.Value)
+		case HeaderSourceOffset:
+			off = string(h.Value)
+		}
+		if len(h.Key) < len(HeaderPrefix) || h.Key[:len(HeaderPrefix)] != HeaderPrefix {
+			src.Headers = append(src.Headers, h)
+		}
+	}
+	if topic == "" {
+		return nil, fmt.Errorf("parked record %s/%d@%d has no %s header", r.Topic, r.Partition, r.Offset, HeaderSourceTopic)
+	}
+	src.Topic = topic
+	if _, err := fmt.Sscan(part, &src.Partition); err != nil {
+		return nil, fmt.Errorf("parked record %s/%d@%d: %s %q: %w", r.Topic, r.Partition, r.Offset, HeaderSourcePartition, part, err)
+	}
+	if _, err := fmt.Sscan(off, &src.Offset); err != nil {
+		return nil, fmt.Errorf("parked record %s/%d@%d: %s %q: %w", r.Topic, r.Partition, r.Offset, HeaderSourceOffset, off, err)
+	}
+	return &src, nil
+}
+
+// Tail follows a state topic from its start for as long as it runs, giving
+// every record to a function, so that a receiver knows the parked
+// aggregates of the partitions it is assigned and sees operators' requests.
+type Tail struct {
+	cl    *kgo.Client
+	adm   *kadm.Client
+	topic string
+	fn    func(key string, s *State) // s nil: unparked (a tombstone)
+	bad   func(error)                // a record that does not decode
+
+	mu      sync.Mutex      // guards pos and changed
+	pos     map[int32]int64 // next offset to read, per partition
+	changed chan struct{}   // closed and replaced when pos moves
+}
+
+// NewTail returns a tail of topic. fn is called from Run's goroutine, in
+// order per partition; bad with records it cannot decode.
+func NewTail(opts []kgo.Opt, topic string, fn func(key string, s *State), bad func(error)) (*Tail, error) {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client following %s: %w", topic, err)
+	}
+	return &Tail{cl: cl, adm: kadm.NewClient(cl), topic: topic, fn: fn, bad: bad, pos: make(map[int32]int64), changed: make(chan struct{})}, nil
+}
+
+// Close closes the tail's client; for a tail that never ran.
+func (t *Tail) Close() { t.cl.Close() }
+
+// Run follows the topic until ctx is done, then closes the client.
+func (t *Tail) Run(ctx context.Context) {
+	defer t.cl.Close()
+	for {
+		fs := t.cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(_ string, p int32, err error) {
+			t.bad(fmt.Errorf("reading %s/%d: %w", t.topic, p, err))
+		})
+		moved := make(map[int32]int64)
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Value == nil {
+				t.fn(string(r.Key), nil)
+			} else if s, err := Unmarshal(r.Key, r.Value); err != nil {
+				t.bad(err)
+			} else {
+				t.fn(string(r.Key), s)
+			}
+			moved[r.Partition] = r.Offset + 1
+		})
+		if len(moved) > 0 {
+			t.mu.Lock()
+			maps.Copy(t.pos, moved)
+			close(t.changed)
+			t.changed = make(chan struct{})
+			t.mu.Unlock()
+		}
+	}
+}
+
+// CaughtUp returns once the tail has given fn every record the topic held
+// when it was called, or ctx's error.
+func (t *Tail) CaughtUp(ctx context.Context) error {
+	ends, err := Ends(ctx, t.adm, t.topic)
+	if err != nil {
+		return err
+	}
+	for {
+		t.mu.Lock()
+		behind := false
+		for p, end := range ends {
+			behind = behind || t.pos[p] < end
+		}
+		changed := t.changed
+		t.mu.Unlock()
+		if !behind {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("reading %s to its end: %w", t.topic, ctx.Err())
+		case <-changed:
+		}
+	}
+}
+
+// Ask writes s back to the state topic with a request for action, made by
+// by; the receiver that owns the aggregate's partition acts on it (now, or
+// once one is assigned the partition).
+func Ask(ctx context.Context, cl *kgo.Client, stateTopic string, s *State, action, by string) error {
+	switch action {
+	case Redrive, Skip, Discard:
+	default:
+		return fmt.Errorf("unknown action %q (want %s, %s or %s)", action, Redrive, Skip, Discard)
+	}
+	asked := *s
+	asked.Request = &Request{Action: action, By: by, At: time.Now().UTC(), ID: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	rec := &kgo.Record{Topic: stateTopic, Key: []byte(asked.Key()), Value: asked.Marshal()}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("asking for %s of %s: %w", action, asked.Key(), err)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+// Package park holds what parking an aggregate writes to Kafka and how it is
+// read back: the parked topic of a source topic, where an aggregate's failed
+// message and its later messages wait in order, and the state topic of a
+// dispatcher, a compacted topic with one record per parked aggregate (a
+// tombstone once it is unparked), on which operators also ask for a redrive,
+// skip or discard.
+//
+// The receiver that owns an aggregate's source partition is the only writer
+// of the aggregate's parked messages and of its state, except for requests:
+// `wowd parked` writes the state back with a Request, and the owner acts on
+// it and writes the state without one.
+package park
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Headers a parked record carries, besides the source record's own.
+const (
+	HeaderDispatcher      = "wowd-parked-dispatcher"
+	HeaderReason          = "wowd-parked-reason"
+	HeaderClass           = "wowd-parked-class"
+	HeaderAttempts        = "wowd-parked-attempts"
+	HeaderSourceTopic     = "wowd-parked-source-topic"
+	HeaderSourcePartition = "wowd-parked-source-partition"
+	HeaderSourceOffset    = "wowd-parked-source-offset"
+	HeaderSince           = "wowd-parked-since" // when the aggregate was parked, RFC 3339 with milliseconds
+)
+
+// HeaderPrefix starts every header parking adds; a redrive removes them
+// before the handler sees the message.
+const HeaderPrefix = "wowd-parked-"
+
+// Topic returns the parked topic of a source topic.
+func Topic(source string) string { return source + ".parked" }
+
+// StateTopic returns the state topic of a service's dispatcher.
+func StateTopic(service, dispatcher string) string {
+	return "wowd-parked." + service + "." + dispatcher
+}
+
+// Actions an operator can ask for.
+const (
+	Redrive = "redrive" // handle the parked messages in order, then unpark
+	Skip    = "skip"    // dead-letter the head, redrive the rest
+	Discard = "discard" // dead-letter every parked message, unpark
+)
+
+// Position is a record's place in a topic.
+type Position struct {
+	Partition int32 `json:"partition"`
+	Offset    int64 `json:"offset"`
+}
+
+// State is a parked aggregate: the value of its record in the state topic.
+type State struct {
+	Dispatcher string `json:"dispatcher"`
+	// Topic and Partition are the aggregate's source topic and partition;
+	// Offset is the source offset of the message that parked it.
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	Aggregate string `json:"aggregate"`
+	// Head is where the aggregate's oldest parked message not yet redriven
+	// is in the parked topic; later messages of the aggregate follow it
+	// there, in order, interleaved with other aggregates'.
+	Head     Position  `json:"head"`
+	Since    time.Time `json:"since"`
+	Class    string    `json:"class"`
+	Reason   string    `json:"reason"`
+	Attempts int       `json:"attempts"`
+	// Request is an operator's pending action, if any.
+	Request *Request `json:"request,omitempty"`
+}
+
+// Request is an action an operator asked for.
+type Request struct {
+	Action string    `json:"action"`
+	By     string    `json:"by"` // who asked: user@host, or the admin API's caller
+	At     time.Time `json:"at"`
+	ID     string    `json:"id"` // tells two requests of the same action apart
+}
+
+// Key returns the state record's key: the source topic and the aggregate
+// ID (topic names cannot contain '/').
+func (s *State) Key() string { return Key(s.Topic, s.Aggregate) }
+
+// Key returns the state key of an aggregate of a source topic.
+func Key(topic, aggregate string) string { return topic + "/" + aggregate }
+
+// Marshal encodes the state as its record value.
+func (s *State) Marshal() []byte {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err) // plain fields: cannot fail
+	}
+	return b
+}
+
+// Unmarshal decodes a state record; key is the record's key, checked
+// against the value.
+func Unmarshal(key, value []byte) (*State, error) {
+	var s State
+	if err := json.Unmarshal(value, &s); err != nil {
+		return nil, fmt.Errorf("parked state %q: %w", key, err)
+	}
+	if s.Key() != string(key) {
+		return nil, fmt.Errorf("parked state %q: value is of %q", key, s.Key())
+	}
+	return &s, nil
+}
+
+// SplitKey splits a state key into its source topic and aggregate ID.
+func SplitKey(key string) (topic, aggregate string, err error) {
+	topic, aggregate, ok := strings.Cut(key, "/")
+	if !ok || topic == "" {
+		return "", "", errors.New("parked state key " + key + ": want <topic>/<aggregate id>")
+	}
+	return topic, aggregate, nil
+}

@@ -1,0 +1,273 @@
+package receiver
+
+import (
+	"context"
+	"encoding/binary"
+
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/park"
+	"github.com/wowd/wowd/internal/testwait"
+)
+
+const testStateTopic = "wowd-parked.svc.d"
+
+// parkSink records the sequence numbers handled per aggregate, and fails
+// permanently the messages fail says.
+type parkSink struct {
+	mu      sync.Mutex
+	handled map[string][]uint64
+	fail    atomic.Pointer[func(key string, seq uint64) bool]
+}
+
+func newParkSink(fail func(key string, seq uint64) bool) *parkSink {
+	s := &parkSink{handled: make(map[string][]uint64)}
+	s.fail.Store(&fail)
+	return s
+}
+
+func (s *parkSink) Handle(_ context.Context, m *handler.Message, ack handler.Ack) {
+	seq := binary.BigEndian.Uint64(m.Value)
+	if (*s.fail.Load())(m.AggregateID, seq) {
+		ack.Done(handler.Classed(handler.Permanent, fmt.Errorf("sink rejects %s #%d", m.AggregateID, seq)))
+		return
+	}
+	s.mu.Lock()
+	s.handled[m.AggregateID] = append(s.handled[m.AggregateID], seq)
+	s.mu.Unlock()
+	ack.Done(nil)
+}
+
+func (s *parkSink) of(key string) []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.handled[key])
+}
+
+func seqs(from, to uint64) []uint64 {
+	var out []uint64
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func parking(o *Options) { o.Park = &Parking{StateTopic: testStateTopic, Max: 10} }
+
+// parkedState reads the parked state of agg-<k> from the state topic.
+func (h *harness) parkedState(key string) *park.State {
+	h.t.Helper()
+	cl, err := kgo.NewClient(brokers(h.c)...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer cl.Close()
+	states, err := park.ReadState(context.Background(), brokers(h.c), kadm.NewClient(cl), testStateTopic)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return states[park.Key(testTopic, key)]
+}
+
+func (h *harness) ask(key, action string) {
+	h.t.Helper()
+	st := h.parkedState(key)
+	if st == nil {
+		h.t.Fatalf("%s is not parked", key)
+	}
+	cl, err := kgo.NewClient(brokers(h.c)...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := park.Ask(context.Background(), cl, testStateTopic, st, action, "test"); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// TestParkHoldsTheAggregateUntilRedriven: a message that fails for good
+// parks its aggregate: its later messages are not handled, the others are,
+// and every partition's commit reaches its end. A restarted receiver still
+// holds it. Once the sink is fixed, a redrive hands over the parked messages
+// in order, then the aggregate's new ones.
+func TestParkHoldsTheAggregateUntilRedriven(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const keys, perKey = 10, 20
+		h := newVirtualHarness(t, 2)
+		produce(t, h.c, testTopic, keys*perKey, keys)
+		var broken atomic.Bool
+		broken.Store(true)
+		sink := newParkSink(func(key string, seq uint64) bool { return broken.Load() && key == "agg-3" && seq == 5 })
+		r := h.receiver("g-park", sink, 32, parking)
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-park") })
+		for k := range keys {
+			key := "agg-" + strconv.Itoa(k)
+			want := seqs(0, perKey)
+			if k == 3 {
+				want = seqs(0, 5)
+			}
+			if got := sink.of(key); !slices.Equal(got, want) {
+				t.Fatalf("%s handled %v, want %v", key, got, want)
+			}
+		}
+		st := h.parkedState("agg-3")
+		if st == nil || st.Class != "permanent" || st.Offset < 0 || st.Dispatcher != "d" {
+			t.Fatalf("parked state of agg-3: %+v", st)
+		}
+		parked := dlqRecords(t, h.c, park.Topic(testTopic), perKey-5)
+		var got []uint64
+		for _, rec := range parked {
+			if string(rec.Key) != "agg-3" || header(rec, park.HeaderDispatcher) != "d" || header(rec, park.HeaderSourceTopic) != testTopic {
+				t.Fatalf("parked record %q headers %v", rec.Key, rec.Headers)
+			}
+			got = append(got, binary.BigEndian.Uint64(rec.Value))
+		}
+		if !slices.Equal(got, seqs(5, perKey)) {
+			t.Fatalf("parked topic holds %v, want %v", got, seqs(5, perKey))
+		}
+		if s := r.Snapshot(); s.ParkedAggregates != 1 {
+			t.Fatalf("snapshot: %d parked aggregates, want 1", s.ParkedAggregates)
+		}
+		stop(t, r)
+
+		// Restarted: agg-3 is still parked; its new messages wait behind.
+		r = h.receiver("g-park", sink, 32, parking)
+		produce(t, h.c, testTopic, keys, keys) // one more each: seq 0 again, appended
+		testwait.For(t, 30*time.Second, "the new records finished", func() bool { return h.committedAtEnd("g-park") })
+		if got := sink.of("agg-3"); !slices.Equal(got, seqs(0, 5)) {
+			t.Fatalf("agg-3 handled %v while parked", got)
+		}
+		if got := sink.of("agg-4"); len(got) != perKey+1 {
+			t.Fatalf("agg-4 handled %v, want %d messages", got, perKey+1)
+		}
+
+		// Fixed sink, redrive: everything of agg-3, in order, then unparked.
+		broken.Store(false)
+		h.ask("agg-3", park.Redrive)
+		want := append(seqs(0, perKey), 0)
+		testwait.For(t, 30*time.Second, "agg-3 redriven", func() bool { return len(sink.of("agg-3")) >= len(want) })
+		if got := sink.of("agg-3"); !slices.Equal(got, want) {
+			t.Fatalf("agg-3 handled %v, want %v", got, want)
+		}
+		testwait.For(t, 10*time.Second, "agg-3 unparked", func() bool { return h.parkedState("agg-3") == nil && r.Snapshot().ParkedAggregates == 0 })
+		produce(t, h.c, testTopic, keys, keys)
+		testwait.For(t, 30*time.Second, "agg-3 handled directly", func() bool { return len(sink.of("agg-3")) == len(want)+1 })
+		stop(t, r)
+	})
+}
+
+// TestRedriveThatFailsAgainKeepsTheAggregateParked: the head fails again on
+// redrive: nothing after it is handled, the aggregate stays parked with the
+// new reason.
+func TestRedriveThatFailsAgainKeepsTheAggregateParked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 20, 2)
+		var calls atomic.Int64
+		sink := newParkSink(func(key string, seq uint64) bool {
+			if key == "agg-1" && seq == 3 {
+				calls.Add(1)
+				return true
+			}
+			return false
+		})
+		r := h.receiver("g-park-again", sink, 16, parking)
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-park-again") })
+		h.ask("agg-1", park.Redrive)
+		testwait.For(t, 30*time.Second, "the head tried again", func() bool { return calls.Load() == 2 })
+		testwait.For(t, 10*time.Second, "the request answered", func() bool {
+			st := h.parkedState("agg-1")
+			return st != nil && st.Request == nil
+		})
+		if got := sink.of("agg-1"); !slices.Equal(got, seqs(0, 3)) {
+			t.Fatalf("agg-1 handled %v, want %v", got, seqs(0, 3))
+		}
+		if r.Snapshot().ParkedAggregates != 1 {
+			t.Fatal("agg-1 not parked any more")
+		}
+		stop(t, r)
+	})
+}
+
+// TestSkipAndDiscard: skip dead-letters the head and redrives the rest;
+// discard dead-letters every parked message and unparks.
+func TestSkipAndDiscard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 30, 3)
+		sink := newParkSink(func(key string, seq uint64) bool { return (key == "agg-0" || key == "agg-1") && seq == 4 })
+		r := h.receiver("g-park-skip", sink, 16, parking)
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-park-skip") })
+		h.ask("agg-0", park.Skip)
+		h.ask("agg-1", park.Discard)
+		testwait.For(t, 30*time.Second, "both unparked", func() bool {
+			return h.parkedState("agg-0") == nil && h.parkedState("agg-1") == nil
+		})
+		if got, want := sink.of("agg-0"), append(seqs(0, 4), seqs(5, 10)...); !slices.Equal(got, want) {
+			t.Fatalf("agg-0 handled %v, want %v", got, want)
+		}
+		if got := sink.of("agg-1"); !slices.Equal(got, seqs(0, 4)) {
+			t.Fatalf("agg-1 handled %v, want %v", got, seqs(0, 4))
+		}
+		dl := dlqRecords(t, h.c, testTopic+".dlq", 7)
+		var got []string
+		for _, rec := range dl {
+			if header(rec, park.HeaderReason) == "" {
+				t.Fatalf("dead letter without its parking headers: %v", rec.Headers)
+			}
+			got = append(got, fmt.Sprintf("%s#%d", rec.Key, binary.BigEndian.Uint64(rec.Value)))
+		}
+		want := []string{"agg-0#4", "agg-1#4", "agg-1#5", "agg-1#6", "agg-1#7", "agg-1#8", "agg-1#9"}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("dead letters %v, want %v", got, want)
+		}
+		// Unparked: the next message of agg-1 is handled.
+		produce(t, h.c, testTopic, 3, 3)
+		testwait.For(t, 30*time.Second, "agg-1 handled again", func() bool { return len(sink.of("agg-1")) == 5 })
+		stop(t, r)
+	})
+}
+
+// TestMaxParkedPausesInsteadOfParkingMore: with max-parked reached, another
+// failure waits and fetching pauses; unparking one lets it park.
+func TestMaxParkedPausesInsteadOfParkingMore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 40, 4)
+		sink := newParkSink(func(key string, seq uint64) bool { return (key == "agg-0" && seq == 1) || (key == "agg-1" && seq == 2) })
+		r := h.receiver("g-park-max", sink, 16, func(o *Options) { o.Park = &Parking{StateTopic: testStateTopic, Max: 1} })
+		testwait.For(t, 30*time.Second, "max-parked reached", func() bool { return r.Snapshot().ParkFull })
+		if h.committedAtEnd("g-park-max") {
+			t.Fatal("committed past a failure that could not park")
+		}
+		// Whichever failed first parks; the other waits for room.
+		testwait.For(t, 10*time.Second, "one parked", func() bool {
+			return h.parkedState("agg-0") != nil || h.parkedState("agg-1") != nil
+		})
+		first, second := "agg-0", "agg-1"
+		if h.parkedState(first) == nil {
+			first, second = second, first
+		}
+		if h.parkedState(second) != nil {
+			t.Fatal("both parked with max-parked 1")
+		}
+		h.ask(first, park.Discard)
+		testwait.For(t, 60*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-park-max") })
+		if r.Snapshot().ParkFull || h.parkedState(second) == nil {
+			t.Fatalf("%s did not park once there was room", second)
+		}
+		stop(t, r)
+	})
+}
