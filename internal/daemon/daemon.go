@@ -358,7 +358,13 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 	dlTopic := d.DeadLetter.Topic
 	var parking *receiver.Parking
 	if d.FailurePolicy() == config.OnFailurePark {
-		parking = &receiver.Parking{StateTopic: park.StateTopic(cfg.Service, dispatcher), Max: d.MaxParked}
+		// The parking clients' options carry no metrics hooks: they
+		// register per client ID, once.
+		popts, err := ClientOptions(cfg.Kafka, clientID+"-parking", log, nil)
+		if err != nil {
+			return nil, err
+		}
+		parking = &receiver.Parking{StateTopic: park.StateTopic(cfg.Service, dispatcher), Max: d.MaxParked, ClientOpts: popts}
 	}
 	fetch := rt.memory.Join()
 	r, err := receiver.New(receiver.Options{

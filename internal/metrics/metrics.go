@@ -211,6 +211,20 @@ type Receiver struct {
 	parkActions         *prometheus.CounterVec // curried: action, result
 }
 
+// Parking makes the parking series of a receiver that parks exist at 0
+// (every action and result), so that rates and alerts see them from its
+// start.
+func (r *Receiver) Parking() {
+	if r == nil {
+		return
+	}
+	for _, a := range []string{"park", "redrive", "skip", "discard"} {
+		for _, res := range []string{"done", "failed", "canceled"} {
+			r.parkActions.WithLabelValues(a, res)
+		}
+	}
+}
+
 // ParkAction records an action on a parked aggregate (park, redrive, skip,
 // discard) and its result (done, failed, canceled).
 func (r *Receiver) ParkAction(action, result string) {

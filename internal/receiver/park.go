@@ -45,6 +45,19 @@ type Parking struct {
 	// Max bounds the aggregates the receiver keeps parked: past it, a
 	// failed message waits, and fetching pauses, until one is unparked.
 	Max int
+	// ClientOpts connect the clients that read the parking topics (the
+	// tail, redrives): like Options.ClientOpts but without hooks that may
+	// be installed on one client only (metrics registration). Nil:
+	// Options.ClientOpts.
+	ClientOpts []kgo.Opt
+}
+
+// parkClientOpts returns the options of parking's own clients.
+func (r *Receiver) parkClientOpts() []kgo.Opt {
+	if r.o.Park.ClientOpts != nil {
+		return r.o.Park.ClientOpts
+	}
+	return r.o.ClientOpts
 }
 
 // parkKey names an aggregate of a source topic.
@@ -95,7 +108,7 @@ func (r *Receiver) parkedAgg(topic, key string) (park.State, bool) {
 // partitions, which wait for the tail) before Start.
 func (r *Receiver) newParking() error {
 	ps := &parkState{parked: make(map[parkKey]*parkedAgg), seen: make(map[string]*park.State)}
-	tail, err := park.NewTail(r.o.ClientOpts, r.o.Park.StateTopic, r.stateRead, func(err error) {
+	tail, err := park.NewTail(r.parkClientOpts(), r.o.Park.StateTopic, r.stateRead, func(err error) {
 		r.log.Warn("reading the parked aggregates' state topic", zap.String("topic", r.o.Park.StateTopic), zap.Error(err))
 	})
 	if err != nil {
@@ -517,7 +530,7 @@ func (t *parkAction) run() {
 		return
 	}
 	r.log.Info("parked aggregate: action starts", at...)
-	recs, err := park.Parked(p.ctx, r.o.ClientOpts, kadm.NewClient(r.cl), &st)
+	recs, err := park.Parked(p.ctx, r.parkClientOpts(), kadm.NewClient(r.cl), &st)
 	if err != nil {
 		r.log.Error("parked aggregate: reading its parked messages; the aggregate stays parked, ask again", append(at, zap.Error(err))...)
 		r.m.ParkAction(req.Action, "failed")

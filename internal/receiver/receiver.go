@@ -319,6 +319,9 @@ func New(o Options) (*Receiver, error) {
 	}
 	if o.Metrics != nil {
 		r.m = o.Metrics.Receiver(o.Dispatcher, o.Context, o.HandlerType, r)
+		if o.Park != nil {
+			r.m.Parking()
+		}
 	}
 	opts := append([]kgo.Opt{}, o.ClientOpts...)
 	opts = append(opts,

@@ -38,6 +38,7 @@ type wowdConfig struct {
 	Concurrency   int
 	Timeout       string
 	DeadLetter    bool
+	OnFailure     string // park or dead-letter
 	Format        string // wow or raw
 	Metrics       string // set per process
 	// Dispatchers is how many dispatchers read the topic, each its own
@@ -70,6 +71,7 @@ func (e *env) config(alias string, aggregates []string, sinkURL string) wowdConf
 		Concurrency:   64,
 		Timeout:       "10s",
 		DeadLetter:    true,
+		OnFailure:     "dead-letter", // the suite's sinks test dead letters; parking has tests of its own
 		Format:        "wow",
 	}
 }
@@ -100,6 +102,7 @@ var configTemplate = template.Must(template.New("wowd.yaml").Parse(`wow:
     {{.}}:
       topics: [event]
       format: {{$.Format}}
+      on-failure: {{$.OnFailure}}
       dead-letter:
         enabled: {{$.DeadLetter}}
       handler:
