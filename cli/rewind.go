@@ -94,6 +94,8 @@ failure or refusal, 2 on a usage or configuration error.`,
 			return err
 		},
 	}
+	// A flag it does not know is a usage error too.
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError(err) })
 	a.configFlag(cmd, "", "configuration file")
 	cmd.Flags().StringVar(&dispatcher, "dispatcher", "", "the dispatcher to rewind (required)")
 	cmd.Flags().StringVar(&contextName, "context", "", "only its receiver of this bounded context (default: all of them)")

@@ -79,6 +79,7 @@ func TestRewindCommand(t *testing.T) {
 		{[]string{"--dispatcher", "projection", "--context", "x", "--to", "earliest"}, `--context "x": dispatcher projection consumes no such context (its contexts: example-service)`},
 		{[]string{"--dispatcher", "projection", "--to", "10:00"}, `--to: "10:00": want earliest, latest or an RFC 3339 time`},
 		{[]string{"--to", "earliest"}, "--dispatcher is required"},
+		{[]string{"--dispatcher", "projection", "--tox", "earliest"}, "unknown flag: --tox"},
 	} {
 		out, code := runWowd(t, append([]string{"rewind", "--config", cfg}, tc.args...)...)
 		if code != 2 || !strings.Contains(out, tc.want) {
