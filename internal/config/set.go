@@ -230,8 +230,10 @@ func replace(slot **yaml.Node, last bool, kind yaml.Kind, v *yaml.Node) *yaml.No
 		return v
 	}
 	cur := *slot
-	if cur != nil {
-		cur = resolve(cur)
+	if cur != nil && cur.Kind == yaml.AliasNode {
+		// Set in a copy: the anchored value stays as written elsewhere.
+		cur = deepCopy(resolve(cur))
+		*slot = cur
 	}
 	if cur == nil || cur.Kind != kind {
 		cur = &yaml.Node{Kind: kind, Tag: "!!map"}
@@ -241,4 +243,14 @@ func replace(slot **yaml.Node, last bool, kind yaml.Kind, v *yaml.Node) *yaml.No
 		*slot = cur
 	}
 	return cur
+}
+
+// deepCopy copies n and everything under it, aliases resolved.
+func deepCopy(n *yaml.Node) *yaml.Node {
+	c := *n
+	c.Content = make([]*yaml.Node, len(n.Content))
+	for i, child := range n.Content {
+		c.Content[i] = deepCopy(resolve(child))
+	}
+	return &c
 }

@@ -221,3 +221,22 @@ func TestChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestSetThroughAnAlias checks that a --set key under a YAML alias changes
+// that place only, not the anchored value the alias stands for.
+func TestSetThroughAnAlias(t *testing.T) {
+	yaml := strings.Replace(layeredYAML, "      handler:\n        type: http", "      handler: &h\n        type: http", 1) + `    Other:
+      topics: [event]
+      handler: *h
+`
+	c, _, err := parseSources(t, yaml, config.Sources{Set: []string{"wow.dispatchers.Other.handler.request-timeout=3s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Dispatchers["Other"].Handler.Decoded.(*httpConfig).Timeout; got != 3*time.Second {
+		t.Errorf("Other: %v", got)
+	}
+	if got := c.Dispatchers["Cart"].Handler.Decoded.(*httpConfig).Timeout; got != 5*time.Second {
+		t.Errorf("Cart, the anchor: %v, want the default", got)
+	}
+}
