@@ -28,6 +28,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/bearer"
 	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/executor"
 	"github.com/wowd/wowd/internal/ingest"
@@ -167,7 +168,7 @@ func (rt *Daemon) buildIngest() error {
 		in.Rate = rate.NewLimiter(rate.Limit(n), burst)
 	}
 	if cfg.Ingest.TokenFile != "" {
-		tok, err := ingest.OpenTokenFile(cfg.Ingest.TokenFile, in.Log)
+		tok, err := bearer.Open(cfg.Ingest.TokenFile, "ingest", in.Log)
 		if err != nil {
 			return &ConfigError{Path: "wow.ingest.token-file", Err: err}
 		}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/bearer"
 	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/wow"
 )
@@ -91,7 +92,7 @@ func FuzzRequest(f *testing.F) {
 	if err := os.WriteFile(tokenFile, []byte(fuzzToken+"\n"), 0o600); err != nil {
 		f.Fatal(err)
 	}
-	tok, err := OpenTokenFile(tokenFile, zap.NewNop())
+	tok, err := bearer.Open(tokenFile, "ingest", zap.NewNop())
 	if err != nil {
 		f.Fatal(err)
 	}

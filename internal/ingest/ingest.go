@@ -28,6 +28,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/bearer"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/wow"
@@ -74,7 +75,7 @@ type Ingest struct {
 	// Token, when set, is the bearer token every request must carry
 	// (wow.ingest.token-file); others are answered 401 before anything is
 	// read or published.
-	Token *TokenFile
+	Token *bearer.File
 	// Metrics counts the answers; nil counts nothing.
 	Metrics *metrics.Ingest
 	// MaxInFlight bounds the requests under way (wow.ingest.max-in-flight);

@@ -1,4 +1,7 @@
-package ingest
+// Package bearer checks HTTP requests for a bearer token read from a file
+// (wow.ingest.token-file, wow.admin.token-file), and reads the file again
+// when it changes, so a token can be rotated without a restart.
+package bearer
 
 import (
 	"crypto/sha256"
@@ -22,15 +25,15 @@ const maxTokenFile = 4096
 // file changed.
 const tokenCheckEvery = time.Second
 
-// TokenFile is the bearer token that ingest requests must carry, read from
-// a file (wow.ingest.token-file). The file is read when it is opened; after
+// File is the bearer token that requests must carry, read from a file. The file is read when it is opened; after
 // that a request looks at it at most once a second and reads it again when
 // it changed (another file, modification time or size), so a token can be
 // rotated by replacing the file, as Kubernetes does with a Secret volume. A
 // changed file that cannot be read, or is empty, leaves the previous token
 // in use. The token is never logged.
-type TokenFile struct {
+type File struct {
 	path  string
+	what  string // whose token, for the log: "ingest", "admin"
 	every time.Duration
 	log   *zap.Logger
 
@@ -40,13 +43,14 @@ type TokenFile struct {
 	next time.Time         // when to look at the file again
 }
 
-// OpenTokenFile reads the token file at path. An empty or unreadable file
-// is an error: the configuration is wrong.
-func OpenTokenFile(path string, log *zap.Logger) (*TokenFile, error) {
+// Open reads the token file at path; what names whose token it is in the
+// log ("ingest", "admin"). An empty or unreadable file is an error: the
+// configuration is wrong.
+func Open(path, what string, log *zap.Logger) (*File, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	t := &TokenFile{path: path, every: tokenCheckEvery, log: log}
+	t := &File{path: path, what: what, every: tokenCheckEvery, log: log}
 	sum, info, err := readToken(path)
 	if err != nil {
 		return nil, err
@@ -57,7 +61,7 @@ func OpenTokenFile(path string, log *zap.Logger) (*TokenFile, error) {
 
 // current returns the digest of the token in use at now, reading the file
 // again if it is time to look and it changed.
-func (t *TokenFile) current(now time.Time) [sha256.Size]byte {
+func (t *File) current(now time.Time) [sha256.Size]byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if now.Before(t.next) {
@@ -71,23 +75,23 @@ func (t *TokenFile) current(now time.Time) [sha256.Size]byte {
 	sum, read, err := readToken(t.path)
 	if err != nil {
 		t.info = info // tried: wait for the next change
-		t.log.Warn("ingest token file changed but cannot be used; keeping the previous token",
+		t.log.Warn(t.what+" token file changed but cannot be used; keeping the previous token",
 			zap.String("path", t.path), zap.Error(err))
 		return t.sum
 	}
 	t.sum, t.info = sum, read
-	t.log.Info("ingest token file read again", zap.String("path", t.path))
+	t.log.Info(t.what+" token file read again", zap.String("path", t.path))
 	return t.sum
 }
 
 // Allows reports whether req carries the token: Authorization: Bearer
 // <token>, compared in constant time (of digests, so not even the token's
 // length shows).
-func (t *TokenFile) Allows(req *http.Request) bool {
+func (t *File) Allows(req *http.Request) bool {
 	return t.allows(req, time.Now())
 }
 
-func (t *TokenFile) allows(req *http.Request, now time.Time) bool {
+func (t *File) allows(req *http.Request, now time.Time) bool {
 	want := t.current(now)
 	scheme, token, ok := strings.Cut(req.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
