@@ -53,6 +53,7 @@ type Config struct {
 	Dispatchers     map[string]Dispatcher // wow.dispatchers, keyed by dispatcher name
 	Metrics         Metrics
 	Ingest          Ingest
+	Admin           Admin
 	Log             Log
 	Shutdown        Shutdown
 	Memory          Memory
@@ -233,6 +234,15 @@ type Ingest struct {
 	// RateBurst is how many requests may come at once within RateLimit;
 	// 0 means RateLimit.
 	RateBurst int
+}
+
+// Admin is wow.admin: the admin API and status page.
+type Admin struct {
+	// Listen is the admin listener's host:port; "" disables it.
+	Listen string
+	// TokenFile is the file of the bearer token admin requests must carry;
+	// "" requires none (allowed only on a loopback listener).
+	TokenFile string
 }
 
 // Log is wow.log.

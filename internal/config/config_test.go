@@ -618,3 +618,45 @@ func TestIngestBounds(t *testing.T) {
 		t.Errorf("errors:\n%s\nwant one: rate-burst needs rate-limit", errs)
 	}
 }
+
+// TestAdminListener: the admin listener is off by default, and needs a
+// bearer token off loopback.
+func TestAdminListener(t *testing.T) {
+	const head = "wow:\n  service: s\n  kafka:\n    bootstrap-servers: [k:9092]\n  contexts:\n    c:\n      aggregates: [a]\n" +
+		"  dispatchers:\n    d:\n      topics: [event]\n      handler: {type: log}\n"
+	if c := mustParse(t, head); c.Admin != (config.Admin{}) {
+		t.Errorf("default admin %+v, want off", c.Admin)
+	}
+	tests := []struct {
+		name, listen, token, want string // want "": valid
+	}{
+		{"loopback", "127.0.0.1:9465", "", ""},
+		{"ipv6 loopback", "'[::1]:9465'", "", ""},
+		{"any port", "127.0.0.1:0", "", ""},
+		{"public with a token", "0.0.0.0:9465", "/run/t", ""},
+		{"public without a token", "0.0.0.0:9465", "", "wow.admin.token-file: required"},
+		{"all interfaces without a token", ":9465", "", "wow.admin.token-file: required"},
+		{"not host:port", "9465", "/run/t", "wow.admin.listen: \"9465\" is not host:port"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			y := head + "  admin:\n    listen: " + tt.listen + "\n"
+			if tt.token != "" {
+				y += "    token-file: " + tt.token + "\n"
+			}
+			if tt.want == "" {
+				if c := mustParse(t, y); c.Admin.TokenFile != tt.token {
+					t.Errorf("token file %q", c.Admin.TokenFile)
+				}
+				return
+			}
+			errs := parseErrors(t, y)
+			if !strings.Contains(errs.Error(), tt.want) || len(errs.List) != 1 {
+				t.Errorf("errors:\n%s\nwant exactly one, containing %q", errs, tt.want)
+			}
+		})
+	}
+	if c := mustParse(t, head, "WOW_ADMIN_LISTEN=127.0.0.1:9465"); c.Admin.Listen != "127.0.0.1:9465" {
+		t.Errorf("WOW_ADMIN_LISTEN: %q", c.Admin.Listen)
+	}
+}

@@ -65,6 +65,12 @@ func (d *decoder) validate(c *Config) {
 	if c.Ingest.RateBurst > 0 && c.Ingest.RateLimit == 0 {
 		d.errorf("wow.ingest.rate-burst", "needs wow.ingest.rate-limit: without a rate there is no burst to bound")
 	}
+	if c.Admin.Listen != "" {
+		d.hostPort("wow.admin.listen", c.Admin.Listen, true)
+		if !loopback(c.Admin.Listen) && c.Admin.TokenFile == "" {
+			d.errorf("wow.admin.token-file", "required: wow.admin.listen %q is not loopback, so anyone who reaches it could park, redrive or discard messages; set wow.admin.token-file to a file holding a bearer token, or listen on 127.0.0.1", c.Admin.Listen)
+		}
+	}
 	d.oneOf("wow.log.level", c.Log.Level, "debug", "info", "warn", "error")
 	d.oneOf("wow.log.format", c.Log.Format, "json", "console")
 	d.positive("wow.shutdown.timeout", c.Shutdown.Timeout)
