@@ -77,8 +77,11 @@ func (g *Group) enqueue(key string, t Task) (*mailbox, bool, error) {
 		mb.group, mb.id, mb.hash = g.id, strings.Clone(key), h
 		sh.insert(mb)
 	}
-	if mb.pending.Add(1) > 1 {
+	if n := mb.pending.Add(1); n > 1 {
 		mb.in = append(mb.in, t) // its owner will take it
+		if isHotThreshold(n) {
+			sh.offerHot(mb, n)
+		}
 		sh.mu.Unlock()
 		return mb, false, nil
 	}

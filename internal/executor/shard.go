@@ -10,7 +10,7 @@ import (
 // what every submission touches, what only some do, and what completions
 // away from a worker count.
 type shard struct {
-	mu        sync.Mutex // guards m, free, closed, gen, activated, submitted, scratch and every mailbox's in and gen
+	mu        sync.Mutex // guards m, free, closed, gen, activated, submitted, scratch, hot and every mailbox's in and gen
 	m         table
 	activated uint64 // mailboxes that went from empty to holding tasks
 	submitted uint64 // tasks submitted
@@ -19,7 +19,8 @@ type shard struct {
 
 	free           []*mailbox
 	scratch        []*mailbox // reused by sweep
-	_              [16]byte
+	hot            *hotSet    // candidates for HotKeys (status.go); nil until the first; guarded by mu
+	_              [8]byte
 	emptied        atomic.Uint64 // mailboxes emptied away from a worker turn
 	asyncCompleted atomic.Uint64 // Pending tasks completed successfully
 	asyncFailed    atomic.Uint64 // Pending tasks completed with failure
