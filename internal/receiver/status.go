@@ -1,0 +1,180 @@
+package receiver
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wowd/wowd/internal/executor"
+)
+
+// What the admin API shows of a receiver. Everything here reads; nothing
+// changes the receiver.
+//
+// Locks: Status takes partsMu (read) to list the partitions, then each
+// partition.mu in turn, briefly, never two at once and never commitMu, so it
+// keeps the order commitMu → partsMu → partition.mu. The executor's shard
+// locks (HotKeys) and the client's group lock (GroupMetadata,
+// CommittedOffsets) are taken with no receiver lock held.
+
+// Why a receiver stopped fetching as a whole (Status.Paused).
+const (
+	PausedWindowFull  = "window_full"  // max-in-flight unfinished records: waits for a sixteenth of the window
+	PausedSinkBackoff = "sink_backoff" // most recent handler attempts failed: fetching waits for the backoff delay
+)
+
+// oldestScan is the most tracker entries Status reads per partition when
+// looking for the oldest unfinished records: the oldest are at the head,
+// so a stuck record is found first; finished records behind it are read
+// past, up to this bound.
+const oldestScan = 1024
+
+// Status is a receiver as the admin API shows it.
+type Status struct {
+	Dispatcher string
+	Context    string
+	GroupID    string
+	// MemberID and Generation are the receiver's membership in its group:
+	// "" and -1 while it has none.
+	MemberID   string
+	Generation int32
+	Joined     bool // a member now: assigned since it last lost its membership
+	InFlight   int  // unfinished records: queued or running
+	// MaxInFlight is the window (wow.dispatch.max-in-flight).
+	MaxInFlight int
+	// Paused is why fetching stopped for every partition: "",
+	// PausedWindowFull or PausedSinkBackoff. Partitions may also be paused
+	// on their own (PartitionStatus.Paused).
+	Paused string
+	// BackoffDelay is the current backoff while Paused is
+	// PausedSinkBackoff.
+	BackoffDelay time.Duration
+	Partitions   []PartitionStatus
+	// Hot are the aggregates with the most unfinished records in this
+	// receiver's mailboxes (see executor.HotKeys for the bound), largest
+	// first.
+	Hot []AggregateLoad
+	// Oldest are the aggregates whose oldest unfinished record is the
+	// oldest, oldest first.
+	Oldest []AggregateAge
+}
+
+// AggregateLoad is an aggregate with unfinished records.
+type AggregateLoad struct {
+	Aggregate  string // aggregate type
+	ID         string // aggregate ID (the record key)
+	Unfinished int
+}
+
+// AggregateAge is an aggregate's oldest unfinished record.
+type AggregateAge struct {
+	Aggregate string // aggregate type
+	ID        string // aggregate ID (the record key)
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Timestamp is the record's Kafka timestamp: its age is how long ago
+	// it was produced.
+	Timestamp time.Time
+}
+
+// Status returns the receiver's state with up to top hot and oldest
+// aggregates. Its cost is bounded by the configuration, not by the
+// traffic: the partitions owned, oldestScan records of each, and the
+// executor's candidates.
+func (r *Receiver) Status(top int) Status {
+	s := Status{
+		Dispatcher:  r.o.Dispatcher,
+		Context:     r.o.Context,
+		GroupID:     r.o.GroupID,
+		Joined:      r.joined.Load(),
+		InFlight:    int(r.inFlight.Load()),
+		MaxInFlight: int(r.window),
+	}
+	s.MemberID, s.Generation = r.cl.GroupMetadata()
+	if r.paused.Load() {
+		s.Paused = PausedWindowFull
+		if r.fails.isFailing() {
+			s.Paused, s.BackoffDelay = PausedSinkBackoff, r.fails.current()
+		}
+	}
+	s.Partitions = r.Partitions()
+	if len(s.Partitions) > 0 {
+		// Before this assignment's first commit, the group's offset: what a
+		// restart would resume from either way.
+		committed := r.cl.CommittedOffsets()
+		for i := range s.Partitions {
+			ps := &s.Partitions[i]
+			if ps.Committed < 0 {
+				if eo, ok := committed[ps.Topic][ps.Partition]; ok {
+					ps.Committed = eo.Offset
+				}
+			}
+		}
+	}
+	if top <= 0 {
+		return s
+	}
+	s.Oldest = r.oldest(top)
+	byGroup := make(map[uint32]string, len(r.routes))
+	for _, rt := range r.routes {
+		byGroup[rt.Group.ID()] = rt.Aggregate
+	}
+	for _, h := range executor.HotKeys(top, r.groups...) {
+		s.Hot = append(s.Hot, AggregateLoad{Aggregate: byGroup[h.Group], ID: h.Key, Unfinished: h.Unfinished})
+	}
+	return s
+}
+
+// oldest returns up to n aggregates by the age of their oldest unfinished
+// record, oldest first, from the first oldestScan records of each owned
+// partition.
+func (r *Receiver) oldest(n int) []AggregateAge {
+	var all []AggregateAge
+	for _, p := range r.active() {
+		seen := make(map[string]bool)
+		p.mu.Lock()
+		if p.closed.Load() {
+			// Its tracker is no longer kept up to date: its jobs may be
+			// carrying other records already.
+			p.mu.Unlock()
+			continue
+		}
+		for i := range min(p.tr.q.Len(), oldestScan) {
+			e := p.tr.q.At(i)
+			if e.done || e.j == nil {
+				continue
+			}
+			// While p is open, a job leaves its entry (under p.mu) before it
+			// is reset: its key, route and record copy stay as they are.
+			j := e.j
+			if j.route == nil || seen[j.msg.AggregateID] {
+				continue
+			}
+			seen[j.msg.AggregateID] = true
+			all = append(all, AggregateAge{Aggregate: j.route.Aggregate, ID: j.msg.AggregateID, Topic: p.topic,
+				Partition: p.partition, Offset: e.offset, Timestamp: j.rec.Timestamp})
+			if len(seen) == n {
+				break
+			}
+		}
+		p.mu.Unlock()
+	}
+	slices.SortFunc(all, func(a, b AggregateAge) int {
+		return cmp.Or(a.Timestamp.Compare(b.Timestamp), strings.Compare(a.Topic, b.Topic),
+			cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	// One aggregate may have records in several topics (its events and its
+	// state): keep its oldest.
+	seen := make(map[[2]string]bool, len(all))
+	out := all[:0]
+	for _, a := range all {
+		k := [2]string{a.Aggregate, a.ID}
+		if !seen[k] && len(out) < n {
+			seen[k] = true
+			out = append(out, a)
+		}
+	}
+	return out
+}
