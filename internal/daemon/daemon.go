@@ -28,6 +28,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/admin"
 	"github.com/wowd/wowd/internal/bearer"
 	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/executor"
@@ -64,6 +65,10 @@ type Daemon struct {
 	ingestServer *http.Server // when wow.ingest.listen is its own address
 	ingestLn     net.Listener
 	ingestDone   chan error
+
+	admin   *admin.Server // nil unless wow.admin.listen
+	version string
+	started time.Time
 }
 
 // New builds the runtime; nothing connects or listens until Start, except
@@ -78,6 +83,8 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 		reg:      reg,
 		metrics:  metrics.New(version),
 		handlers: make(map[string]handler.Handler),
+		version:  version,
+		started:  time.Now(),
 	}
 	rt.ex = executor.New(executor.Options{
 		Workers:         cfg.Dispatch.Workers,
@@ -123,6 +130,12 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 	}
 	if cfg.Ingest.Enabled {
 		if err := rt.buildIngest(); err != nil {
+			rt.abort()
+			return nil, err
+		}
+	}
+	if cfg.Admin.Listen != "" {
+		if err := rt.buildAdmin(); err != nil {
 			rt.abort()
 			return nil, err
 		}
@@ -417,6 +430,9 @@ func (rt *Daemon) Start() {
 	if rt.server != nil {
 		rt.server.Start()
 	}
+	if rt.admin != nil {
+		rt.admin.Start()
+	}
 	if rt.ingestServer != nil {
 		rt.ingestDone = make(chan error, 1)
 		go func() { // owned by the runtime; ends at Stop
@@ -435,7 +451,7 @@ func (rt *Daemon) Start() {
 		go rt.watch() // owned by the daemon; ends at Stop
 	}
 	rt.log.Info("wowd started", zap.Int("receivers", len(rt.receivers)), zap.Int("workers", rt.ex.Stats().Workers),
-		zap.String("metrics", rt.MetricsAddr()))
+		zap.String("metrics", rt.MetricsAddr()), zap.String("admin", rt.AdminAddr()))
 }
 
 // Ready reports whether every receiver has joined its group; while stopping
@@ -526,6 +542,11 @@ func (rt *Daemon) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if rt.admin != nil {
+		if err := rt.admin.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	err := errors.Join(errs...)
 	if err != nil {
 		rt.log.Warn("stopped with problems", zap.Error(err))
@@ -561,6 +582,9 @@ func (rt *Daemon) abort() {
 	}
 	if rt.ingestLn != nil {
 		_ = rt.ingestLn.Close()
+	}
+	if rt.admin != nil {
+		_ = rt.admin.Shutdown(ctx) // not started: closes its listener
 	}
 }
 

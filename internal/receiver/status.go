@@ -50,7 +50,7 @@ type Status struct {
 	// BackoffDelay is the current backoff while Paused is
 	// PausedSinkBackoff.
 	BackoffDelay time.Duration
-	Partitions   []PartitionStatus
+	Partitions   []PartitionState
 	// Hot are the aggregates with the most unfinished records in this
 	// receiver's mailboxes (see executor.HotKeys for the bound), largest
 	// first.
@@ -58,6 +58,15 @@ type Status struct {
 	// Oldest are the aggregates whose oldest unfinished record is the
 	// oldest, oldest first.
 	Oldest []AggregateAge
+}
+
+// PartitionState is an owned partition's status and where its assignment
+// started.
+type PartitionState struct {
+	PartitionStatus
+	// First is the first offset this incarnation delivered, -1 before one:
+	// where the group resumed, when it has no committed offset yet.
+	First int64
 }
 
 // AggregateLoad is an aggregate with unfinished records.
@@ -99,7 +108,19 @@ func (r *Receiver) Status(top int) Status {
 			s.Paused, s.BackoffDelay = PausedSinkBackoff, r.fails.current()
 		}
 	}
-	s.Partitions = r.Partitions()
+	first := make(map[tp]int64)
+	for _, p := range r.active() {
+		p.mu.Lock()
+		first[tp{p.topic, p.partition}] = p.first
+		p.mu.Unlock()
+	}
+	for _, ps := range r.Partitions() {
+		f, ok := first[tp{ps.Topic, ps.Partition}]
+		if !ok {
+			f = -1
+		}
+		s.Partitions = append(s.Partitions, PartitionState{PartitionStatus: ps, First: f})
+	}
 	if len(s.Partitions) > 0 {
 		// Before this assignment's first commit, the group's offset: what a
 		// restart would resume from either way.

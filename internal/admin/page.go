@@ -1,0 +1,104 @@
+package admin
+
+import (
+	"crypto/rand"
+	_ "embed"
+	"encoding/base64"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+//go:embed page.html
+var pageSource string
+
+// pageTmpl renders the status page ("page") and the part its script
+// refreshes ("body"). Everything it needs is inline: the page works on a
+// cluster without internet access.
+var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
+	"dur":   seconds,
+	"since": func(t time.Time) string { return seconds(time.Since(t).Seconds()) },
+	"or0":   func(n int64) string { return orDash(n) },
+}).Parse(pageSource))
+
+// pageRefresh is how often the page's script reloads its body.
+const pageRefresh = 5 * time.Second
+
+// view is what the page template renders.
+type view struct {
+	Status
+	Authorized bool // the data may be shown; false: the page asks for the token
+	TokenSet   bool // the listener requires a token
+	Refresh    int  // milliseconds between refreshes
+	Generated  time.Time
+	Top        int
+	Nonce      string // of the page's script (Content-Security-Policy)
+}
+
+// page serves GET /admin/: the whole page, or with ?part=body the part its
+// script refreshes.
+func (s *Server) page(w http.ResponseWriter, r *http.Request) {
+	top, err := topParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v := view{Authorized: s.authorized(r), TokenSet: s.o.Token != nil, Refresh: int(pageRefresh / time.Millisecond),
+		Generated: time.Now(), Top: top, Nonce: nonce()}
+	if v.Authorized {
+		v.Status = s.snapshot(top)
+		v.Parked = s.parked(r)
+	} else {
+		v.Instance, v.Service = s.o.Instance, s.o.Service
+	}
+	name := "page"
+	if r.URL.Query().Get("part") == "body" {
+		name = "body"
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	// Nothing outside this page: no external script, style or frame.
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'nonce-"+v.Nonce+"'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'none'; base-uri 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if err := pageTmpl.ExecuteTemplate(w, name, v); err != nil {
+		s.log.Warn("rendering the status page", zap.Error(err))
+	}
+}
+
+// nonce returns a fresh value for the Content-Security-Policy's script nonce.
+func nonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.StdEncoding.EncodeToString(b[:])
+}
+
+// seconds formats a duration in seconds for people: 850ms, 42s, 3m05s,
+// 2h10m, 3d4h.
+func seconds(sec float64) string {
+	switch d := time.Duration(sec * float64(time.Second)); {
+	case sec <= 0 || math.IsNaN(sec):
+		return "0s"
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+}
+
+// orDash shows -1 (unknown) as a dash.
+func orDash(n int64) string {
+	if n < 0 {
+		return "–"
+	}
+	return fmt.Sprint(n)
+}

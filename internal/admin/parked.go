@@ -1,0 +1,115 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Parked acts on the aggregates a dispatcher parked (on-failure: park):
+// their messages wait in the parked topics until someone decides. The
+// admin API lists them and forwards the actions; a dispatcher and an
+// aggregate ID name one parked aggregate.
+type Parked interface {
+	List(ctx context.Context) ([]ParkedAggregate, error)
+	// Park holds an aggregate by hand: its messages wait, the others run.
+	Park(ctx context.Context, dispatcher, id string) error
+	// Redrive hands the parked messages to the handler again, in order.
+	Redrive(ctx context.Context, dispatcher, id string) error
+	// Skip drops the parked message at the head and unparks the rest.
+	Skip(ctx context.Context, dispatcher, id string) error
+	// Discard drops every parked message of the aggregate.
+	Discard(ctx context.Context, dispatcher, id string) error
+}
+
+// Errors a Parked implementation returns for the API to answer 404 and 409.
+var (
+	ErrNotFound = errors.New("no such dispatcher or parked aggregate")
+	ErrConflict = errors.New("the aggregate is not in a state that allows this")
+)
+
+// ParkedAggregate is an aggregate held by its dispatcher.
+type ParkedAggregate struct {
+	Dispatcher string    `json:"dispatcher"`
+	Context    string    `json:"context"`
+	Aggregate  string    `json:"aggregate"`
+	ID         string    `json:"id"`
+	Reason     string    `json:"reason"`
+	Messages   int       `json:"messages"`
+	Since      time.Time `json:"since"`
+}
+
+// ParkedStatus is the parked part of a Status.
+type ParkedStatus struct {
+	// Available is false when this build has no parked-aggregate store
+	// wired (the actions answer 501), or listing it failed (Error).
+	Available  bool              `json:"available"`
+	Error      string            `json:"error,omitempty"`
+	Aggregates []ParkedAggregate `json:"aggregates"`
+}
+
+// notWired is the answer while no Parked implementation is wired.
+const notWired = "parked aggregates are not available in this build: the parking store is not wired to the admin API yet"
+
+// actions are the POST verbs, by path segment.
+var actions = map[string]func(Parked, context.Context, string, string) error{
+	"park":    Parked.Park,
+	"redrive": Parked.Redrive,
+	"skip":    Parked.Skip,
+	"discard": Parked.Discard,
+}
+
+// parked lists the parked aggregates for a status.
+func (s *Server) parked(r *http.Request) ParkedStatus {
+	if s.o.Parked == nil {
+		return ParkedStatus{Error: notWired, Aggregates: []ParkedAggregate{}}
+	}
+	list, err := s.o.Parked.List(r.Context())
+	if err != nil {
+		return ParkedStatus{Error: err.Error(), Aggregates: []ParkedAggregate{}}
+	}
+	if list == nil {
+		list = []ParkedAggregate{}
+	}
+	return ParkedStatus{Available: true, Aggregates: list}
+}
+
+// act serves POST /admin/v1/dispatchers/{dispatcher}/aggregates/{id}/{action}.
+func (s *Server) act(w http.ResponseWriter, r *http.Request) {
+	action, d, id := r.PathValue("action"), r.PathValue("dispatcher"), r.PathValue("id")
+	log := s.log.With(zap.String("action", action), zap.String("dispatcher", d), zap.String("aggregate", id),
+		zap.String("remote", r.RemoteAddr))
+	fn, ok := actions[action]
+	if !ok {
+		log.Warn("admin action refused: unknown action")
+		writeError(w, http.StatusNotFound, "unknown action "+action+": want park, redrive, skip or discard")
+		return
+	}
+	if s.o.Parked == nil {
+		log.Warn("admin action refused: parking not wired", zap.Int("status", http.StatusNotImplemented))
+		writeError(w, http.StatusNotImplemented, notWired)
+		return
+	}
+	err := fn(s.o.Parked, r.Context(), d, id)
+	code := http.StatusOK
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrConflict):
+		code = http.StatusConflict
+	default:
+		code = http.StatusInternalServerError
+	}
+	if err != nil {
+		log.Warn("admin action failed", zap.Int("status", code), zap.Error(err))
+		writeError(w, code, action+" "+d+"/"+id+": "+err.Error())
+		return
+	}
+	log.Info("admin action done", zap.Int("status", code))
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"ok":true}` + "\n"))
+}

@@ -1,0 +1,381 @@
+package admin
+
+import (
+	"cmp"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/internal/receiver"
+)
+
+// Source is what the admin API reads of the running daemon.
+type Source interface {
+	// Receivers returns every receiver's status with up to top hot and
+	// oldest aggregates each (0: none).
+	Receivers(top int) []receiver.Status
+	// Executor returns the shared executor's figures.
+	Executor() Executor
+	// Outcomes returns a receiver's message counts since the start, by
+	// outcome (the outcome label of wowd_messages_total).
+	Outcomes(dispatcher, context string) map[string]float64
+}
+
+// DefaultTop and MaxTop bound the ?top= parameter: how many hot and oldest
+// aggregates a status names.
+const (
+	DefaultTop = 10
+	MaxTop     = 100
+)
+
+// Pause reasons of a partition (PartitionStatus.Paused); a partition may
+// have several, joined by "+".
+const (
+	PauseNone        = "none"
+	PauseWindowFull  = receiver.PausedWindowFull  // the receiver's window is full: every partition waits
+	PauseSinkBackoff = receiver.PausedSinkBackoff // most handler attempts fail: every partition waits
+	PauseSpanCap     = "span_cap"                 // one unfinished record holds the commit while later ones finished
+	PauseShareCap    = "share_cap"                // the partition holds half the window while others wait
+)
+
+// Status is the answer of GET /admin/v1/status.
+type Status struct {
+	Instance      string           `json:"instance"`
+	Service       string           `json:"service"`
+	Version       string           `json:"version"`
+	Started       time.Time        `json:"started"`
+	UptimeSeconds float64          `json:"uptime_seconds"`
+	Executor      Executor         `json:"executor"`
+	Receivers     []ReceiverStatus `json:"receivers"`
+	// Hot are the aggregates with the most unfinished messages, of every
+	// receiver, most first.
+	Hot []HotAggregate `json:"hot"`
+	// Oldest are the aggregates whose oldest unfinished message is the
+	// oldest, of every receiver, oldest first.
+	Oldest []OldAggregate `json:"oldest"`
+	Parked ParkedStatus   `json:"parked"`
+}
+
+// Executor is the shared executor: its workers and mailboxes.
+type Executor struct {
+	Workers         int   `json:"workers"`
+	Busy            int   `json:"busy"`             // workers in a turn now
+	Mailboxes       int64 `json:"mailboxes"`        // aggregates with unfinished messages
+	QueuedMailboxes int64 `json:"queued_mailboxes"` // of those, waiting for a worker
+}
+
+// ReceiverStatus is one receiver: one dispatcher and bounded context, one
+// consumer group member.
+type ReceiverStatus struct {
+	Dispatcher  string `json:"dispatcher"`
+	Context     string `json:"context"`
+	GroupID     string `json:"group_id"`
+	MemberID    string `json:"member_id"`
+	Generation  int32  `json:"generation"`
+	Joined      bool   `json:"joined"`
+	InFlight    int    `json:"in_flight"`
+	MaxInFlight int    `json:"max_in_flight"`
+	// Paused is why the receiver stopped fetching every partition:
+	// none, window_full or sink_backoff.
+	Paused         string  `json:"paused"`
+	BackoffSeconds float64 `json:"backoff_seconds,omitempty"`
+	// Rates are messages per second by outcome over the last minute (or
+	// since the start, when that is shorter); outcomes with none are left
+	// out.
+	Rates      map[string]float64 `json:"rates_per_second"`
+	Partitions []PartitionStatus  `json:"partitions"`
+}
+
+// PartitionStatus is one partition the receiver owns.
+type PartitionStatus struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Committed is the group's committed offset, -1 when none is known.
+	Committed int64 `json:"committed"`
+	// Finished is the offset after the longest finished prefix: what the
+	// next commit sends; -1 before a message finished.
+	Finished      int64 `json:"finished"`
+	HighWatermark int64 `json:"high_watermark"` // as of the last fetch, -1 before one
+	// Lag is HighWatermark − Committed: what a restart would deliver
+	// again or for the first time. Before the group's first commit it counts
+	// from the first offset delivered; -1 when unknown.
+	Lag      int64 `json:"lag"`
+	InFlight int64 `json:"in_flight"` // messages read and not finished
+	// Span is the messages read since the Finished offset, finished or not:
+	// what a crash would deliver again.
+	Span int `json:"uncommitted_span"`
+	// Paused is why the partition is not fetched: none, or reasons joined
+	// by "+" (window_full, sink_backoff, span_cap, share_cap).
+	Paused string `json:"paused"`
+	// PausedSeconds is how long the partition has been seen paused, in
+	// consecutive observations (see SampleEvery); 0 when it is not.
+	PausedSeconds float64 `json:"paused_seconds"`
+	// StalledSeconds is how long the partition has had messages to
+	// finish (lag or in flight) without its Finished offset moving; 0 when
+	// it moves or has nothing to do.
+	StalledSeconds float64   `json:"stalled_seconds"`
+	Since          time.Time `json:"assigned_since"`
+}
+
+// HotAggregate is an aggregate with unfinished messages.
+type HotAggregate struct {
+	Dispatcher string `json:"dispatcher"`
+	Context    string `json:"context"`
+	Aggregate  string `json:"aggregate"`
+	ID         string `json:"id"`
+	Unfinished int    `json:"unfinished"`
+}
+
+// OldAggregate is an aggregate and its oldest unfinished message.
+type OldAggregate struct {
+	Dispatcher string    `json:"dispatcher"`
+	Context    string    `json:"context"`
+	Aggregate  string    `json:"aggregate"`
+	ID         string    `json:"id"`
+	Topic      string    `json:"topic"`
+	Partition  int32     `json:"partition"`
+	Offset     int64     `json:"offset"`
+	Timestamp  time.Time `json:"timestamp"`   // the message's Kafka timestamp
+	AgeSeconds float64   `json:"age_seconds"` // since Timestamp
+}
+
+// status serves GET /admin/v1/status.
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	top, err := topParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	st := s.snapshot(top)
+	st.Parked = s.parked(r)
+	s.log.Debug("admin status", zap.String("remote", r.RemoteAddr))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(st)
+}
+
+// topParam reads ?top=: 0 to MaxTop, DefaultTop when absent.
+func topParam(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("top")
+	if v == "" {
+		return DefaultTop, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > MaxTop {
+		return 0, &paramError{"top", v, "0 to " + strconv.Itoa(MaxTop)}
+	}
+	return n, nil
+}
+
+type paramError struct{ name, got, want string }
+
+func (e *paramError) Error() string { return e.name + "=" + strconv.Quote(e.got) + ": want " + e.want }
+
+// snapshot reads the source and folds it into a Status, recording the
+// observation for rates and durations.
+func (s *Server) snapshot(top int) Status {
+	now := time.Now()
+	recs := s.o.Source.Receivers(top)
+	counts := make([]map[string]float64, len(recs))
+	for i, rs := range recs {
+		counts[i] = s.o.Source.Outcomes(rs.Dispatcher, rs.Context)
+	}
+	st := Status{
+		Instance:      s.o.Instance,
+		Service:       s.o.Service,
+		Version:       s.o.Version,
+		Started:       s.o.Started,
+		UptimeSeconds: now.Sub(s.o.Started).Seconds(),
+		Executor:      s.o.Source.Executor(),
+		Receivers:     make([]ReceiverStatus, 0, len(recs)),
+		Hot:           []HotAggregate{},
+		Oldest:        []OldAggregate{},
+	}
+	for _, rs := range recs {
+		out := ReceiverStatus{
+			Dispatcher: rs.Dispatcher, Context: rs.Context, GroupID: rs.GroupID, MemberID: rs.MemberID,
+			Generation: rs.Generation, Joined: rs.Joined, InFlight: rs.InFlight, MaxInFlight: rs.MaxInFlight,
+			Paused: cmp.Or(rs.Paused, PauseNone), BackoffSeconds: rs.BackoffDelay.Seconds(),
+			Partitions: make([]PartitionStatus, 0, len(rs.Partitions)),
+		}
+		for _, p := range rs.Partitions {
+			ps := PartitionStatus{
+				Topic: p.Topic, Partition: p.Partition, Committed: p.Committed, Finished: p.Watermark,
+				HighWatermark: p.HighWatermark, Lag: -1, InFlight: p.Unfinished, Span: p.Span, Since: p.Since,
+				Paused: pauseReasons(rs.Paused, p.Paused),
+			}
+			switch {
+			case p.HighWatermark < 0:
+			case p.Committed >= 0:
+				ps.Lag = max(0, p.HighWatermark-p.Committed)
+			case p.First >= 0:
+				ps.Lag = max(0, p.HighWatermark-p.First) // nothing committed yet: from where the group started
+			}
+			out.Partitions = append(out.Partitions, ps)
+		}
+		for _, h := range rs.Hot {
+			st.Hot = append(st.Hot, HotAggregate{Dispatcher: rs.Dispatcher, Context: rs.Context, Aggregate: h.Aggregate, ID: h.ID, Unfinished: h.Unfinished})
+		}
+		for _, o := range rs.Oldest {
+			st.Oldest = append(st.Oldest, OldAggregate{Dispatcher: rs.Dispatcher, Context: rs.Context, Aggregate: o.Aggregate, ID: o.ID,
+				Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Timestamp: o.Timestamp, AgeSeconds: now.Sub(o.Timestamp).Seconds()})
+		}
+		st.Receivers = append(st.Receivers, out)
+	}
+	s.track.observe(now, st.Receivers, counts)
+	slices.SortStableFunc(st.Hot, func(a, b HotAggregate) int { return cmp.Compare(b.Unfinished, a.Unfinished) })
+	slices.SortStableFunc(st.Oldest, func(a, b OldAggregate) int { return a.Timestamp.Compare(b.Timestamp) })
+	st.Hot, st.Oldest = st.Hot[:min(top, len(st.Hot))], st.Oldest[:min(top, len(st.Oldest))]
+	return st
+}
+
+// pauseReasons joins the receiver's reason and the partition's own
+// ("span", "share", "span+share").
+func pauseReasons(receiverWide, own string) string {
+	var rs []string
+	if receiverWide != "" {
+		rs = append(rs, receiverWide)
+	}
+	for r := range strings.SplitSeq(own, "+") {
+		switch r {
+		case "span":
+			rs = append(rs, PauseSpanCap)
+		case "share":
+			rs = append(rs, PauseShareCap)
+		case "":
+		default:
+			rs = append(rs, r) // a reason added to the receiver later, as it names it
+		}
+	}
+	if len(rs) == 0 {
+		return PauseNone
+	}
+	return strings.Join(rs, "+")
+}
+
+// tracker remembers, across observations, the outcome counts of the last
+// minute and each partition's progress, to derive rates and durations.
+type tracker struct {
+	mu      sync.Mutex // guards everything below
+	samples []sample   // oldest first, the last rateWindow and one before
+	parts   map[partKey]*progress
+}
+
+// rateWindow is the span of the outcome rates; sampleGap the least time
+// between two kept samples.
+const (
+	rateWindow = time.Minute
+	sampleGap  = time.Second
+)
+
+type sample struct {
+	at     time.Time
+	counts map[[2]string]map[string]float64 // by dispatcher, context
+}
+
+type partKey struct {
+	dispatcher, context, topic string
+	partition                  int32
+	since                      time.Time // the incarnation
+}
+
+type progress struct {
+	finished    int64
+	movedAt     time.Time // when finished last moved, or the partition had nothing to do
+	pausedSince time.Time // zero while not paused
+	seen        bool      // in the current observation
+}
+
+func newTracker(start time.Time) *tracker {
+	return &tracker{samples: []sample{{at: start}}, parts: make(map[partKey]*progress)}
+}
+
+// observe records one observation and fills in the rates and durations of
+// rs.
+func (t *tracker) observe(now time.Time, rs []ReceiverStatus, counts []map[string]float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cur := sample{at: now, counts: make(map[[2]string]map[string]float64, len(rs))}
+	for i := range rs {
+		cur.counts[[2]string{rs[i].Dispatcher, rs[i].Context}] = counts[i]
+	}
+	// The base of the rates: the oldest sample within the window.
+	base := t.samples[len(t.samples)-1]
+	for _, s := range t.samples {
+		if now.Sub(s.at) <= rateWindow {
+			base = s
+			break
+		}
+	}
+	for i := range rs {
+		r := &rs[i]
+		key := [2]string{r.Dispatcher, r.Context}
+		r.Rates = map[string]float64{}
+		if dt := now.Sub(base.at).Seconds(); dt > 0 {
+			for o, n := range counts[i] {
+				if d := n - base.counts[key][o]; d > 0 {
+					r.Rates[o] = d / dt
+				}
+			}
+		}
+		for j := range r.Partitions {
+			t.progress(now, r, &r.Partitions[j])
+		}
+	}
+	for k, p := range t.parts {
+		if !p.seen {
+			delete(t.parts, k) // revoked
+		}
+		p.seen = false
+	}
+	// Keep the samples of the window, and one before it as the base of a
+	// full minute; at most one a second, however often someone asks.
+	if now.Sub(t.samples[len(t.samples)-1].at) >= sampleGap {
+		t.samples = append(t.samples, cur)
+	}
+	for len(t.samples) > 2 && now.Sub(t.samples[1].at) >= rateWindow {
+		t.samples = t.samples[1:]
+	}
+}
+
+// progress updates and reports a partition's pause and stall durations.
+// Called with t.mu held.
+func (t *tracker) progress(now time.Time, r *ReceiverStatus, ps *PartitionStatus) {
+	k := partKey{r.Dispatcher, r.Context, ps.Topic, ps.Partition, ps.Since}
+	p := t.parts[k]
+	if p == nil {
+		p = &progress{finished: ps.Finished, movedAt: now}
+		t.parts[k] = p
+	}
+	p.seen = true
+	idle := ps.InFlight == 0 && (ps.Lag <= 0 || ps.Finished >= ps.HighWatermark)
+	if ps.Finished != p.finished || idle {
+		p.finished, p.movedAt = ps.Finished, now
+	}
+	ps.StalledSeconds = now.Sub(p.movedAt).Seconds()
+	if ps.Paused == PauseNone {
+		p.pausedSince = time.Time{}
+	} else if p.pausedSince.IsZero() {
+		p.pausedSince = now
+	}
+	if !p.pausedSince.IsZero() {
+		ps.PausedSeconds = now.Sub(p.pausedSince).Seconds()
+	}
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+	}{msg})
+}
