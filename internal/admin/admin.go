@@ -13,9 +13,11 @@
 // # Access
 //
 // With a bearer token (wow.admin.token-file) every request must carry it,
-// reads included: aggregate IDs are business data. Without one (allowed
-// only on a loopback listener) anyone on the machine may read, and a
-// mutating request is served only from a loopback address. Either way,
+// reads included: aggregate IDs are business data. With mutual TLS
+// (wow.admin.tls.client-ca-file) a client certificate verified in the
+// handshake authenticates a request that has no token configured. Without
+// either (allowed only on a loopback listener) anyone on the machine may
+// read, and a mutating request is served only from a loopback address. Either way,
 // cross-origin browser requests that would change something are refused
 // (http.CrossOriginProtection), and without a token a request whose Host is
 // not a loopback name is refused too, so that a web page cannot reach the
@@ -34,6 +36,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -57,7 +60,12 @@ type Options struct {
 	Parked Parked
 	// Token, when set, is required of every request.
 	Token *bearer.File
-	Log   *zap.Logger
+	// TLS, when set, makes the listener speak TLS (see internal/tlsconf).
+	TLS *tls.Config
+	// ClientCerts says the TLS handshake requires client certificates
+	// (mutual TLS): a client that completed it is authenticated.
+	ClientCerts bool
+	Log         *zap.Logger
 	// SampleEvery is how often the sampler records outcome counts and
 	// partition progress (default 5s).
 	SampleEvery time.Duration
@@ -87,6 +95,9 @@ func New(listen string, o Options) (*Server, error) {
 }
 
 func newServer(ln net.Listener, o Options) *Server {
+	if o.TLS != nil {
+		ln = tls.NewListener(ln, o.TLS)
+	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
@@ -188,6 +199,8 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				s.refuse(w, r, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>, the content of wow.admin.token-file); this one is missing or wrong")
 				return
 			}
+		case s.o.ClientCerts && r.TLS != nil && len(r.TLS.VerifiedChains) > 0:
+			// Authenticated by its certificate in the handshake.
 		case !loopbackHost(r.Host):
 			s.refuse(w, r, http.StatusForbidden, "without wow.admin.token-file the admin listener answers only requests addressed to a loopback host (127.0.0.1, ::1, localhost)")
 			return

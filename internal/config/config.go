@@ -241,8 +241,11 @@ type Admin struct {
 	// Listen is the admin listener's host:port; "" disables it.
 	Listen string
 	// TokenFile is the file of the bearer token admin requests must carry;
-	// "" requires none (allowed only on a loopback listener).
+	// "" requires none (allowed only on a loopback listener or with mutual
+	// TLS).
 	TokenFile string
+	// TLS is the TLS of the admin listener.
+	TLS ListenerTLS
 }
 
 // Log is wow.log.

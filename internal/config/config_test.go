@@ -637,6 +637,9 @@ func TestAdminListener(t *testing.T) {
 		{"public without a token", "0.0.0.0:9465", "", "wow.admin.token-file: required"},
 		{"all interfaces without a token", ":9465", "", "wow.admin.token-file: required"},
 		{"not host:port", "9465", "/run/t", "wow.admin.listen: \"9465\" is not host:port"},
+		{"public with mutual TLS", "0.0.0.0:9465\n    tls: {cert-file: /c, key-file: /k, client-ca-file: /ca}", "", ""},
+		{"public with TLS but no client CA", "0.0.0.0:9465\n    tls: {cert-file: /c, key-file: /k}", "", "or wow.admin.tls.client-ca-file"},
+		{"TLS without a key", "127.0.0.1:9465\n    tls: {cert-file: /c}", "", "wow.admin.tls.key-file: required with wow.admin.tls.cert-file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -658,5 +661,8 @@ func TestAdminListener(t *testing.T) {
 	}
 	if c := mustParse(t, head, "WOW_ADMIN_LISTEN=127.0.0.1:9465"); c.Admin.Listen != "127.0.0.1:9465" {
 		t.Errorf("WOW_ADMIN_LISTEN: %q", c.Admin.Listen)
+	}
+	if errs := parseErrors(t, head+"  admin:\n    tls: {cert-file: /c, key-file: /k}\n"); !strings.Contains(errs.Error(), "wow.admin.tls.cert-file: set, but wow.admin.listen is empty") {
+		t.Errorf("TLS without a listener: %s", errs)
 	}
 }

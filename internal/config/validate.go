@@ -67,10 +67,11 @@ func (d *decoder) validate(c *Config) {
 	}
 	if c.Admin.Listen != "" {
 		d.hostPort("wow.admin.listen", c.Admin.Listen, true)
-		if !loopback(c.Admin.Listen) && c.Admin.TokenFile == "" {
-			d.errorf("wow.admin.token-file", "required: wow.admin.listen %q is not loopback, so anyone who reaches it could park, redrive or discard messages; set wow.admin.token-file to a file holding a bearer token, or listen on 127.0.0.1", c.Admin.Listen)
+		if !loopback(c.Admin.Listen) && c.Admin.TokenFile == "" && c.Admin.TLS.ClientCAFile == "" {
+			d.errorf("wow.admin.token-file", "required: wow.admin.listen %q is not loopback, so anyone who reaches it could read aggregate IDs and park, redrive or discard messages; set wow.admin.token-file to a file holding a bearer token, or wow.admin.tls.client-ca-file (with cert-file and key-file) to require client certificates, or listen on 127.0.0.1", c.Admin.Listen)
 		}
 	}
+	d.listenerTLS("wow.admin", c.Admin.Listen != "", c.Admin.TLS)
 	d.oneOf("wow.log.level", c.Log.Level, "debug", "info", "warn", "error")
 	d.oneOf("wow.log.format", c.Log.Format, "json", "console")
 	d.positive("wow.shutdown.timeout", c.Shutdown.Timeout)

@@ -29,6 +29,13 @@ func (rt *Daemon) buildAdmin() error {
 		}
 		o.Token = tok
 	}
+	tc, err := listenerTLS("wow.admin.tls", cfg.Admin.TLS, log)
+	if err != nil {
+		return err
+	}
+	if tc != nil {
+		o.TLS, o.ClientCerts = tc.Config(), tc.MutualTLS()
+	}
 	srv, err := admin.New(cfg.Admin.Listen, o)
 	if err != nil {
 		return fmt.Errorf("wow.admin.listen: %w", err) // in use: not a configuration error
