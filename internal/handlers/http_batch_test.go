@@ -115,7 +115,7 @@ func TestHTTPBatchPartialFailure(t *testing.T) {
 	})
 	var obs retries
 	h := build(t, "http", sinkConfig(bs.url, map[string]any{
-		"batch": map[string]any{"max-messages": 5, "linger": "200ms"},
+		"batch": map[string]any{"max-messages": 5, "linger": "500ms"}, // the first batch is cut full
 	}), handler.Deps{Observer: &obs})
 	a := newAcks(t)
 	for off := range int64(5) {
@@ -149,7 +149,7 @@ func TestHTTPBatchPartialFailure(t *testing.T) {
 
 func TestHTTPBatchLingerSendsAPartialBatch(t *testing.T) {
 	bs := newBatchServer(t, func(w http.ResponseWriter, _ int, _ []batchEvent) { w.WriteHeader(http.StatusOK) })
-	const linger = 50 * time.Millisecond
+	const linger = 300 * time.Millisecond // far longer than three calls of Handle
 	h := build(t, "http", sinkConfig(bs.url, map[string]any{
 		"batch": map[string]any{"max-messages": 100, "linger": linger.String()},
 	}), handler.Deps{})
@@ -348,16 +348,16 @@ func TestHTTPBatchCloseAcknowledgesTheBatchBeingFilled(t *testing.T) {
 func TestHTTPBatchCanceledMessageIsLeftOut(t *testing.T) {
 	bs := newBatchServer(t, func(w http.ResponseWriter, _ int, _ []batchEvent) { w.WriteHeader(http.StatusOK) })
 	h := build(t, "http", sinkConfig(bs.url, map[string]any{
-		"batch": map[string]any{"max-messages": 10, "linger": "50ms"},
+		"batch": map[string]any{"max-messages": 2, "linger": "1m"},
 	}), handler.Deps{})
 	a := newAcks(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.Handle(ctx, batchMessage(0, "cart-0"), a.ack(0))
-	h.Handle(context.Background(), batchMessage(1, "cart-1"), a.ack(1))
 	cancel()
 	if err := a.wait(t, 0); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled message: %v, want context.Canceled", err)
 	}
+	h.Handle(context.Background(), batchMessage(1, "cart-1"), a.ack(1)) // the second: the batch is cut
 	if err := a.wait(t, 1); err != nil {
 		t.Errorf("message 1: %v", err)
 	}
