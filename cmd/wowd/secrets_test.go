@@ -21,12 +21,13 @@ import (
 // TestSecretsStayOutOfLogs runs `wowd run` at debug level with every secret
 // wowd takes set to a distinctive value — the Kafka SASL password (inline
 // from the environment, or from password-file), the ingest bearer token
-// file, and the http sink's headers, headers-from-file and
-// headers-from-env — and has each of them used: the receivers join their
-// group over SASL, an ingest request with the token (after one with a
-// wrong token) is handled by the sink, which sees every header, after a
-// failed first try that is retried. Then neither the run's output nor
-// `wowd config print` holds any of the secrets.
+// file, the http sink's headers, headers-from-file and headers-from-env,
+// and a password in the sink's URL — and has each of them used: the
+// receivers join their group over SASL, an ingest request with the token
+// (after one with a wrong token) is handled by the sink, which sees every
+// header, after a failed first try that is retried. Then neither the run's
+// output nor `wowd config print` (also with the password given by --set)
+// holds any of the secrets.
 func TestSecretsStayOutOfLogs(t *testing.T) {
 	const (
 		password    = "sEcReT-kafka-password-5f1c"
@@ -35,8 +36,9 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 		staticHdr   = "sEcReT-static-header-2d4e"
 		fileHdr     = "sEcReT-file-header-9c3a"
 		envHdr      = "sEcReT-env-header-1b6f"
+		urlPassword = "sEcReT-url-password-6e0d"
 	)
-	secrets := []string{password, ingestToken, wrongToken, staticHdr, fileHdr, envHdr}
+	secrets := []string{password, ingestToken, wrongToken, staticHdr, fileHdr, envHdr, urlPassword}
 
 	for _, from := range []string{"environment", "password-file"} {
 		t.Run("password from "+from, func(t *testing.T) {
@@ -115,7 +117,7 @@ wow:
     level: debug
   shutdown:
     timeout: 10s
-`, c.ListenAddrs()[0], saslPassword, sink.URL, staticHdr, headerFile, metricsPort, ingestPort, tokenFile))
+`, c.ListenAddrs()[0], saslPassword, strings.Replace(sink.URL, "http://", "http://wowd:"+urlPassword+"@", 1), staticHdr, headerFile, metricsPort, ingestPort, tokenFile))
 
 			var out proctest.Output
 			cmd := exec.Command(wowd.Path(t), "run", "--config", cfg)
@@ -173,7 +175,11 @@ wow:
 			if !strings.Contains(logs, `"level":"debug"`) {
 				t.Errorf("no debug lines in the output: the test sees less than it should")
 			}
-			printCmd := exec.Command(wowd.Path(t), "config", "print", "--config", cfg)
+			args := []string{"config", "print", "--config", cfg}
+			if from == "environment" {
+				args = append(args, "--set", "wow.kafka.sasl.password="+password)
+			}
+			printCmd := exec.Command(wowd.Path(t), args...)
 			printCmd.Env = cmd.Env
 			printed, code := proctest.Run(t, printCmd)
 			if code != 0 || !strings.Contains(printed, "******") {

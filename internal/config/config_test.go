@@ -666,3 +666,31 @@ func TestAdminListener(t *testing.T) {
 		t.Errorf("TLS without a listener: %s", errs)
 	}
 }
+
+// TestWriteYAMLRedactsURLPasswords: a password written into a URL (a
+// handler's url) is printed as xxxxx; the user and the rest of the URL are
+// kept, and a URL without one is printed as written.
+func TestWriteYAMLRedactsURLPasswords(t *testing.T) {
+	reg := testRegistry()
+	const y = "wow:\n  service: s\n  kafka:\n    bootstrap-servers: [k:9092]\n  contexts:\n    c:\n      aggregates: [a]\n" +
+		"  dispatchers:\n" +
+		"    d:\n      topics: [event]\n      handler: {type: http, url: 'https://sink:pw-in-url-41d2@sink.example:8443/wow?x=1'}\n" +
+		"    e:\n      topics: [event]\n      handler: {type: http, url: 'https://user@sink.example/plain'}\n"
+	c, err := config.Parse([]byte(y), "test.yaml", reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := c.WriteYAML(&out, reg); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	if strings.Contains(text, "pw-in-url-41d2") {
+		t.Errorf("output shows the URL's password:\n%s", text)
+	}
+	for _, want := range []string{"url: https://sink:xxxxx@sink.example:8443/wow?x=1", "url: https://user@sink.example/plain"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -48,7 +49,26 @@ func (c *Config) tree(reg *handler.Registry, mask bool) (*yaml.Node, error) {
 	}
 	root := mappingNode()
 	addPair(root, "wow", wow)
+	if mask {
+		redactURLs(root)
+	}
 	return root, nil
+}
+
+// redactURLs replaces the password of every URL in the tree (a handler's
+// url, wow.metadata: http://user:password@host/…) with xxxxx: a credential
+// written into a URL is a secret like any other.
+func redactURLs(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.Contains(n.Value, "@") {
+		if u, err := url.Parse(n.Value); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				n.Value = u.Redacted()
+			}
+		}
+	}
+	for _, c := range n.Content {
+		redactURLs(c)
+	}
 }
 
 func encode(w io.Writer, root *yaml.Node) error {

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -191,7 +192,18 @@ func LoadMetadata(ctx context.Context, source string, timeout time.Duration) (*M
 			return m, nil
 		}
 	}
-	return nil, fmt.Errorf("wow metadata %s: %w", source, err)
+	return nil, fmt.Errorf("wow metadata %s: %w", redacted(source), err)
+}
+
+// redacted is source with the password of a URL's user information
+// replaced, for messages.
+func redacted(source string) string {
+	if u, err := url.Parse(source); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			return u.Redacted()
+		}
+	}
+	return source
 }
 
 func isURL(source string) bool {
