@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,9 +25,10 @@ import (
 // TestLeastPrivilegeACLs runs wowd as a principal holding only the Kafka
 // ACLs that docs/operations.md ("Least privilege in Kafka") lists: Read on
 // its topics and (prefixed) groups, Write and Create on its dead-letter
-// topics, Write on its topics for ingest. With them it consumes and
-// commits, creates its dead-letter topic and writes a dead letter to it,
-// and publishes an ingested message; nothing it logs is a warning about a
+// topics, Read, Write and Create on its parking topics, Write on its topics
+// for ingest. With them it consumes and commits, creates its dead-letter
+// and parking topics, writes a dead letter, parks an aggregate and
+// publishes an ingested message; nothing it logs is a warning about a
 // refused operation.
 func TestLeastPrivilegeACLs(t *testing.T) {
 	t.Run("the documented ACLs", func(t *testing.T) { leastPrivilege(t, true) })
@@ -37,8 +40,10 @@ func TestLeastPrivilegeACLs(t *testing.T) {
 
 func leastPrivilege(t *testing.T, create bool) {
 	const (
-		topic = "wow.example.cart.event"
-		dlq   = topic + ".dlq"
+		topic  = "wow.example.cart.event"
+		dlq    = topic + ".dlq"
+		parked = topic + ".parked"
+		state  = "wowd-parked.carts.projection"
 	)
 	allow := func(res kmsg.ACLResourceType, name string, pat kmsg.ACLResourcePatternType, op kmsg.ACLOperation) kfake.ACL {
 		return kfake.ACL{Resource: res, Name: name, Pattern: pat, Operation: op, Allow: true}
@@ -49,9 +54,15 @@ func leastPrivilege(t *testing.T, create bool) {
 		allow(kmsg.ACLResourceTypeGroup, "carts.", pre, kmsg.ACLOperationRead),
 		allow(kmsg.ACLResourceTypeTopic, dlq, lit, kmsg.ACLOperationWrite),
 		allow(kmsg.ACLResourceTypeTopic, topic, lit, kmsg.ACLOperationWrite), // ingest
+		allow(kmsg.ACLResourceTypeTopic, parked, lit, kmsg.ACLOperationRead),
+		allow(kmsg.ACLResourceTypeTopic, parked, lit, kmsg.ACLOperationWrite),
+		allow(kmsg.ACLResourceTypeTopic, state, lit, kmsg.ACLOperationRead),
+		allow(kmsg.ACLResourceTypeTopic, state, lit, kmsg.ACLOperationWrite),
 	}
 	if create {
-		acls = append(acls, allow(kmsg.ACLResourceTypeTopic, dlq, lit, kmsg.ACLOperationCreate))
+		for _, tp := range []string{dlq, parked, state} {
+			acls = append(acls, allow(kmsg.ACLResourceTypeTopic, tp, lit, kmsg.ACLOperationCreate))
+		}
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic),
 		kfake.EnableSASL(), kfake.EnableACLs(),
@@ -71,7 +82,17 @@ func leastPrivilege(t *testing.T, create bool) {
 
 	cnt := &counter{n: map[string]int{}}
 	var reg handler.Registry
-	reg.Register(cnt.spec())
+	reg.Register(handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
+		return handler.Sync(func(_ context.Context, m *handler.Message) error {
+			cnt.mu.Lock()
+			cnt.n[m.Wow.ID]++
+			cnt.mu.Unlock()
+			if m.Wow.ID == "fails" {
+				return handler.Classed(handler.Permanent, errors.New("fails for good"))
+			}
+			return nil
+		}), nil
+	}})
 	cfg, err := config.Parse(fmt.Appendf(nil, `
 wow:
   service: carts
@@ -119,6 +140,7 @@ wow:
 	if err := admin.ProduceSync(ctx,
 		&kgo.Record{Topic: topic, Key: []byte("cart-1"), Value: event("from-kafka", "cart-1", "")},
 		&kgo.Record{Topic: topic, Key: []byte("cart-2"), Value: []byte("not a Wow message")},
+		&kgo.Record{Topic: topic, Key: []byte("cart-4"), Value: event("fails", "cart-4", "")},
 	).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +176,14 @@ wow:
 	if n := endOffsets(t, adm, dlq); n != 1 {
 		t.Errorf("the dead-letter topic %s holds %d records, want 1", dlq, n)
 	}
+	if n := endOffsets(t, adm, parked); n != 1 {
+		t.Errorf("the parking topic %s holds %d records, want 1", parked, n)
+	}
+	if n := endOffsets(t, adm, state); n == 0 {
+		t.Errorf("the parking state topic %s is empty", state)
+	}
 	for _, e := range logs.FilterLevelExact(zapcore.WarnLevel).All() {
-		if e.Message != "record dead-lettered" {
+		if e.Message != "record dead-lettered" && !strings.HasPrefix(e.Message, "aggregate parked:") {
 			t.Errorf("warning: %s %v", e.Message, e.ContextMap())
 		}
 	}
