@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"maps"
 	"net"
 	"net/http"
@@ -126,6 +127,7 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 		if tc != nil {
 			srv.UseTLS(tc.Config())
 		}
+		srv.ErrorLog(serverLog(rt.log.Named("metrics")))
 		rt.server = srv
 	}
 	if cfg.Ingest.Enabled {
@@ -209,8 +211,20 @@ func (rt *Daemon) buildIngest() error {
 	mux := http.NewServeMux()
 	mux.Handle(ingest.Path, in)
 	rt.ingestLn = ln
-	rt.ingestServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	rt.ingestServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: serverLog(in.Log)}
 	return nil
+}
+
+// serverLog is the error log of an HTTP server of wowd's: its lines
+// (mostly failed TLS handshakes: a client without a certificate, a port
+// scan) go to log at debug level, where they do not flood the logs of a
+// listener reachable from the network.
+func serverLog(log *zap.Logger) *stdlog.Logger {
+	l, err := zap.NewStdLogAt(log.Named("http"), zap.DebugLevel)
+	if err != nil {
+		panic(err) // only for a level zap does not know
+	}
+	return l
 }
 
 // listenerTLS opens the TLS files of a listener, configured under key; it

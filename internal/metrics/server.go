@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"time"
@@ -57,6 +58,11 @@ func NewServer(listen string, m *Metrics, ready Check) (*Server, error) {
 
 // Addr returns the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// ErrorLog sends the server's own errors (a failed TLS handshake, a
+// broken connection) to l instead of the standard logger. Call it before
+// Start.
+func (s *Server) ErrorLog(l *log.Logger) { s.srv.ErrorLog = l }
 
 // UseTLS makes the server speak TLS with cfg (see internal/tlsconf). Call
 // it before Start.
