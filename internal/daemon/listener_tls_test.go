@@ -29,7 +29,8 @@ func httpsClient(f tlstest.Files, cert *tls.Certificate) *http.Client {
 // the ingest listener takes writes only from clients with a certificate of
 // the client CA; a plain HTTP request, a client without a certificate and
 // one with a certificate of another CA publish nothing (the topic is read
-// back empty). The metrics listener serves HTTPS with its own certificate.
+// back empty). The metrics listener serves HTTPS with its own certificate,
+// and a renewed one without a restart.
 func TestIngestMutualTLS(t *testing.T) {
 	const topic = "wow.example.cart.event"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic))
@@ -136,5 +137,22 @@ wow:
 	}
 	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Subject.CommonName != "metrics" {
 		t.Errorf("the metrics listener did not present its certificate: %+v", resp.TLS)
+	}
+
+	// A renewed certificate is served on new connections, without a restart.
+	metricsTLS.Rotate(t, "metrics-renewed")
+	fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: metricsTLS.ClientConfig(nil), DisableKeepAlives: true}}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := fresh.Get("https://" + rt.MetricsAddr() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.TLS.PeerCertificates[0].Subject.CommonName == "metrics-renewed" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the renewed certificate was not served within 10s (last error %v)", err)
+		}
 	}
 }
