@@ -211,7 +211,10 @@ func (rt *Daemon) buildIngest() error {
 	mux := http.NewServeMux()
 	mux.Handle(ingest.Path, in)
 	rt.ingestLn = ln
-	rt.ingestServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: serverLog(in.Log)}
+	// IdleTimeout: a keep-alive connection left open by a client is closed
+	// after a while rather than held for good (each is a file descriptor).
+	rt.ingestServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: serverLog(in.Log)}
 	return nil
 }
 

@@ -49,7 +49,8 @@ func NewServer(listen string, m *Metrics, ready Check) (*Server, error) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return &Server{
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		// IdleTimeout: idle keep-alive connections are not held for good.
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
 		ln:  ln,
 		mux: mux,
 		err: make(chan error, 1),
