@@ -34,9 +34,6 @@ type Files struct {
 	ClientCAFile string // CAs of the client certificates required; "" asks for none
 }
 
-// Enabled reports whether the files ask for TLS at all.
-func (f Files) Enabled() bool { return f.CertFile != "" || f.KeyFile != "" }
-
 // checkEvery is how often, at most, a handshake looks whether the files
 // changed.
 const checkEvery = time.Second
