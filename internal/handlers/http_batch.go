@@ -343,13 +343,7 @@ func (s *httpSink) postBatch(w *worker, live []*call, body []byte) []error {
 		w.mu.Unlock()
 	}()
 
-	out := make([]error, len(live))
-	all := func(err error) []error {
-		for i := range out {
-			out[i] = err
-		}
-		return out
-	}
+	all := func(err error) []error { return same(len(live), err) }
 	req, err := s.newBatchRequest(ctx, body)
 	if err != nil {
 		return all(handler.Classed(handler.Permanent, s.wrap(err)))
@@ -366,6 +360,13 @@ func (s *httpSink) postBatch(w *worker, live []*call, body []byte) []error {
 		return all(noResponseAction().failure(s.wrap(fmt.Errorf("batch of %d: %w", len(live), err))))
 	}
 	defer drainClose(resp.Body)
+	return s.batchOutcomes(resp, live)
+}
+
+// batchOutcomes returns the outcome of each of the members live that resp,
+// the response to their batch, asks for, in their order.
+func (s *httpSink) batchOutcomes(resp *http.Response, live []*call) []error {
+	all := func(err error) []error { return same(len(live), err) }
 	retryAfter, hasRetryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	act, override := s.action(resp)
 	if override || act != actionDone {
@@ -386,8 +387,9 @@ func (s *httpSink) postBatch(w *worker, live []*call, body []byte) []error {
 		}
 		return all(err)
 	}
+	out := make([]error, len(live)) // nil: done, unless a result says otherwise
 	if len(results) == 0 {
-		return out // all done
+		return out
 	}
 	index := make(map[string]int, len(live))
 	for i, m := range live {
@@ -402,6 +404,15 @@ func (s *httpSink) postBatch(w *worker, live []*call, body []byte) []error {
 		}
 		seen[i] = true
 		out[i] = s.resultError(r, resp.StatusCode, retryAfter, hasRetryAfter)
+	}
+	return out
+}
+
+// same returns n outcomes, each err.
+func same(n int, err error) []error {
+	out := make([]error, n)
+	for i := range out {
+		out[i] = err
 	}
 	return out
 }

@@ -78,7 +78,7 @@ func (s *httpSink) encodeEvent(ctx context.Context, m *handler.Message, attempt 
 			v = ceDecode(v)
 		}
 		if a.header == hdrID {
-			id = v
+			id = strings.ToValidUTF8(v, "\uFFFD") // as the event has it: results name it so
 		}
 		buf = append(buf, '"')
 		buf = append(buf, n...) // letters and digits: nothing to escape
@@ -181,9 +181,13 @@ func unhex(c byte) (byte, bool) {
 }
 
 // appendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, invalid UTF-8 replaced by U+FFFD.
+// control characters escaped, each run of invalid UTF-8 replaced by U+FFFD
+// (as strings.ToValidUTF8 does).
 func appendJSONString(buf []byte, s string) []byte {
 	const hex = "0123456789abcdef"
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
 	buf = append(buf, '"')
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -205,12 +209,8 @@ func appendJSONString(buf []byte, s string) []byte {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			buf = append(buf, "\uFFFD"...)
-		} else {
-			buf = append(buf, s[i:i+n]...)
-		}
+		_, n := utf8.DecodeRuneInString(s[i:])
+		buf = append(buf, s[i:i+n]...)
 		i += n
 	}
 	return append(buf, '"')
