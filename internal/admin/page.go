@@ -1,13 +1,17 @@
 package admin
 
 import (
+	"cmp"
 	"crypto/rand"
 	_ "embed"
 	"encoding/base64"
 	"fmt"
 	"html/template"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,6 +27,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"dur":   seconds,
 	"since": func(t time.Time) string { return seconds(time.Since(t).Seconds()) },
 	"or0":   func(n int64) string { return orDash(n) },
+	"rates": rates,
 }).Parse(pageSource))
 
 // pageRefresh is how often the page's script reloads its body.
@@ -93,6 +98,21 @@ func seconds(sec float64) string {
 	default:
 		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 	}
+}
+
+// rates formats outcome rates, most frequent first: "handled 12.0/s,
+// retried 0.5/s".
+func rates(r map[string]float64) string {
+	if len(r) == 0 {
+		return "no messages in the last minute"
+	}
+	names := slices.Collect(maps.Keys(r))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(r[b], r[a]), strings.Compare(a, b)) })
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.1f/s", n, r[n])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // orDash shows -1 (unknown) as a dash.

@@ -42,6 +42,8 @@ const (
 	PauseSinkBackoff = receiver.PausedSinkBackoff // most handler attempts fail: every partition waits
 	PauseSpanCap     = "span_cap"                 // one unfinished record holds the commit while later ones finished
 	PauseShareCap    = "share_cap"                // the partition holds half the window while others wait
+	PauseParkedCap   = receiver.PausedParkedCap   // max-parked aggregates parked: every partition waits for an unpark
+	PauseParkedState = "parked_state"             // newly assigned: waits until its parked aggregates are read
 )
 
 // Status is the answer of GET /admin/v1/status.
@@ -82,7 +84,7 @@ type ReceiverStatus struct {
 	InFlight    int    `json:"in_flight"`
 	MaxInFlight int    `json:"max_in_flight"`
 	// Paused is why the receiver stopped fetching every partition:
-	// none, window_full or sink_backoff.
+	// none, window_full, sink_backoff or parked_cap.
 	Paused         string  `json:"paused"`
 	BackoffSeconds float64 `json:"backoff_seconds,omitempty"`
 	// Rates are messages per second by outcome over the last minute (or
@@ -111,7 +113,8 @@ type PartitionStatus struct {
 	// what a crash would deliver again.
 	Span int `json:"uncommitted_span"`
 	// Paused is why the partition is not fetched: none, or reasons joined
-	// by "+" (window_full, sink_backoff, span_cap, share_cap).
+	// by "+" (window_full, sink_backoff, parked_cap, span_cap, share_cap,
+	// parked_state).
 	Paused string `json:"paused"`
 	// PausedSeconds is how long the partition has been seen paused, in
 	// consecutive observations (see SampleEvery); 0 when it is not.
@@ -250,6 +253,8 @@ func pauseReasons(receiverWide, own string) string {
 			rs = append(rs, PauseSpanCap)
 		case "share":
 			rs = append(rs, PauseShareCap)
+		case "parked-state":
+			rs = append(rs, PauseParkedState)
 		case "":
 		default:
 			rs = append(rs, r) // a reason added to the receiver later, as it names it

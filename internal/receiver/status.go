@@ -22,6 +22,7 @@ import (
 const (
 	PausedWindowFull  = "window_full"  // max-in-flight unfinished records: waits for a sixteenth of the window
 	PausedSinkBackoff = "sink_backoff" // most recent handler attempts failed: fetching waits for the backoff delay
+	PausedParkedCap   = "parked_cap"   // max-parked aggregates parked and another must park: fetching waits for an unpark
 )
 
 // oldestScan is the most tracker entries Status reads per partition when
@@ -44,7 +45,7 @@ type Status struct {
 	// MaxInFlight is the window (wow.dispatch.max-in-flight).
 	MaxInFlight int
 	// Paused is why fetching stopped for every partition: "",
-	// PausedWindowFull or PausedSinkBackoff. Partitions may also be paused
+	// PausedWindowFull, PausedSinkBackoff or PausedParkedCap. Partitions may also be paused
 	// on their own (PartitionStatus.Paused).
 	Paused string
 	// BackoffDelay is the current backoff while Paused is
@@ -103,9 +104,14 @@ func (r *Receiver) Status(top int) Status {
 	}
 	s.MemberID, s.Generation = r.cl.GroupMetadata()
 	if r.paused.Load() {
-		s.Paused = PausedWindowFull
-		if r.fails.isFailing() {
+		// In the poll loop's order of precedence.
+		switch {
+		case r.parkFull.Load():
+			s.Paused = PausedParkedCap
+		case r.fails.isFailing():
 			s.Paused, s.BackoffDelay = PausedSinkBackoff, r.fails.current()
+		default:
+			s.Paused = PausedWindowFull
 		}
 	}
 	first := make(map[tp]int64)
