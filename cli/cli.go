@@ -93,7 +93,7 @@ func newRoot(stdout, stderr io.Writer, env []string, reg *handler.Registry) *cob
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(a.runCmd(), a.devCmd(), a.configCmd(), a.handlersCmd(), a.parkedCmd(), a.rewindCmd(), a.versionCmd())
+	root.AddCommand(a.runCmd(), a.devCmd(), a.configCmd(), a.handlersCmd(), a.parkedCmd(), a.rewindCmd(), a.statusCmd(), a.versionCmd())
 	return root
 }
 

@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -383,4 +384,30 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	_ = json.NewEncoder(w).Encode(struct {
 		Error string `json:"error"`
 	}{msg})
+}
+
+// Problems returns what makes st unhealthy for a probe, one line each: a
+// partition without progress for stuckAfter or more while it has messages
+// to finish, a partition paused for stuckAfter or more for another reason
+// than a full window (back-pressure, judged by progress instead), and a
+// receiver not in its group stuckAfter after the start.
+func (st Status) Problems(stuckAfter time.Duration) []string {
+	limit := stuckAfter.Seconds()
+	var out []string
+	for _, r := range st.Receivers {
+		who := r.Dispatcher + "/" + r.Context
+		if !r.Joined && st.UptimeSeconds >= limit {
+			out = append(out, fmt.Sprintf("%s: not a member of consumer group %s", who, r.GroupID))
+		}
+		for _, p := range r.Partitions {
+			at := fmt.Sprintf("%s %s/%d", who, p.Topic, p.Partition)
+			if p.StalledSeconds >= limit {
+				out = append(out, fmt.Sprintf("%s: no progress for %s (lag %d, in flight %d)", at, seconds(p.StalledSeconds), p.Lag, p.InFlight))
+			}
+			if p.Paused != PauseNone && p.Paused != PauseWindowFull && p.PausedSeconds >= limit {
+				out = append(out, fmt.Sprintf("%s: paused (%s) for %s", at, p.Paused, seconds(p.PausedSeconds)))
+			}
+		}
+	}
+	return out
 }

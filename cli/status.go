@@ -1,0 +1,248 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wowd/wowd/internal/admin"
+)
+
+// statusOptions are the flags of wowd status.
+type statusOptions struct {
+	admin      string
+	tokenFile  string
+	asJSON     bool
+	watch      bool
+	every      time.Duration
+	count      int
+	top        int
+	stuckAfter time.Duration
+	timeout    time.Duration
+}
+
+func (a *app) statusCmd() *cobra.Command {
+	o := statusOptions{}
+	cmd := &cobra.Command{
+		Use:   "status [--admin URL] [--json] [--watch]",
+		Short: "Show a running wowd's receivers, partitions and hot aggregates, and whether it is healthy",
+		Long: `Read GET /admin/v1/status of a running wowd (wow.admin.listen) and show it as
+a table: each receiver's membership and pause reason, each partition's
+committed offset, end, lag, messages in flight and why it is paused, and the
+hot and oldest aggregates by ID. --json prints the status as the API returns
+it; --watch shows it again every --interval.
+
+Exit code 0 when healthy; 1 when a partition has made no progress, or has been
+paused (for another reason than a full window), for --stuck-after or longer,
+when a receiver is not in its group, or when the status cannot be read; 2 on
+a usage error. With --watch, the code of the last status shown.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return configError(fmt.Errorf("unexpected argument %q: wowd status takes flags only", args[0]))
+			}
+			return nil
+		},
+		RunE: func(*cobra.Command, []string) error { return a.status(o) },
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError(err) })
+	f := cmd.Flags()
+	f.StringVar(&o.admin, "admin", envOr(a.env, "WOWD_ADMIN", "http://127.0.0.1:9465"), "base URL of the admin listener (env WOWD_ADMIN)")
+	f.StringVar(&o.tokenFile, "token-file", envOr(a.env, "WOWD_ADMIN_TOKEN_FILE", ""), "file holding the admin bearer token, when wow.admin.token-file is set (env WOWD_ADMIN_TOKEN_FILE)")
+	f.BoolVar(&o.asJSON, "json", false, "print the status as JSON")
+	f.BoolVar(&o.watch, "watch", false, "show the status again every --interval until interrupted")
+	f.DurationVar(&o.every, "interval", 2*time.Second, "time between two statuses with --watch")
+	f.IntVar(&o.count, "count", 0, "with --watch, stop after this many statuses (0: until interrupted)")
+	f.IntVar(&o.top, "top", 10, "hot and oldest aggregates to show (0 to 100)")
+	f.DurationVar(&o.stuckAfter, "stuck-after", 5*time.Minute, "a partition without progress, or paused, this long is unhealthy")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "time limit of one status request")
+	return cmd
+}
+
+// envOr returns the value of name in env, else def.
+func envOr(env []string, name, def string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok && v != "" {
+			return v
+		}
+	}
+	return def
+}
+
+// errUnhealthy is returned when the status shows problems: exit code 1,
+// with the problems already printed.
+var errUnhealthy = errors.New("unhealthy")
+
+func (a *app) status(o statusOptions) error {
+	switch {
+	case o.top < 0 || o.top > admin.MaxTop:
+		return configError(fmt.Errorf("--top %d: want 0 to %d", o.top, admin.MaxTop))
+	case o.watch && o.every <= 0:
+		return configError(fmt.Errorf("--interval %s: want more than 0", o.every))
+	case o.stuckAfter <= 0:
+		return configError(fmt.Errorf("--stuck-after %s: want more than 0", o.stuckAfter))
+	}
+	base, err := url.Parse(strings.TrimSuffix(o.admin, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return configError(fmt.Errorf("--admin %q: want an http:// or https:// URL of the admin listener", o.admin))
+	}
+	var token string
+	if o.tokenFile != "" {
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return configError(fmt.Errorf("--token-file: %w", err))
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	target := base.JoinPath("/admin/v1/status")
+	target.RawQuery = "top=" + strconv.Itoa(o.top)
+	client := &http.Client{Timeout: o.timeout}
+	defer client.CloseIdleConnections()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for n := 1; ; n++ {
+		err := a.statusOnce(ctx, client, target.String(), token, o)
+		if !o.watch || (o.count > 0 && n >= o.count) {
+			return err
+		}
+		t := time.NewTimer(o.every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// statusOnce reads and shows one status.
+func (a *app) statusOnce(ctx context.Context, client *http.Client, target, token string, o statusOptions) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("reading the status: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("reading the status: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(body, &e)
+		return fmt.Errorf("reading the status: %s: %s", resp.Status, e.Error)
+	}
+	var st admin.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		return fmt.Errorf("reading the status: %w", err)
+	}
+	if o.asJSON {
+		_, err = a.stdout.Write(body)
+	} else {
+		if o.watch {
+			fmt.Fprintf(a.stdout, "\n== %s\n", time.Now().Format(time.TimeOnly))
+		}
+		err = writeStatus(a.stdout, st)
+	}
+	if err != nil {
+		return err
+	}
+	if problems := st.Problems(o.stuckAfter); len(problems) > 0 {
+		if !o.asJSON {
+			fmt.Fprintln(a.stdout, "\nUNHEALTHY")
+			for _, p := range problems {
+				fmt.Fprintln(a.stdout, "  "+p)
+			}
+		}
+		return &exitError{code: ExitFailure, err: fmt.Errorf("%w: %s", errUnhealthy, strings.Join(problems, "; "))}
+	}
+	return nil
+}
+
+// writeStatus prints st as tables.
+func writeStatus(w io.Writer, st admin.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s on %s, version %s, up %s; workers %d busy of %d, %d mailboxes (%d queued)\n",
+		st.Service, st.Instance, st.Version, short(st.UptimeSeconds), st.Executor.Busy, st.Executor.Workers,
+		st.Executor.Mailboxes, st.Executor.QueuedMailboxes)
+	for _, r := range st.Receivers {
+		member := "not a member"
+		if r.Joined {
+			member = fmt.Sprintf("generation %d", r.Generation)
+		}
+		fmt.Fprintf(tw, "\n%s/%s\tgroup %s, %s, in flight %d/%d, paused: %s\n", r.Dispatcher, r.Context, r.GroupID,
+			member, r.InFlight, r.MaxInFlight, r.Paused)
+		fmt.Fprintln(tw, "PARTITION\tCOMMITTED\tEND\tLAG\tIN FLIGHT\tSPAN\tPAUSED\tSTALLED")
+		for _, p := range r.Partitions {
+			paused := p.Paused
+			if paused != admin.PauseNone {
+				paused += " " + short(p.PausedSeconds)
+			}
+			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", p.Topic, p.Partition, dash(p.Committed),
+				dash(p.HighWatermark), dash(p.Lag), p.InFlight, p.Span, paused, short(p.StalledSeconds))
+		}
+	}
+	if len(st.Hot) > 0 {
+		fmt.Fprintln(tw, "\nHOT\tAGGREGATE\tID\tUNFINISHED")
+		for _, h := range st.Hot {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d\n", h.Dispatcher, h.Context, h.Aggregate, h.ID, h.Unfinished)
+		}
+	}
+	if len(st.Oldest) > 0 {
+		fmt.Fprintln(tw, "\nOLDEST\tAGGREGATE\tID\tAT\tAGE")
+		for _, o := range st.Oldest {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\n", o.Dispatcher, o.Context, o.Aggregate, o.ID, o.Topic, o.Partition, o.Offset, short(o.AgeSeconds))
+		}
+	}
+	if st.Parked.Available && len(st.Parked.Aggregates) > 0 {
+		fmt.Fprintln(tw, "\nPARKED\tAGGREGATE\tID\tMESSAGES\tREASON")
+		for _, p := range st.Parked.Aggregates {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d\t%s\n", p.Dispatcher, p.Context, p.Aggregate, p.ID, p.Messages, p.Reason)
+		}
+	}
+	return tw.Flush()
+}
+
+// short formats seconds like 850ms, 42s, 3m5s; 0 as "-".
+func short(sec float64) string {
+	if sec <= 0 {
+		return "-"
+	}
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	default:
+		return d.Round(time.Minute).String()
+	}
+}
+
+// dash shows -1 (unknown) as "-".
+func dash(n int64) string {
+	if n < 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}
