@@ -46,7 +46,8 @@ type reconfigurer interface {
 var reloadSettle = 200 * time.Millisecond
 
 // reloader watches the configuration file. Its goroutine, started by
-// Start and stopped by Stop, is the only one to touch its fields.
+// Start and stopped by Stop, is the only one to touch last and applied
+// while it runs; started, stop and done belong to Start and Stop.
 type reloader struct {
 	Reload
 	watcher *fsnotify.Watcher
