@@ -26,6 +26,7 @@ type decoder struct {
 	pos  map[string]position // key path (or list item) → where it is in the file
 	env  map[string]string   // key path → the variable that set it
 	set  map[string]string   // key path → the --set pair that set it
+	made map[string]string   // key path → the --set pair that added it to the document
 	sets []setting           // the --set pairs, written into the document
 	bad  map[string]bool     // key paths whose value could not be decoded
 	errs []Error
@@ -33,11 +34,12 @@ type decoder struct {
 
 func newDecoder(reg *handler.Registry) *decoder {
 	return &decoder{
-		reg: reg,
-		pos: map[string]position{},
-		env: map[string]string{},
-		set: map[string]string{},
-		bad: map[string]bool{},
+		reg:  reg,
+		pos:  map[string]position{},
+		env:  map[string]string{},
+		set:  map[string]string{},
+		made: map[string]string{},
+		bad:  map[string]bool{},
 	}
 }
 
@@ -75,6 +77,9 @@ func (d *decoder) fail(path, format string, args ...any) {
 func (d *decoder) source(path string) string {
 	for p := path; p != ""; p = parent(p) {
 		if v, ok := d.set[p]; ok {
+			return "--set " + v
+		}
+		if v, ok := d.made[p]; ok {
 			return "--set " + v
 		}
 		if v, ok := d.env[p]; ok {

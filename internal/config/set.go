@@ -178,6 +178,9 @@ func (d *decoder) applySets(root *yaml.Node, sets []setting) {
 			if len(seg.indexes) > 0 {
 				want = yaml.SequenceNode
 			}
+			if !hasKey(n, seg.key) {
+				d.made[path.String()] = s.arg // problems inside it come from s
+			}
 			n = setChild(n, seg.key, final && len(seg.indexes) == 0, want, s.value)
 			for j, idx := range seg.indexes {
 				fmt.Fprintf(&path, "[%d]", idx)
@@ -191,6 +194,16 @@ func (d *decoder) applySets(root *yaml.Node, sets []setting) {
 		}
 		d.set[path.String()] = s.arg
 	}
+}
+
+// hasKey reports whether the mapping m has key.
+func hasKey(m *yaml.Node, key string) bool {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := m.Content[i]; k.Kind == yaml.ScalarNode && k.Value == key {
+			return true
+		}
+	}
+	return false
 }
 
 // setChild returns the node under key in the mapping m, adding the key

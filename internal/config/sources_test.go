@@ -240,3 +240,13 @@ func TestSetThroughAnAlias(t *testing.T) {
 		t.Errorf("Cart, the anchor: %v, want the default", got)
 	}
 }
+
+// TestSetAddsAMapping checks that the problems of a mapping a --set pair
+// added name that pair, though they concern keys it did not set.
+func TestSetAddsAMapping(t *testing.T) {
+	_, _, err := parseSources(t, layeredYAML, config.Sources{Set: []string{"wow.dispatchers.New.handler.type=discard"}})
+	want := `wow.dispatchers.New.topics: required: at least one of command, event, state (set by --set wow.dispatchers.New.handler.type=discard)`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v\nwant %s", err, want)
+	}
+}
