@@ -540,7 +540,7 @@ func TestHTTPBatchConfigErrors(t *testing.T) {
 		batch map[string]any
 		want  []string
 	}{
-		{map[string]any{"max-messages": -1}, []string{"batch.max-messages:"}},
+		{map[string]any{"max-messages": -1, "linger": "0s"}, []string{"batch.max-messages:", "batch.linger:"}},
 		{map[string]any{"max-messages": 10, "max-bytes": 10, "linger": "0s"}, []string{"batch.max-bytes:", "batch.linger:"}},
 		{map[string]any{"max-messages": 10, "max-size": 10}, []string{"batch.max-size: unknown key"}},
 	} {
