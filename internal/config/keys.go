@@ -136,7 +136,7 @@ var configFields = []field[Config]{
 		desc: "Ingest requests that may come at once after a quiet period, within rate-limit; 0 means rate-limit (a second's worth).",
 		ptr:  func(c *Config) any { return &c.Ingest.RateBurst }},
 	{name: "admin.listen", omitEmpty: true,
-		desc: "host:port of the admin API (/admin/v1/status, the parked-aggregate actions) and the status page /admin/; empty (the default) disables it. The shipped configurations turn it on at 127.0.0.1:9465. Off loopback (127.0.0.0/8, ::1, localhost) it requires admin.token-file or admin.tls.client-ca-file.",
+		desc: "host:port of the admin API (/admin/v1/status, the parked-aggregate actions) and the status page /admin/; empty (the default) disables it. configs/wowd.yaml and configs/dev.yaml turn it on at 127.0.0.1:9466 (9465 is the ingest examples'). Off loopback (127.0.0.0/8, ::1, localhost) it requires admin.token-file or admin.tls.client-ca-file.",
 		ptr:  func(c *Config) any { return &c.Admin.Listen }},
 	{name: "admin.token-file", omitEmpty: true,
 		desc: "File holding the bearer token of the admin API (Authorization: Bearer <token>), read again within a second when it changes. With it, every admin request must carry the token, reads included. Without it (and without admin.tls.client-ca-file) only a loopback listener is allowed: it answers reads from this machine addressed to a loopback host name, and actions only from loopback clients.",
