@@ -292,12 +292,16 @@ func (s *httpSink) attemptBatch(w *worker, c *call) {
 	}
 	body = append(body, ']')
 	outcomes := s.postBatch(w, live, body)
-	if s.aborted.Load() {
-		s.settleAll(live, s.wrap(handler.ErrClosed))
-		return
-	}
+	// A request Close canceled failed for that: its members were not
+	// handled, and are delivered again after a restart. (A member the
+	// response says is done is done.)
+	aborted := s.aborted.Load()
 	for i, m := range live {
-		s.settle(m, outcomes[i])
+		err := outcomes[i]
+		if err != nil && aborted {
+			err = s.wrap(handler.ErrClosed)
+		}
+		s.settle(m, err)
 	}
 }
 
