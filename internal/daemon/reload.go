@@ -46,13 +46,14 @@ type reconfigurer interface {
 var reloadSettle = 200 * time.Millisecond
 
 // reloader watches the configuration file. Its goroutine, started by
-// Start and stopped by Stop, is the only one to touch last and applied
+// Start and stopped by Stop, is the only one to touch last, real and applied
 // while it runs; started, stop and done belong to Start and Stop.
 type reloader struct {
 	Reload
 	watcher *fsnotify.Watcher
 	count   *metrics.Reloads
 	last    []byte         // the file's contents last read
+	real    string         // the file the path led to when last looked at
 	applied *config.Config // the running configuration, reloadable keys as last applied
 	started bool           // set by Start: the goroutine runs
 	stop    chan struct{}  // closed by Stop
@@ -80,8 +81,10 @@ func (rt *Daemon) WatchConfig(r Reload) error {
 		_ = w.Close()
 		return fmt.Errorf("watching the configuration: %w", err)
 	}
+	real, _ := filepath.EvalSymlinks(r.Path) // read above: it exists
 	rt.reload = &reloader{
 		Reload:  r,
+		real:    real,
 		watcher: w,
 		count:   rt.metrics.Reloads(),
 		last:    data,
@@ -104,11 +107,13 @@ func (rt *Daemon) watch() {
 		select {
 		case <-r.stop:
 			return
-		case _, ok := <-r.watcher.Events:
+		case ev, ok := <-r.watcher.Events:
 			if !ok {
 				return
 			}
-			settle.Reset(reloadSettle) // any event in the directory: the file may be a link that changed
+			if r.concerns(ev) {
+				settle.Reset(reloadSettle)
+			}
 		case err, ok := <-r.watcher.Errors:
 			if !ok {
 				return
@@ -118,6 +123,23 @@ func (rt *Daemon) watch() {
 			rt.reloadFile()
 		}
 	}
+}
+
+// concerns reports whether ev, an event in the file's directory, may have
+// changed the file: an event of the file itself, or one after which its
+// path leads to another file (a Kubernetes ConfigMap volume swaps a link
+// to a directory). Other files of the directory, such as a log written
+// there, are not the configuration's business.
+func (r *reloader) concerns(ev fsnotify.Event) bool {
+	if filepath.Clean(ev.Name) == filepath.Clean(r.Path) {
+		return true
+	}
+	real, err := filepath.EvalSymlinks(r.Path)
+	if err != nil || real == r.real {
+		return false
+	}
+	r.real = real
+	return true
 }
 
 // reloadFile reads the configuration file and applies what changed.
@@ -131,14 +153,10 @@ func (rt *Daemon) reloadFile() {
 		return
 	}
 	if bytes.Equal(data, r.last) {
-		return
+		return // touched, or written again as it was: refused or applied already
 	}
+	r.last = data
 	outcome, err := rt.apply()
-	if err == nil {
-		// A refused file is read again at the next event in its directory:
-		// what made it fail may be another file (a header file, metadata).
-		r.last = data
-	}
 	if err != nil {
 		rt.log.Error("the configuration file changed but is refused; the running configuration stays",
 			zap.String("path", r.Path), zap.Error(err))

@@ -191,6 +191,17 @@ func TestReloadUnderARunningDaemon(t *testing.T) {
 	if level.Level() != zapcore.WarnLevel {
 		t.Errorf("level %v after an invalid file, want warn still", level.Level())
 	}
+	// Other files of the directory change (a log written there): the
+	// refused file is not read again.
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(filepath.Dir(path), "other.log"), fmt.Appendf(nil, "%d", i), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * reloadSettle)
+	}
+	if n := count(metrics.ReloadInvalid); n != 1 {
+		t.Errorf("%d invalid reloads counted after other files changed, want 1", n)
+	}
 	if count(metrics.ReloadApplied) != 1 || count(metrics.ReloadRestartNeeded) != 1 {
 		t.Errorf("counts applied %d, restart_needed %d", count(metrics.ReloadApplied), count(metrics.ReloadRestartNeeded))
 	}
@@ -199,6 +210,63 @@ func TestReloadUnderARunningDaemon(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	stopped = true
+	if err := rt.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReloadThroughASwappedLink changes the configuration the way a
+// Kubernetes ConfigMap volume does: the file is a link through a directory
+// link, ..data, which is swapped to a new directory.
+func TestReloadThroughASwappedLink(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dir := t.TempDir()
+	version := func(name, level string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		yaml := reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, level, 1)
+		if err := os.WriteFile(filepath.Join(dir, name, "wowd.yaml"), []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..v1", "info")
+	path := filepath.Join(dir, "wowd.yaml")
+	if err := os.Symlink(filepath.Join("..data", "wowd.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	reg := handler.Default()
+	cfg, err := config.Load(path, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
+	core, _ := zapobserver.New(level)
+	rt, err := New(cfg, reg, zap.New(core), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.WatchConfig(Reload{Path: path, Level: level,
+		Load: func() (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
+		t.Fatal(err)
+	}
+	rt.Start()
+	version("..v2", "error")
+	testwait.For(t, 10*time.Second, "the level of the new version", func() bool { return level.Level() == zapcore.ErrorLevel })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	if err := rt.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
