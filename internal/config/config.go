@@ -58,6 +58,7 @@ type Config struct {
 	Shutdown        Shutdown
 	Memory          Memory
 	Dev             Dev
+	Tracing         Tracing
 }
 
 // Kafka is wow.kafka: the brokers and the consumer client settings.
@@ -271,6 +272,16 @@ type Memory struct {
 }
 
 // Dev is wow.dev: settings of `wowd dev`.
+// Tracing is wow.tracing: the spans wowd records (package tracing). What
+// it leaves empty the OpenTelemetry SDK takes from the OTEL_* variables.
+type Tracing struct {
+	Enabled            bool
+	Exporter           string   // otlp-http, otlp-grpc, or "" (OTEL_EXPORTER_OTLP_PROTOCOL)
+	Endpoint           string   // the collector's base URL, or "" (OTEL_EXPORTER_OTLP_ENDPOINT)
+	SamplingRatio      string   // 0 to 1, or "" (OTEL_TRACES_SAMPLER)
+	ResourceAttributes []string // key=value pairs
+}
+
 type Dev struct {
 	Partitions int  // partitions of each topic it creates
 	Demo       bool // produce demo traffic

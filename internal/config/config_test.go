@@ -291,7 +291,7 @@ func TestBadConfigs(t *testing.T) {
 	}{
 		{"unknown-top-level-key.yaml", 2, []string{
 			"bad/unknown-top-level-key.yaml:1:1: version: unknown key",
-			"bad/unknown-top-level-key.yaml:14:3: wow.tracing: unknown key"}},
+			"bad/unknown-top-level-key.yaml:14:3: wow.telemetry: unknown key"}},
 		{"unknown-nested-key.yaml", 1, []string{"bad/unknown-nested-key.yaml:9:5: wow.dispatch.workerz: unknown key"}},
 		{"metadata-mismatch.yaml", 3, []string{
 			`:7:5: wow.contexts.example-service: disagrees with wow.metadata: context "example-service": alias "shop", but the metadata has "example"`,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -59,6 +60,7 @@ func (d *decoder) validate(c *Config) {
 	if c.Ingest.Enabled {
 		d.validateIngest(c)
 	}
+	d.validateTracing(&c.Tracing)
 	d.atLeast("wow.ingest.max-in-flight", c.Ingest.MaxInFlight, 0)
 	d.atLeast("wow.ingest.rate-limit", c.Ingest.RateLimit, 0)
 	d.atLeast("wow.ingest.rate-burst", c.Ingest.RateBurst, 0)
@@ -621,4 +623,35 @@ func deadLetterLoop(c *Config, name string) []dlHop {
 		}
 	}
 	return nil
+}
+
+// validateTracing checks wow.tracing, enabled or not: a key set wrong is
+// wrong before it is switched on. (Package tracing reads the values; it is
+// not imported here, so that the configuration does not bring in the
+// OpenTelemetry SDK.)
+func (d *decoder) validateTracing(t *Tracing) {
+	if t.Exporter != "" {
+		d.oneOf("wow.tracing.exporter", t.Exporter, "otlp-http", "otlp-grpc")
+	}
+	if t.Endpoint != "" {
+		u, err := url.Parse(t.Endpoint)
+		switch {
+		case err != nil:
+			d.errorf("wow.tracing.endpoint", "%q is not a URL", t.Endpoint)
+		case u.Scheme != "http" && u.Scheme != "https":
+			d.errorf("wow.tracing.endpoint", "%q: want the collector's base URL, http:// (plain text) or https://", t.Endpoint)
+		case u.Host == "":
+			d.errorf("wow.tracing.endpoint", "%q has no host", t.Endpoint)
+		}
+	}
+	if t.SamplingRatio != "" {
+		if r, err := strconv.ParseFloat(t.SamplingRatio, 64); err != nil || r < 0 || r > 1 {
+			d.errorf("wow.tracing.sampling-ratio", "%q is not a number from 0 to 1", t.SamplingRatio)
+		}
+	}
+	for i, kv := range t.ResourceAttributes {
+		if k, _, ok := strings.Cut(kv, "="); !ok || strings.TrimSpace(k) == "" {
+			d.errorf(fmt.Sprintf("wow.tracing.resource-attributes[%d]", i), "%q is not key=value", kv)
+		}
+	}
 }

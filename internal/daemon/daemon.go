@@ -6,8 +6,9 @@
 // WatchConfig asked for it; see reload.go). Stop order: report not ready,
 // stop the watcher, wait the quiet period, stop every receiver (no more
 // admission, drain, final commit, leave the group), close the handlers,
-// close the executor, stop the metrics server. One deadline,
-// wow.shutdown.timeout, covers it all.
+// close the executor, flush the spans (wow.tracing; at most
+// tracingFlushTimeout, even past the deadline), stop the metrics server.
+// One deadline, wow.shutdown.timeout, covers the rest.
 package daemon
 
 import (
@@ -39,6 +40,7 @@ import (
 	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/tlsconf"
+	"github.com/wowd/wowd/internal/tracing"
 	"github.com/wowd/wowd/internal/wow"
 )
 
@@ -60,6 +62,7 @@ type Daemon struct {
 	reg       *handler.Registry
 	reload    *reloader // nil unless WatchConfig
 	memorySrc memory.Source
+	tracing   *tracing.Provider // nil unless wow.tracing.enabled
 
 	ingest       *ingest.Ingest // nil unless wow.ingest.enabled
 	ingestClient *kgo.Client
@@ -109,6 +112,9 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 	}
 	rt.memorySrc = src
 	rt.metrics.MemoryLimit(limit)
+	if err := rt.buildTracing(version); err != nil {
+		return nil, err
+	}
 	if err := rt.build(reg); err != nil {
 		rt.abort()
 		return nil, err
@@ -423,6 +429,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 		Fetch:      fetch,
 		Logger:     log,
 		Metrics:    rt.metrics,
+		Tracer:     rt.tracer(),
 	})
 	if err != nil {
 		fetch.Leave() // the others' parts stay whole
@@ -554,6 +561,9 @@ func (rt *Daemon) Stop(ctx context.Context) error {
 	if err := rt.ex.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if err := rt.stopTracing(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if rt.server != nil {
 		if err := rt.server.Shutdown(context.WithoutCancel(ctx)); err != nil {
 			errs = append(errs, err)
@@ -594,6 +604,7 @@ func (rt *Daemon) abort() {
 	}
 	_ = rt.closeHandlers(ctx)
 	_ = rt.ex.Close(ctx)
+	_ = rt.stopTracing(ctx)
 	if rt.ingestClient != nil {
 		rt.ingestClient.Close()
 	}

@@ -134,8 +134,11 @@ func Decode(spec handler.Spec, raw map[string]any) (any, error) {
 	}
 	var errs []error
 	if err := dec.Decode(raw); err != nil {
+		// Since mapstructure v2.5.0 the keys unknown at the top are
+		// reported under the configuration's type name instead of "".
+		root := reflect.TypeOf(cfg).Elem().String()
 		for _, e := range leaves(err) {
-			errs = append(errs, unknownKeys(e)...)
+			errs = append(errs, unknownKeys(e, root)...)
 		}
 	}
 	set := make(map[string]bool, len(md.Keys))
@@ -168,8 +171,9 @@ type UnknownKeyError struct {
 func (e *UnknownKeyError) Error() string { return e.Key + ": unknown key" }
 
 // unknownKeys turns the decoder's "has invalid keys: a, b" into one
-// UnknownKeyError per key; other errors pass unchanged.
-func unknownKeys(err error) []error {
+// UnknownKeyError per key; other errors pass unchanged. root is the name
+// the decoder gives the top of the configuration.
+func unknownKeys(err error, root string) []error {
 	var de *mapstructure.DecodeError
 	if !errors.As(err, &de) {
 		return []error{err}
@@ -180,8 +184,8 @@ func unknownKeys(err error) []error {
 	}
 	var errs []error
 	for _, k := range strings.Split(list, ", ") {
-		if de.Name() != "" {
-			k = de.Name() + "." + k
+		if name := de.Name(); name != "" && name != root {
+			k = name + "." + k
 		}
 		errs = append(errs, &UnknownKeyError{Key: k})
 	}

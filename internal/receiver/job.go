@@ -37,6 +37,9 @@ type job struct {
 	// try is the context of the latest attempt, stored before the token is
 	// armed; the deadline watcher and closePartition end it.
 	try atomic.Pointer[tryContext]
+	// trace is the record's trace context and span (trace.go); nil
+	// without either.
+	trace atomic.Pointer[jobTrace]
 	// own is the job's copy of a fetched record, its key, value and
 	// headers in one new allocation: the client's record points into its
 	// whole decompressed batch, which the job would keep alive as long as
@@ -63,7 +66,6 @@ type jobState struct {
 	route   *Route
 	ws      *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
 	local   *localWait // admitted through Admit (ingest), not fetched: told when the record is finished or given up
-	trace   *jobTrace  // the message's trace context (trace.go); nil without one
 	// redriven: a parked message handed to the handler again by an
 	// operator's action (see park.go); it is never parked again, a final
 	// failure is reported to the action through local.
@@ -119,6 +121,7 @@ func newJob(r *Receiver, p *partition, rec *kgo.Record, seq int64) *job {
 		// lives no longer than the record.
 		j.msg.AggregateID = unsafe.String(unsafe.SliceData(rec.Key), len(rec.Key))
 	}
+	j.traceEnter()
 	return j
 }
 
@@ -179,6 +182,7 @@ func (j *job) free() {
 		return
 	}
 	j.try.Store(nil)
+	j.trace.Store(nil)
 	ws := j.ws
 	j.jobState = jobState{}
 	j.own = kgo.Record{}
@@ -319,6 +323,7 @@ func (j *job) conclude(err error) {
 		j.tries++
 		wait := r.holdBackoff(j.tries)
 		r.m.Count(metrics.Retried, 1)
+		j.traceRetry(j.tries, class, err, wait)
 		r.log.Warn("handler failed; holding the message and retrying",
 			zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
 			zap.String("class", class.String()), zap.Int("attempt", j.tries), zap.Duration("wait", wait), zap.Error(err))
@@ -365,6 +370,7 @@ func (j *job) after(d time.Duration, fn func()) {
 func (j *job) finish(o metrics.Outcome) {
 	r, p, res, local := j.r, j.p, j.res, j.local
 	r.m.Count(o, 1)
+	j.traceEnd(o)
 	r.finished(p, j.seq)
 	inMailbox := res != (executor.Resume{})
 	j.free()
@@ -391,6 +397,7 @@ func (j *job) abandon() {
 func (j *job) drop() {
 	r, p, seq, local := j.r, j.p, j.seq, j.local
 	r.m.Count(metrics.Dropped, 1)
+	j.traceEnd(metrics.Dropped)
 	r.forget(p, seq)
 	p.pending.Add(-1)
 	r.release()
@@ -424,6 +431,7 @@ func (r *Receiver) holdBackoff(n int) time.Duration {
 // retried after wait. The try's deadline starts again after the wait.
 func (r *Receiver) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
 	r.extend(m, wait)
+	r.traceRetrying(m, attempt, err, wait)
 	r.outcome(true)
 	r.m.Count(metrics.Retried, 1)
 	r.log.Debug("handler attempt failed; retrying", zap.String("topic", m.Topic), zap.Int32("partition", m.Partition),

@@ -103,6 +103,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
@@ -178,6 +179,9 @@ type Options struct {
 
 	Logger  *zap.Logger
 	Metrics *metrics.Metrics // nil: no metrics
+	// Tracer records a span per message (package tracing); nil: none. The
+	// record's W3C trace context reaches the handler either way.
+	Tracer trace.Tracer
 }
 
 // Receiver is one consumer-group member feeding the executor.
