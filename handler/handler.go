@@ -16,6 +16,13 @@
 // (context.Canceled). A handler should stop its work then: wowd no longer
 // waits for it.
 //
+// That context also carries the message's W3C trace context, as an
+// OpenTelemetry span context (go.opentelemetry.io/otel/trace
+// SpanContextFromContext): the record's valid traceparent and tracestate
+// headers, or, with wow.tracing enabled, wowd's span of the message, a
+// child of them. OpenTelemetry instrumentation in a handler continues the
+// trace without more code.
+//
 // Handle must not block. A handler that has to block (a synchronous driver,
 // a CGO call) implements [Blocker]; wowd then calls it on a bounded pool of
 // goroutines set aside for blocking work, never on one of the few shared
