@@ -215,9 +215,10 @@ func writeStatus(w io.Writer, st admin.Status) error {
 		}
 	}
 	if st.Parked.Available && len(st.Parked.Aggregates) > 0 {
-		fmt.Fprintln(tw, "\nPARKED\tAGGREGATE\tID\tMESSAGES\tREASON")
+		fmt.Fprintln(tw, "\nPARKED\tAGGREGATE\tID\tAT\tFOR\tWHY")
 		for _, p := range st.Parked.Aggregates {
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d\t%s\n", p.Dispatcher, p.Context, p.Aggregate, p.ID, p.Messages, p.Reason)
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\t%s: %s\n", p.Dispatcher, p.Context, p.Aggregate, p.ID, p.Topic, p.Partition, p.Offset,
+				short(time.Since(p.Since).Seconds()), p.Class, p.Reason)
 		}
 	}
 	return tw.Flush()

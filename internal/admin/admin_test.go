@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -88,7 +89,7 @@ type fakeParked struct {
 }
 
 func (p *fakeParked) List(context.Context) ([]ParkedAggregate, error) {
-	return []ParkedAggregate{{Dispatcher: "proj", Context: "shop", Aggregate: "cart", ID: "cart-9", Reason: "http 500", Messages: 3, Since: time.Now().Add(-time.Minute)}}, nil
+	return []ParkedAggregate{{Dispatcher: "proj", Context: "shop", Aggregate: "cart", ID: "cart-9", Topic: "wow.shop.cart.event", Class: "permanent", Reason: "http 400", Attempts: 1, Since: time.Now().Add(-time.Minute)}}, nil
 }
 
 func (p *fakeParked) record(action, d, id string) error {
@@ -139,7 +140,7 @@ const local = "127.0.0.1:50000"
 func TestStatusJSON(t *testing.T) {
 	s, _ := testServer(t, Options{Started: time.Now().Add(-90 * time.Second)})
 	w := do(s, "GET", "/admin/v1/status?top=1", local)
-	if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" {
+	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
 	var st Status
@@ -233,10 +234,10 @@ func TestTracker(t *testing.T) {
 func TestAccessWithoutToken(t *testing.T) {
 	p := &fakeParked{}
 	s, logs := testServer(t, Options{Parked: p})
-	if w := do(s, "GET", "/admin/v1/status", local); w.Code != 200 {
+	if w := do(s, "GET", "/admin/v1/status", local); w.Code != http.StatusOK {
 		t.Errorf("loopback read: %d", w.Code)
 	}
-	if w := do(s, "GET", "/admin/v1/status", "10.1.2.3:4000"); w.Code != 200 {
+	if w := do(s, "GET", "/admin/v1/status", "10.1.2.3:4000"); w.Code != http.StatusOK {
 		t.Errorf("read from elsewhere on a loopback listener: %d", w.Code) // the listener is loopback: this is the same machine
 	}
 	if w := do(s, "GET", "/admin/v1/status", local, "Host", "rebound.example:9465"); w.Code != 403 {
@@ -251,18 +252,18 @@ func TestAccessWithoutToken(t *testing.T) {
 	if len(p.done) != 0 {
 		t.Fatalf("refused requests acted: %v", p.done)
 	}
-	if w := do(s, "POST", "/admin/v1/dispatchers/proj/aggregates/cart-9/redrive", local); w.Code != 200 {
+	if w := do(s, "POST", "/admin/v1/dispatchers/proj/aggregates/cart-9/redrive", local); w.Code != http.StatusAccepted {
 		t.Errorf("a loopback action: %d %s", w.Code, w.Body)
 	}
 	if logs.FilterMessage("admin request refused").Len() != 3 {
 		t.Errorf("refusals logged %d times, want 3", logs.FilterMessage("admin request refused").Len())
 	}
-	done := logs.FilterMessage("admin action done").All()
+	done := logs.FilterMessage("admin action requested").All()
 	if len(done) != 1 {
 		t.Fatalf("actions logged: %v", logs.All())
 	}
 	f := done[0].ContextMap()
-	if f["action"] != "redrive" || f["dispatcher"] != "proj" || f["aggregate"] != "cart-9" || f["remote"] != local || f["status"] != int64(200) {
+	if f["action"] != "redrive" || f["dispatcher"] != "proj" || f["aggregate"] != "cart-9" || f["remote"] != local || f["status"] != int64(http.StatusAccepted) {
 		t.Errorf("action log fields %v", f)
 	}
 }
@@ -292,20 +293,20 @@ func TestAccessWithToken(t *testing.T) {
 	// The page itself loads without the token, and shows nothing but the
 	// request for it.
 	w := do(s, "GET", "/admin/", local)
-	if w.Code != 200 || !strings.Contains(w.Body.String(), "Token required") || strings.Contains(w.Body.String(), "cart-7") {
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "Token required") || strings.Contains(w.Body.String(), "cart-7") {
 		t.Errorf("page without the token: %d\n%s", w.Code, w.Body)
 	}
 	if len(p.done) != 0 {
 		t.Fatalf("unauthorized requests acted: %v", p.done)
 	}
 	const auth = "Bearer s3cret"
-	if w := do(s, "GET", "/admin/v1/status", "10.1.2.3:4000", "Authorization", auth, "Host", "wowd.internal:9465"); w.Code != 200 {
+	if w := do(s, "GET", "/admin/v1/status", "10.1.2.3:4000", "Authorization", auth, "Host", "wowd.internal:9465"); w.Code != http.StatusOK {
 		t.Errorf("read with the token from elsewhere: %d", w.Code)
 	}
-	if w := do(s, "POST", "/admin/v1/dispatchers/proj/aggregates/cart-9/skip", "10.1.2.3:4000", "Authorization", auth, "Host", "wowd.internal:9465"); w.Code != 200 {
+	if w := do(s, "POST", "/admin/v1/dispatchers/proj/aggregates/cart-9/skip", "10.1.2.3:4000", "Authorization", auth, "Host", "wowd.internal:9465"); w.Code != http.StatusAccepted {
 		t.Errorf("action with the token from elsewhere: %d %s", w.Code, w.Body)
 	}
-	if w := do(s, "GET", "/admin/?part=body", local, "Authorization", auth); w.Code != 200 || !strings.Contains(w.Body.String(), "cart-7") {
+	if w := do(s, "GET", "/admin/?part=body", local, "Authorization", auth); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "cart-7") {
 		t.Errorf("page body with the token: %d", w.Code)
 	}
 }
@@ -320,7 +321,7 @@ func TestActions(t *testing.T) {
 	p := &fakeParked{}
 	s, _ = testServer(t, Options{Parked: p})
 	for _, a := range []string{"park", "redrive", "skip", "discard"} {
-		if w := do(s, "POST", "/admin/v1/dispatchers/proj/aggregates/cart%2F9/"+a, local); w.Code != 200 {
+		if w := do(s, "POST", "/admin/v1/dispatchers/proj/aggregates/cart%2F9/"+a, local); w.Code != http.StatusAccepted {
 			t.Errorf("%s: %d %s", a, w.Code, w.Body)
 		}
 	}
@@ -333,7 +334,7 @@ func TestActions(t *testing.T) {
 	if w := do(s, "GET", "/admin/v1/dispatchers/proj/aggregates/cart-9/redrive", local); w.Code != 405 {
 		t.Errorf("GET of an action: %d", w.Code)
 	}
-	for err, code := range map[error]int{ErrNotFound: 404, ErrConflict: 409, errors.New("broker down"): 500} {
+	for err, code := range map[error]int{ErrNotFound: 404, ErrConflict: 409, ErrNotSupported: 501, errors.New("broker down"): 500} {
 		p.err = err
 		if w := do(s, "POST", "/admin/v1/dispatchers/proj/aggregates/cart-9/skip", local); w.Code != code || !strings.Contains(w.Body.String(), err.Error()) {
 			t.Errorf("%v: %d %s", err, w.Code, w.Body)
@@ -349,7 +350,7 @@ func TestPage(t *testing.T) {
 	s, _ := testServer(t, Options{Source: src, Parked: &fakeParked{}})
 	w := do(s, "GET", "/admin/", local)
 	body := w.Body.String()
-	if w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
+	if w.Code != http.StatusOK || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
 		t.Fatalf("%d %s", w.Code, body)
 	}
 	for _, want := range []string{"wow.shop.cart.event/0", "span_cap", "cart/with/slashes", "cart-9", `data-action="redrive"`, "&lt;script&gt;alert(1)"} {
@@ -369,5 +370,24 @@ func TestPage(t *testing.T) {
 	part := do(s, "GET", "/admin/?part=body", local).Body.String()
 	if strings.Contains(part, "<html") || !strings.Contains(part, "wow.shop.cart.event/0") {
 		t.Errorf("body part:\n%s", part)
+	}
+}
+
+// noHand is a parked store that cannot park by hand.
+type noHand struct{ *fakeParked }
+
+func (noHand) ParksByHand() bool { return false }
+
+// TestPageWithoutParkByHand: a store that cannot park by hand gets no park
+// form or button; the redrive buttons stay.
+func TestPageWithoutParkByHand(t *testing.T) {
+	s, _ := testServer(t, Options{Parked: noHand{&fakeParked{}}})
+	body := do(s, "GET", "/admin/", local).Body.String()
+	if strings.Contains(body, `data-action="park"`) || strings.Contains(body, `id="park-form"`) || !strings.Contains(body, `data-action="redrive"`) {
+		t.Errorf("page offers parking by hand, or no redrive:\n%s", body)
+	}
+	s, _ = testServer(t, Options{Parked: &fakeParked{}})
+	if body := do(s, "GET", "/admin/", local).Body.String(); !strings.Contains(body, `data-action="park"`) || !strings.Contains(body, `id="park-form"`) {
+		t.Error("a store that parks by hand gets no park form or button")
 	}
 }

@@ -16,8 +16,11 @@ import (
 type Parked interface {
 	List(ctx context.Context) ([]ParkedAggregate, error)
 	// Park holds an aggregate by hand: its messages wait, the others run.
+	// ErrNotSupported when the store cannot.
 	Park(ctx context.Context, dispatcher, id string) error
 	// Redrive hands the parked messages to the handler again, in order.
+	// Like Skip and Discard it may only ask for it: the action is done
+	// when the aggregate leaves List.
 	Redrive(ctx context.Context, dispatcher, id string) error
 	// Skip drops the parked message at the head and unparks the rest.
 	Skip(ctx context.Context, dispatcher, id string) error
@@ -25,28 +28,48 @@ type Parked interface {
 	Discard(ctx context.Context, dispatcher, id string) error
 }
 
-// Errors a Parked implementation returns for the API to answer 404 and 409.
+// Errors a Parked implementation returns for the API to answer 404, 409
+// and 501.
 var (
-	ErrNotFound = errors.New("no such dispatcher or parked aggregate")
-	ErrConflict = errors.New("the aggregate is not in a state that allows this")
+	ErrNotFound     = errors.New("no such dispatcher or parked aggregate")
+	ErrConflict     = errors.New("the aggregate is not in a state that allows this")
+	ErrNotSupported = errors.New("not supported")
 )
 
 // ParkedAggregate is an aggregate held by its dispatcher.
 type ParkedAggregate struct {
-	Dispatcher string    `json:"dispatcher"`
-	Context    string    `json:"context"`
-	Aggregate  string    `json:"aggregate"`
-	ID         string    `json:"id"`
-	Reason     string    `json:"reason"`
-	Messages   int       `json:"messages"`
-	Since      time.Time `json:"since"`
+	Dispatcher string `json:"dispatcher"`
+	Context    string `json:"context"`
+	Aggregate  string `json:"aggregate"` // aggregate type
+	ID         string `json:"id"`
+	// Topic, Partition and Offset are where the message that parked it was.
+	Topic     string    `json:"topic"`
+	Partition int32     `json:"partition"`
+	Offset    int64     `json:"offset"`
+	Class     string    `json:"class"`  // of the failure: permanent, timeout, …
+	Reason    string    `json:"reason"` // the failure, as the handler reported it
+	Attempts  int       `json:"attempts"`
+	Since     time.Time `json:"since"`
+	// Busy says an action on it is under way.
+	Busy bool `json:"busy"`
+}
+
+type callerKey struct{}
+
+// Caller returns who made the admin request in ctx ("admin API, <remote
+// address>"), for a Parked implementation to record; "" outside one.
+func Caller(ctx context.Context) string {
+	s, _ := ctx.Value(callerKey{}).(string)
+	return s
 }
 
 // ParkedStatus is the parked part of a Status.
 type ParkedStatus struct {
 	// Available is false when this build has no parked-aggregate store
 	// wired (the actions answer 501), or listing it failed (Error).
-	Available  bool              `json:"available"`
+	Available bool `json:"available"`
+	// ParkByHand says the park action is offered (see ByHand).
+	ParkByHand bool              `json:"park_by_hand"`
 	Error      string            `json:"error,omitempty"`
 	Aggregates []ParkedAggregate `json:"aggregates"`
 }
@@ -74,7 +97,18 @@ func (s *Server) parked(r *http.Request) ParkedStatus {
 	if list == nil {
 		list = []ParkedAggregate{}
 	}
-	return ParkedStatus{Available: true, Aggregates: list}
+	return ParkedStatus{Available: true, Aggregates: list, ParkByHand: parksByHand(s.o.Parked)}
+}
+
+// ByHand is implemented by a Parked store that tells whether it can park
+// an aggregate by hand; one that does not implement it can.
+type ByHand interface{ ParksByHand() bool }
+
+func parksByHand(p Parked) bool {
+	if b, ok := p.(ByHand); ok {
+		return b.ParksByHand()
+	}
+	return true
 }
 
 // act serves POST /admin/v1/dispatchers/{dispatcher}/aggregates/{id}/{action}.
@@ -93,14 +127,17 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, notWired)
 		return
 	}
-	err := fn(s.o.Parked, r.Context(), d, id)
-	code := http.StatusOK
+	ctx := context.WithValue(r.Context(), callerKey{}, "admin API, "+r.RemoteAddr)
+	err := fn(s.o.Parked, ctx, d, id)
+	code := http.StatusAccepted // asked: the aggregate's owner acts on it
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotFound):
 		code = http.StatusNotFound
 	case errors.Is(err, ErrConflict):
 		code = http.StatusConflict
+	case errors.Is(err, ErrNotSupported):
+		code = http.StatusNotImplemented
 	default:
 		code = http.StatusInternalServerError
 	}
@@ -109,7 +146,8 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		writeError(w, code, action+" "+d+"/"+id+": "+err.Error())
 		return
 	}
-	log.Info("admin action done", zap.Int("status", code))
+	log.Info("admin action requested", zap.Int("status", code))
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
 	_, _ = w.Write([]byte(`{"ok":true}` + "\n"))
 }

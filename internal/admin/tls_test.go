@@ -54,7 +54,7 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 || len(p.done) != 1 {
+	if resp.StatusCode != http.StatusAccepted || len(p.done) != 1 {
 		t.Errorf("with a client certificate: %s, actions %v", resp.Status, p.done)
 	}
 	if resp, err := post(false); err == nil {

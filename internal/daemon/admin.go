@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"os"
 
 	"github.com/wowd/wowd/internal/admin"
 	"github.com/wowd/wowd/internal/bearer"
+	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/receiver"
 )
 
@@ -19,6 +21,7 @@ func (rt *Daemon) buildAdmin() error {
 		Version: rt.version,
 		Started: rt.started,
 		Source:  adminSource{rt},
+		Parked:  adminParked{rt},
 		Log:     log,
 	}
 	o.Instance, _ = os.Hostname()
@@ -70,4 +73,65 @@ func (s adminSource) Executor() admin.Executor {
 
 func (s adminSource) Outcomes(dispatcher, context string) map[string]float64 {
 	return s.rt.metrics.Outcomes(dispatcher, context)
+}
+
+// adminParked is the parked-aggregate store of the admin API: the
+// aggregates parked in the partitions this instance owns, and requests
+// written to the dispatchers' state topics, as `wowd parked` writes them.
+type adminParked struct{ rt *Daemon }
+
+func (p adminParked) List(context.Context) ([]admin.ParkedAggregate, error) {
+	out := []admin.ParkedAggregate{}
+	for _, r := range p.rt.receivers {
+		for _, pa := range r.Parked() {
+			out = append(out, admin.ParkedAggregate{
+				Dispatcher: r.Dispatcher(), Context: pa.Context, Aggregate: pa.AggregateType, ID: pa.Aggregate,
+				Topic: pa.Topic, Partition: pa.Partition, Offset: pa.Offset, Class: pa.Class, Reason: pa.Reason,
+				Attempts: pa.Attempts, Since: pa.Since, Busy: pa.Busy,
+			})
+		}
+	}
+	return out, nil
+}
+
+// ParksByHand implements admin.ByHand: parking has no such request yet.
+func (p adminParked) ParksByHand() bool { return false }
+
+// Park is not offered by parking yet: an aggregate parks when one of its
+// messages fails for good.
+func (p adminParked) Park(context.Context, string, string) error {
+	return fmt.Errorf("parking an aggregate by hand: %w (an aggregate parks when one of its messages fails for good, with on-failure: park)", admin.ErrNotSupported)
+}
+
+func (p adminParked) Redrive(ctx context.Context, d, id string) error {
+	return p.ask(ctx, d, id, park.Redrive)
+}
+func (p adminParked) Skip(ctx context.Context, d, id string) error {
+	return p.ask(ctx, d, id, park.Skip)
+}
+func (p adminParked) Discard(ctx context.Context, d, id string) error {
+	return p.ask(ctx, d, id, park.Discard)
+}
+
+// ask requests action on aggregate id of dispatcher d, wherever this
+// instance has it parked.
+func (p adminParked) ask(ctx context.Context, d, id, action string) error {
+	if _, ok := p.rt.cfg.Dispatchers[d]; !ok {
+		return fmt.Errorf("dispatcher %q: %w", d, admin.ErrNotFound)
+	}
+	n := 0
+	for _, r := range p.rt.receivers {
+		if r.Dispatcher() != d {
+			continue
+		}
+		k, err := r.AskParked(ctx, id, action, admin.Caller(ctx))
+		n += k
+		if err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("aggregate %q of dispatcher %s is not parked on this instance: %w", id, d, admin.ErrNotFound)
+	}
+	return nil
 }

@@ -23,19 +23,23 @@ import (
 )
 
 // slowSink is an HTTP sink that answers at once, except for one aggregate,
-// whose requests it holds until released.
+// whose requests it holds until released, and another (failing), whose
+// requests it refuses for good (400) until it is told to take them.
 type slowSink struct {
 	*httptest.Server
 	hot     string
 	mu      sync.Mutex
 	release chan struct{}
 	done    int
+	failing string         // guarded by mu
+	got     map[string]int // handled per aggregate; guarded by mu
 }
 
 func newSlowSink(t *testing.T, hot string) *slowSink {
-	s := &slowSink{hot: hot, release: make(chan struct{})}
+	s := &slowSink{hot: hot, release: make(chan struct{}), got: map[string]int{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("ce-subject") == s.hot {
+		id := r.Header.Get("ce-subject")
+		if id == s.hot {
 			select {
 			case <-s.release:
 			case <-r.Context().Done():
@@ -43,8 +47,13 @@ func newSlowSink(t *testing.T, hot string) *slowSink {
 			}
 		}
 		s.mu.Lock()
+		defer s.mu.Unlock()
+		if id != "" && id == s.failing {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
 		s.done++
-		s.mu.Unlock()
+		s.got[id]++
 	}))
 	t.Cleanup(func() {
 		s.letGo()
@@ -63,6 +72,20 @@ func (s *slowSink) letGo() {
 	}
 }
 
+// fail makes the sink refuse the messages of id for good ("" stops it).
+func (s *slowSink) fail(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing = id
+}
+
+// handledOf returns how many messages of id the sink took.
+func (s *slowSink) handledOf(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.got[id]
+}
+
 func (s *slowSink) handled() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,8 +93,8 @@ func (s *slowSink) handled() int {
 }
 
 // startWithAdmin runs a daemon with the admin listener on a free loopback
-// port, its one dispatcher sending raw records of wow.shop.cart.event to
-// sinkURL.
+// port, its one dispatcher sending the Wow events of wow.example.cart.event
+// to sinkURL, parking an aggregate whose message fails for good.
 func startWithAdmin(t *testing.T, c *kfake.Cluster, sinkURL string) *Daemon {
 	t.Helper()
 	var reg handler.Registry
@@ -84,12 +107,13 @@ wow:
     commit-interval: 100ms
     heartbeat-interval: 200ms
   contexts:
-    shop:
+    example-service:
+      alias: example
       aggregates: [cart]
   dispatchers:
     projection:
       topics: [event]
-      format: raw
+      on-failure: park
       handler:
         type: http
         url: %s
@@ -116,8 +140,11 @@ wow:
 	return rt
 }
 
-// produceCarts writes n records for the aggregate hot, and one for each of
-// others other carts.
+// cartTopic is the topic startWithAdmin's dispatcher reads.
+const cartTopic = "wow.example.cart.event"
+
+// produceCarts writes n Wow events for the aggregate hot, and one for each
+// of others other carts.
 func produceCarts(t *testing.T, c *kfake.Cluster, hot string, n, others int) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
@@ -127,10 +154,11 @@ func produceCarts(t *testing.T, c *kfake.Cluster, hot string, n, others int) {
 	defer cl.Close()
 	var recs []*kgo.Record
 	for i := range n {
-		recs = append(recs, &kgo.Record{Topic: "wow.shop.cart.event", Key: []byte(hot), Value: []byte(strconv.Itoa(i))})
+		recs = append(recs, &kgo.Record{Topic: cartTopic, Key: []byte(hot), Value: event(hot+"-"+strconv.Itoa(i), hot, "")})
 	}
 	for i := range others {
-		recs = append(recs, &kgo.Record{Topic: "wow.shop.cart.event", Key: []byte("cart-" + strconv.Itoa(i)), Value: []byte("1")})
+		id := "cart-" + strconv.Itoa(i)
+		recs = append(recs, &kgo.Record{Topic: cartTopic, Key: []byte(id), Value: event(id+"-"+hot, id, "")})
 	}
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -159,7 +187,7 @@ func getStatus(t *testing.T, addr string) admin.Status {
 // sink holds as the hottest and the oldest; once the sink lets go, it is
 // neither and the partitions have caught up.
 func TestAdminStatusNamesTheHeldAggregate(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "wow.shop.cart.event"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cartTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +210,7 @@ func TestAdminStatusNamesTheHeldAggregate(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	r := st.Receivers[0]
-	if r.Dispatcher != "projection" || r.Context != "shop" || r.GroupID != "carts.projection.shop" || !r.Joined || r.MemberID == "" || len(r.Partitions) != 3 {
+	if r.Dispatcher != "projection" || r.Context != "example-service" || r.GroupID != "carts.projection.example" || !r.Joined || r.MemberID == "" || len(r.Partitions) != 3 {
 		t.Fatalf("receiver %+v", r)
 	}
 	if len(st.Oldest) == 0 || st.Oldest[0].ID != "hot-cart" || st.Oldest[0].Aggregate != "cart" {

@@ -44,13 +44,14 @@ func artifactDir(t *testing.T) string {
 }
 
 // TestStatusPageInBrowser loads the status page of a running daemon in
-// headless Chromium: the receiver's partitions appear, and an aggregate
-// held by a slow sink shows up as hot once the page's own script has
-// refreshed it. It leaves a screenshot (status-page.png; docs/ has a copy
+// headless Chromium: the receiver's partitions appear, an aggregate held by
+// a slow sink shows up as hot once the page's own script has refreshed it,
+// one whose message the sink refused for good shows up as parked, and its
+// redrive button unparks it. It leaves a screenshot (status-page.png; docs/ has a copy
 // made by running this test with WOWD_ARTIFACTS_DIR=docs).
 func TestStatusPageInBrowser(t *testing.T) {
 	path := browser(t)
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "wow.shop.cart.event"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cartTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +86,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("%d partition rows, want 3", partitions)
 	}
 
-	// Only now the traffic: the page shows it by refreshing itself.
+	// Only now the traffic: the page shows it by refreshing itself. The
+	// sink refuses bad-cart's message for good: it parks.
+	sink.fail("bad-cart")
 	produceCarts(t, c, "hot-cart", 30, 40)
+	produceCarts(t, c, "bad-cart", 1, 0)
 	if err := chromedp.Do(ctx,
 		chromedp.WaitVisible(chromedp.CSS(`#hot tr.aggregate[data-id="hot-cart"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#oldest tr.aggregate[data-id="hot-cart"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#parked tr.parked[data-id="bad-cart"]`)),
 	); err != nil {
 		t.Fatalf("waiting for the held aggregate to show as hot: %v", err)
 	}
@@ -127,5 +132,16 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", file)
+
+	// The sink takes bad-cart's messages now: its redrive button unparks
+	// it, and the message reaches the sink.
+	sink.fail("")
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#parked tr.parked[data-id="bad-cart"] button[data-action="redrive"]`)),
+		chromedp.Query(chromedp.CSS(`#parked tr.parked[data-id="bad-cart"]`), chromedp.NodeNotPresent),
+	); err != nil {
+		t.Fatalf("redriving bad-cart from its button: %v", err)
+	}
+	testwait.For(t, 10*time.Second, "bad-cart's message handled", func() bool { return sink.handledOf("bad-cart") == 1 })
 	sink.letGo()
 }

@@ -2,11 +2,13 @@ package receiver
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/park"
 )
 
 // What the admin API shows of a receiver. Everything here reads; nothing
@@ -16,7 +18,8 @@ import (
 // partition.mu in turn, briefly, never two at once and never commitMu, so it
 // keeps the order commitMu → partsMu → partition.mu. The executor's shard
 // locks (HotKeys) and the client's group lock (GroupMetadata,
-// CommittedOffsets) are taken with no receiver lock held.
+// CommittedOffsets) are taken with no receiver lock held; the parking
+// lock (parkState.mu, a leaf) only to copy the parked aggregates.
 
 // Why a receiver stopped fetching as a whole (Status.Paused).
 const (
@@ -204,4 +207,56 @@ func (r *Receiver) oldest(n int) []AggregateAge {
 		}
 	}
 	return out
+}
+
+// ParkedAggregate is an aggregate parked in a partition the receiver owns.
+type ParkedAggregate struct {
+	park.State
+	Context       string // the receiver's bounded context
+	AggregateType string // the aggregate of its source topic
+	// Busy says an action (redrive, skip, discard) is under way.
+	Busy bool
+}
+
+// Parked returns the aggregates parked in the partitions the receiver
+// owns, longest parked first; nil without parking. It holds the parking
+// lock (a leaf) while it copies them.
+func (r *Receiver) Parked() []ParkedAggregate {
+	ps := r.park
+	if ps == nil {
+		return nil
+	}
+	ps.mu.RLock()
+	out := make([]ParkedAggregate, 0, len(ps.parked))
+	for k, a := range ps.parked {
+		pa := ParkedAggregate{State: a.state, Context: r.o.Context, Busy: a.busy}
+		if rt := r.routes[k.topic]; rt != nil {
+			pa.AggregateType = rt.Aggregate
+		}
+		out = append(out, pa)
+	}
+	ps.mu.RUnlock()
+	slices.SortFunc(out, func(a, b ParkedAggregate) int {
+		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Topic, b.Topic), strings.Compare(a.Aggregate, b.Aggregate))
+	})
+	return out
+}
+
+// AskParked asks for action (park.Redrive, park.Skip or park.Discard) on
+// each aggregate with ID id parked in the receiver's partitions (one per
+// source topic it is parked on), by writing the request to the state
+// topic, as `wowd parked` does; the partition's owner, this receiver, acts
+// on it when its tail reads it. It returns how many it asked for.
+func (r *Receiver) AskParked(ctx context.Context, id, action, by string) (int, error) {
+	n := 0
+	for _, pa := range r.Parked() {
+		if pa.Aggregate != id {
+			continue
+		}
+		if err := park.Ask(ctx, r.cl, r.o.Park.StateTopic, &pa.State, action, by); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
