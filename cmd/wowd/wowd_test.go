@@ -148,13 +148,14 @@ func TestDevDeliversInOrderAndStopsOnSIGTERM(t *testing.T) {
 // dev is a `wowd dev` process delivering wow.shop.cart.event (raw) to a sink.
 type dev struct {
 	brokerPort, metricsPort int
+	adminPort               int
 	cmd                     *exec.Cmd
 	exited                  chan error
 }
 
 func startDev(t *testing.T, s *sink) *dev {
 	t.Helper()
-	d := &dev{brokerPort: proctest.FreePort(t), metricsPort: proctest.FreePort(t), exited: make(chan error, 1)}
+	d := &dev{brokerPort: proctest.FreePort(t), metricsPort: proctest.FreePort(t), adminPort: proctest.FreePort(t), exited: make(chan error, 1)}
 	cfg := proctest.WriteConfig(t, fmt.Sprintf(`
 wow:
   service: bintest
@@ -172,11 +173,13 @@ wow:
         url: %s/wow
   metrics:
     listen: 127.0.0.1:%d
+  admin:
+    listen: 127.0.0.1:%d
   shutdown:
     timeout: 10s
   dev:
     partitions: 4
-`, d.brokerPort, s.srv.URL, d.metricsPort))
+`, d.brokerPort, s.srv.URL, d.metricsPort, d.adminPort))
 	var out proctest.Output
 	d.cmd = exec.Command(wowd.Path(t), "dev", "--config", cfg)
 	d.cmd.Stdout, d.cmd.Stderr = &out, &out
