@@ -27,6 +27,9 @@ type sink struct {
 
 	latency atomic.Int64 // nanoseconds each request is held before its answer
 	status  atomic.Int32 // answer of every request; 0 means 200
+	// reject, when set, answers 422 (a permanent failure) to the requests
+	// it returns true for.
+	reject atomic.Pointer[func(d *delivery) bool]
 
 	active    atomic.Int64 // requests being served now
 	maxActive atomic.Int64
@@ -167,6 +170,9 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 	code := int(s.status.Load())
 	if code == 0 {
 		code = http.StatusOK
+	}
+	if rej := s.reject.Load(); rej != nil && (*rej)(d) {
+		code = http.StatusUnprocessableEntity
 	}
 
 	s.mu.Lock()
@@ -410,4 +416,15 @@ func sortedTPs[V any](m map[tpKey]V) []tpKey {
 		return int(a.partition - b.partition)
 	})
 	return out
+}
+
+// lastSeq returns the highest seq of the aggregate's first deliveries, -1
+// before any.
+func (s *sink) lastSeq(topic, key string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := s.keys[topic+"\x00"+key]; k != nil {
+		return k.lastSeq
+	}
+	return -1
 }
