@@ -89,7 +89,9 @@ to act; it does so in the aggregate's order, now or when it next owns it.
 // parkedOps is one `wowd parked` verb's view of a dispatcher's parking.
 type parkedOps struct {
 	a          *app
+	service    string
 	dispatcher string
+	deadLetter bool // the dispatcher's dead letters are enabled: skip and discard need them
 	stateTopic string
 	opts       []kgo.Opt
 	cl         *kgo.Client
@@ -123,7 +125,7 @@ func (a *app) parkedOps(cmd *cobra.Command, dispatcher string) (*parkedOps, erro
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &parkedOps{a: a, dispatcher: dispatcher, stateTopic: park.StateTopic(cfg.Service, dispatcher), opts: opts, cl: cl, adm: kadm.NewClient(cl)}, nil
+	return &parkedOps{a: a, service: cfg.Service, deadLetter: d.DeadLetter.Enabled, dispatcher: dispatcher, stateTopic: park.StateTopic(cfg.Service, dispatcher), opts: opts, cl: cl, adm: kadm.NewClient(cl)}, nil
 }
 
 func (p *parkedOps) close() { p.cl.Close() }
@@ -137,7 +139,7 @@ func (p *parkedOps) states(ctx context.Context) ([]*park.State, error) {
 	}
 	var out []*park.State
 	for _, s := range all {
-		if s.Dispatcher != p.dispatcher || (p.aggregate != "" && s.Aggregate != p.aggregate) || (p.topic != "" && s.Topic != p.topic) {
+		if s.Service != p.service || s.Dispatcher != p.dispatcher || (p.aggregate != "" && s.Aggregate != p.aggregate) || (p.topic != "" && s.Topic != p.topic) {
 			continue
 		}
 		out = append(out, s)
@@ -214,6 +216,9 @@ func (p *parkedOps) show(ctx context.Context) error {
 }
 
 func (p *parkedOps) ask(ctx context.Context, action string) error {
+	if action != park.Redrive && !p.deadLetter {
+		return configError(fmt.Errorf("%s writes to the dead-letter topic, and dispatcher %s has wow.dispatchers.%s.dead-letter.enabled false", action, p.dispatcher, p.dispatcher))
+	}
 	s, err := p.one(ctx)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,17 +15,22 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Ends returns the end offset of each partition of topic; a topic that does
-// not exist has none.
-func Ends(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
+// Ends returns the end offset of each partition of topic. A topic that does
+// not exist is an error, unless missingOK: then it has none. (A receiver
+// must not take a topic it cannot see for an empty one: the broker may
+// only not know it yet.)
+func Ends(ctx context.Context, adm *kadm.Client, topic string, missingOK bool) (map[int32]int64, error) {
 	listed, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("listing the end offsets of %s: %w", topic, err)
 	}
 	ends := make(map[int32]int64)
+	if _, ok := listed[topic]; !ok && !missingOK {
+		return nil, fmt.Errorf("listing the end offsets of %s: %w", topic, kerr.UnknownTopicOrPartition)
+	}
 	for _, o := range listed[topic] {
 		switch {
-		case errors.Is(o.Err, kerr.UnknownTopicOrPartition):
+		case errors.Is(o.Err, kerr.UnknownTopicOrPartition) && missingOK:
 			return map[int32]int64{}, nil
 		case o.Err != nil:
 			return nil, fmt.Errorf("listing the end offset of %s/%d: %w", topic, o.Partition, o.Err)
@@ -59,8 +65,10 @@ func Read(ctx context.Context, opts []kgo.Opt, topic string, from, to map[int32]
 	if len(left) == 0 {
 		return nil
 	}
+	// No reset: a start below the log's (retention removed what was to
+	// be read) is an error, never a silent jump.
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}))...)
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}), kgo.ConsumeResetOffset(kgo.NoResetOffset()))...)
 	if err != nil {
 		return fmt.Errorf("kafka client reading %s: %w", topic, err)
 	}
@@ -100,49 +108,98 @@ func Read(ctx context.Context, opts []kgo.Opt, topic string, from, to map[int32]
 // ReadState returns the parked aggregates of a state topic by key, as of
 // now.
 func ReadState(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic string) (map[string]*State, error) {
-	ends, err := Ends(ctx, adm, topic)
+	ends, err := Ends(ctx, adm, topic, true)
 	if err != nil {
 		return nil, err
 	}
 	states := make(map[string]*State)
+	requests := make(map[string]*Request) // by state key
 	var bad error
 	err = Read(ctx, opts, topic, nil, ends, func(r *kgo.Record) error {
+		key := string(r.Key)
 		if r.Value == nil {
-			delete(states, string(r.Key))
+			delete(states, key)
+			delete(requests, strings.TrimPrefix(key, requestPrefix))
 			return nil
 		}
 		s, err := Unmarshal(r.Key, r.Value)
-		if err != nil {
+		switch {
+		case err != nil:
 			bad = errors.Join(bad, err)
-			return nil
+		case s.Request != nil:
+			requests[s.Key()] = s.Request
+		default:
+			states[key] = s
 		}
-		states[string(r.Key)] = s
 		return nil
 	})
+	// A request is pending on its aggregate; one on an aggregate that is
+	// not parked is stale, and not shown.
+	for k, req := range requests {
+		if s := states[k]; s != nil {
+			s.Request = req
+		}
+	}
 	return states, errors.Join(err, bad)
 }
 
 // Parked returns the parked messages of s's aggregate, from its head on, in
 // order, as they are in the parked topic (with the parking headers).
 func Parked(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State) ([]*kgo.Record, error) {
+	var out []*kgo.Record
+	from := s.Head.Offset
+	for {
+		recs, next, err := ParkedFrom(ctx, opts, adm, s, from, 1024)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, recs...)
+		if len(recs) == 0 {
+			return out, nil
+		}
+		from = next
+	}
+}
+
+// errEnough stops a Read that has what it wanted.
+var errEnough = errors.New("enough")
+
+// ParkedFrom returns up to limit parked messages of s's aggregate at or
+// after offset from of its parked partition, in order, and the offset to
+// read on from; no messages means none is left.
+func ParkedFrom(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State, from int64, limit int) ([]*kgo.Record, int64, error) {
 	topic := Topic(s.Topic)
-	ends, err := Ends(ctx, adm, topic)
+	ends, err := Ends(ctx, adm, topic, false)
 	if err != nil {
-		return nil, err
+		return nil, from, err
 	}
 	end, ok := ends[s.Head.Partition]
 	if !ok {
-		return nil, fmt.Errorf("parked topic %s has no partition %d", topic, s.Head.Partition)
+		return nil, from, fmt.Errorf("parked topic %s has no partition %d", topic, s.Head.Partition)
 	}
 	var out []*kgo.Record
-	err = Read(ctx, opts, topic, map[int32]int64{s.Head.Partition: s.Head.Offset}, map[int32]int64{s.Head.Partition: end},
+	next := from
+	err = Read(ctx, opts, topic, map[int32]int64{s.Head.Partition: from}, map[int32]int64{s.Head.Partition: end},
 		func(r *kgo.Record) error {
-			if string(r.Key) == s.Aggregate && header(r, HeaderDispatcher) == s.Dispatcher {
+			next = r.Offset + 1
+			if s.Of(r) {
 				out = append(out, r)
+				if len(out) == limit {
+					return errEnough
+				}
 			}
 			return nil
 		})
-	return out, err
+	if errors.Is(err, errEnough) {
+		err = nil
+	}
+	return out, next, err
+}
+
+// Of reports whether a record of the parked topic is a parked message of
+// s's aggregate (its service and dispatcher: the parked topic is shared).
+func (s *State) Of(r *kgo.Record) bool {
+	return string(r.Key) == s.Aggregate && header(r, HeaderDispatcher) == s.Dispatcher && header(r, HeaderService) == s.Service
 }
 
 func header(r *kgo.Record, key string) string {
@@ -250,10 +307,20 @@ func (t *Tail) Run(ctx context.Context) {
 // CaughtUp returns once the tail has given fn every record the topic held
 // when it was called, or ctx's error.
 func (t *Tail) CaughtUp(ctx context.Context) error {
-	ends, err := Ends(ctx, t.adm, t.topic)
+	ends, err := Ends(ctx, t.adm, t.topic, false)
 	if err != nil {
 		return err
 	}
+	// A partition whose records all expired has nothing to read to its end.
+	starts, err := t.adm.ListStartOffsets(ctx, t.topic)
+	if err != nil {
+		return fmt.Errorf("listing the start offsets of %s: %w", t.topic, err)
+	}
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset >= ends[o.Partition] {
+			delete(ends, o.Partition)
+		}
+	})
 	for {
 		t.mu.Lock()
 		behind := false
@@ -284,7 +351,7 @@ func Ask(ctx context.Context, cl *kgo.Client, stateTopic string, s *State, actio
 	}
 	asked := *s
 	asked.Request = &Request{Action: action, By: by, At: time.Now().UTC(), ID: strconv.FormatInt(time.Now().UnixNano(), 36)}
-	rec := &kgo.Record{Topic: stateTopic, Key: []byte(asked.Key()), Value: asked.Marshal()}
+	rec := &kgo.Record{Topic: stateTopic, Key: []byte(RequestKey(s.Topic, s.Aggregate)), Value: asked.Marshal()}
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("asking for %s of %s: %w", action, asked.Key(), err)
 	}

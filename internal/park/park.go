@@ -21,6 +21,7 @@ import (
 
 // Headers a parked record carries, besides the source record's own.
 const (
+	HeaderService         = "wowd-parked-service" // wow.service: <topic>.parked is shared by the services reading topic
 	HeaderDispatcher      = "wowd-parked-dispatcher"
 	HeaderReason          = "wowd-parked-reason"
 	HeaderClass           = "wowd-parked-class"
@@ -58,6 +59,7 @@ type Position struct {
 
 // State is a parked aggregate: the value of its record in the state topic.
 type State struct {
+	Service    string `json:"service"`
 	Dispatcher string `json:"dispatcher"`
 	// Topic and Partition are the aggregate's source topic and partition;
 	// Offset is the source offset of the message that parked it.
@@ -92,6 +94,18 @@ func (s *State) Key() string { return Key(s.Topic, s.Aggregate) }
 // Key returns the state key of an aggregate of a source topic.
 func Key(topic, aggregate string) string { return topic + "/" + aggregate }
 
+// requestPrefix starts the key of an operator's request: '!' is in no topic
+// name, so a request never shares a key with a state. Requests have keys of
+// their own so that one written after its aggregate was unparked (a stale
+// `wowd parked` run) cannot park the aggregate again.
+const requestPrefix = "!request/"
+
+// RequestKey returns the key of a request on an aggregate of a source topic.
+func RequestKey(topic, aggregate string) string { return requestPrefix + Key(topic, aggregate) }
+
+// IsRequestKey reports whether a state-topic key is a request's.
+func IsRequestKey(key string) bool { return strings.HasPrefix(key, requestPrefix) }
+
 // Marshal encodes the state as its record value.
 func (s *State) Marshal() []byte {
 	b, err := json.Marshal(s)
@@ -101,15 +115,24 @@ func (s *State) Marshal() []byte {
 	return b
 }
 
-// Unmarshal decodes a state record; key is the record's key, checked
-// against the value.
+// Unmarshal decodes a record of the state topic: a state, or a request
+// (with Request set); key is the record's key, checked against the value.
 func Unmarshal(key, value []byte) (*State, error) {
 	var s State
 	if err := json.Unmarshal(value, &s); err != nil {
 		return nil, fmt.Errorf("parked state %q: %w", key, err)
 	}
-	if s.Key() != string(key) {
-		return nil, fmt.Errorf("parked state %q: value is of %q", key, s.Key())
+	want := s.Key()
+	if IsRequestKey(string(key)) {
+		if s.Request == nil {
+			return nil, fmt.Errorf("parked-aggregate request %q: no request in it", key)
+		}
+		want = RequestKey(s.Topic, s.Aggregate)
+	} else {
+		s.Request = nil // requests live under keys of their own
+	}
+	if want != string(key) {
+		return nil, fmt.Errorf("parked state %q: value is of %q", key, want)
 	}
 	return &s, nil
 }

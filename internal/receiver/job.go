@@ -70,6 +70,8 @@ type jobState struct {
 	// operator's action (see park.go); it is never parked again, a final
 	// failure is reported to the action through local.
 	redriven bool
+	// slot: the job holds one of the max-parked slots (see reservePark).
+	slot bool
 	// kept is set when a try's outcome was taken from the handler (its
 	// deadline passed, or it panicked): the handler may still hold
 	// &msg, so the job must never carry another record. free leaves it
@@ -205,10 +207,20 @@ func (j *job) Run(res executor.Resume) executor.Status {
 	j.start = j.r.since()
 	j.tried = j.start
 	j.traceStart()
-	if !j.redriven && j.r.park != nil {
-		if _, parked := j.r.parkedAgg(j.rec.Topic, j.msg.AggregateID); parked {
-			j.park() // behind its aggregate's parked messages
-			return executor.Pending
+	if r := j.r; !j.redriven && r.park != nil {
+		switch {
+		case j.p == r.local:
+			if r.parkedAnywhere(j.rec.Topic, j.msg.AggregateID) {
+				// Its aggregate is parked (or that is not known yet):
+				// given up, its copy in Kafka goes through the owner.
+				j.abandon()
+				return executor.Pending
+			}
+		default:
+			if _, parked := r.parkedAgg(j.rec.Topic, j.msg.AggregateID); parked {
+				j.park() // behind its aggregate's parked messages
+				return executor.Pending
+			}
 		}
 	}
 	if j.screen() {
@@ -340,6 +352,12 @@ func (j *job) conclude(err error) {
 		case j.redriven:
 			j.local.fail = j.failure // the action keeps the aggregate parked with this at its head
 			j.finish(metrics.Parked)
+		case r.park != nil && j.p == r.local:
+			// Not parked here: its copy in Kafka fails at the owner of its
+			// partition, which parks it in order.
+			r.log.Warn("local record failed for good; given up here, its copy in Kafka goes to the owner of its partition (and parks there)",
+				zap.String("topic", j.rec.Topic), zap.String("aggregate", j.msg.AggregateID), zap.String("class", cls), zap.Error(err))
+			j.abandon()
 		case r.park != nil && len(j.rec.Key) > 0:
 			j.park()
 		default:
@@ -369,6 +387,7 @@ func (j *job) after(d time.Duration, fn func()) {
 // its mailbox moves on.
 func (j *job) finish(o metrics.Outcome) {
 	r, p, res, local := j.r, j.p, j.res, j.local
+	j.releasePark()
 	r.m.Count(o, 1)
 	j.traceEnd(o)
 	r.finished(p, j.seq)
@@ -398,9 +417,10 @@ func (j *job) drop() {
 	r, p, seq, local := j.r, j.p, j.seq, j.local
 	r.m.Count(metrics.Dropped, 1)
 	j.traceEnd(metrics.Dropped)
+	j.releasePark()
 	r.forget(p, seq)
 	p.pending.Add(-1)
-	r.release()
+	r.releaseOf(p)
 	j.free()
 	if local != nil {
 		local.dropped()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -67,28 +69,54 @@ type parkKey struct {
 
 // parkedAgg is a parked aggregate of an owned partition.
 type parkedAgg struct {
-	state park.State // state.Request is nil: requests are acted on, not kept
-	busy  bool       // an action (redrive, skip, discard) is under way
+	state   park.State // state.Request is nil: requests are kept apart (parkState.requests)
+	busy    bool       // an action (redrive, skip, discard) is under way
+	lastReq string     // the ID of the last request acted on
 }
+
+// maxActions bounds the actions of a receiver that run at once: each holds
+// one redriven message outside the window and a chunk of parked messages.
+const maxActions = 4
+
+// redriveChunk is how many parked messages an action reads at a time.
+const redriveChunk = 256
 
 // parkState is the receiver's parking state; nil without Options.Park.
 type parkState struct {
-	mu sync.RWMutex // guards parked and seen. A leaf: no other lock is taken under it.
+	mu sync.RWMutex // guards parked, seen, requests and stopping. A leaf: no other lock is taken under it.
 	// parked are the parked aggregates of the owned partitions.
 	parked map[parkKey]*parkedAgg
 	// seen is the state topic as the tail read it, this dispatcher's
-	// aggregates by key: where a newly assigned partition's parked
-	// aggregates are loaded from.
+	// parked aggregates by state key: where a newly assigned partition's
+	// parked aggregates are loaded from.
 	seen map[string]*park.State
+	// requests are the operators' pending requests, by state key.
+	requests map[string]*park.State
+	stopping bool // no more loads and actions start (wg is being waited for)
+	// caughtUp is set once the tail read the whole state topic: local
+	// (ingest) records can be checked against seen from then on.
+	caughtUp atomic.Bool
 
+	actions  chan struct{} // a slot per running action (maxActions)
 	tail     *park.Tail
 	tailStop context.CancelFunc
 	tailDone chan struct{}
-	wg       sync.WaitGroup // loads and actions
+	wg       sync.WaitGroup // loads and actions; Add only under mu while !stopping
 }
 
-// parked reports the parked aggregate of topic and key, if any. Cheap when
-// nothing is parked: one atomic load.
+// goStart counts a load or an action in wg, unless parking is stopping.
+func (ps *parkState) goStart() bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.stopping {
+		return false
+	}
+	ps.wg.Add(1)
+	return true
+}
+
+// parkedAgg reports the parked aggregate of topic and key, if any. Cheap
+// when nothing is parked: one atomic load.
 func (r *Receiver) parkedAgg(topic, key string) (park.State, bool) {
 	ps := r.park
 	if ps == nil || r.nparked.Load() == 0 {
@@ -103,11 +131,25 @@ func (r *Receiver) parkedAgg(topic, key string) (park.State, bool) {
 	return a.state, true
 }
 
+// parkedAnywhere reports whether the aggregate is parked in any partition,
+// as far as the tail read, or whether that cannot be known yet: for local
+// (ingest) records, which belong to no partition.
+func (r *Receiver) parkedAnywhere(topic, key string) bool {
+	ps := r.park
+	if !ps.caughtUp.Load() {
+		return true
+	}
+	ps.mu.RLock()
+	defer ps.mu.RUnlock()
+	return ps.seen[park.Key(topic, key)] != nil
+}
+
 // newParking makes the tail of the state topic; New calls it before making
 // the receiver's client, which may join the group (and be assigned
 // partitions, which wait for the tail) before Start.
 func (r *Receiver) newParking() error {
-	ps := &parkState{parked: make(map[parkKey]*parkedAgg), seen: make(map[string]*park.State)}
+	ps := &parkState{parked: make(map[parkKey]*parkedAgg), seen: make(map[string]*park.State),
+		requests: make(map[string]*park.State), actions: make(chan struct{}, maxActions)}
 	tail, err := park.NewTail(r.parkClientOpts(), r.o.Park.StateTopic, r.stateRead, func(err error) {
 		r.log.Warn("reading the parked aggregates' state topic", zap.String("topic", r.o.Park.StateTopic), zap.Error(err))
 	})
@@ -146,6 +188,9 @@ func (r *Receiver) stopParking(ctx context.Context) error {
 		ps.tailStop()
 		<-ps.tailDone
 	}()
+	ps.mu.Lock()
+	ps.stopping = true
+	ps.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		ps.wg.Wait()
@@ -155,14 +200,22 @@ func (r *Receiver) stopParking(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+	}
+	select {
+	case <-done:
+		return nil
+	default:
 		return errors.New("an action on a parked aggregate was still running at the shutdown deadline (its handler does not return): it is done again by the partition's next owner")
 	}
 }
 
 // ensureParkingTopics creates the missing parked topics, each with its
 // source's partition count (an aggregate's parked messages then land in the
-// partition of its source's number), and the state topic, compacted. It only
-// warns on failure: a write to a missing topic is retried until it exists.
+// partition of its source's number) and no retention (a parked message
+// waits for an operator however long that takes), and the state topic,
+// compacted. It only warns on failure: a write to a missing topic is
+// retried until it exists, and a partition waits for a state topic it
+// cannot read.
 func (r *Receiver) ensureParkingTopics(ctx context.Context) {
 	adm := kadm.NewClient(r.cl)
 	sources, err := adm.ListTopics(ctx, r.topics...)
@@ -181,37 +234,75 @@ func (r *Receiver) ensureParkingTopics(ctx context.Context) {
 				zap.String("topic", topic), zap.Error(errors.Join(err, resp.Err)))
 		}
 	}
-	compact := "compact"
+	compact, forever := "compact", "-1"
 	create(r.o.Park.StateTopic, 1, map[string]*string{"cleanup.policy": &compact})
 	for _, src := range r.topics {
 		if st, ok := sources[src]; ok && st.Err == nil {
-			create(park.Topic(src), int32(len(st.Partitions)), nil)
+			create(park.Topic(src), int32(len(st.Partitions)), map[string]*string{"retention.ms": &forever})
 		}
 	}
 }
 
 // stateRead takes a record of the state topic from the tail: it keeps the
-// dispatcher's aggregates, and starts the action an operator asked for on
-// an aggregate parked in an owned partition.
+// dispatcher's parked aggregates and the operators' requests, and starts
+// the action asked for on an aggregate parked in an owned partition.
 func (r *Receiver) stateRead(key string, s *park.State) {
 	ps := r.park
-	var act *park.Request
-	var k parkKey
+	isReq := park.IsRequestKey(key)
+	if s != nil && (s.Dispatcher != r.o.Dispatcher || s.Service != r.o.Service || r.routes[s.Topic] == nil) {
+		return
+	}
 	ps.mu.Lock()
 	switch {
+	case s == nil && isReq:
+		delete(ps.requests, strings.TrimPrefix(key, "!request/"))
 	case s == nil:
 		delete(ps.seen, key)
-	case s.Dispatcher != r.o.Dispatcher || r.routes[s.Topic] == nil:
+	case isReq:
+		ps.requests[s.Key()] = s
 	default:
 		ps.seen[key] = s
-		k = parkKey{s.Topic, s.Aggregate}
-		if a := ps.parked[k]; a != nil && s.Request != nil && !a.busy {
-			a.busy, act = true, s.Request
-		}
 	}
 	ps.mu.Unlock()
-	if act != nil {
-		r.startAction(k, s.Partition, *act)
+	if s != nil && isReq {
+		r.maybeAct(parkKey{s.Topic, s.Aggregate}, s.Partition)
+	}
+}
+
+// maybeAct starts the pending request on an aggregate if the aggregate is
+// parked in an owned, loaded partition and no action on it runs. A request
+// on an aggregate not parked (a stale `wowd parked` run) is deleted by the
+// partition's owner.
+func (r *Receiver) maybeAct(k parkKey, partition int32) {
+	ps := r.park
+	r.partsMu.RLock()
+	p := r.parts[tp{k.topic, partition}]
+	r.partsMu.RUnlock()
+	if p == nil || p.isClosed() {
+		return // not ours: the owner acts
+	}
+	p.mu.Lock()
+	loading := p.paused&pauseLoading != 0
+	p.mu.Unlock()
+	if loading {
+		return // loadParked looks at the requests once loaded
+	}
+	ps.mu.Lock()
+	req := ps.requests[park.Key(k.topic, k.key)]
+	a := ps.parked[k]
+	var act *park.Request
+	stale := req != nil && a == nil
+	if req != nil && a != nil && !a.busy && req.Request.ID != a.lastReq {
+		a.busy, a.lastReq, act = true, req.Request.ID, req.Request
+	}
+	ps.mu.Unlock()
+	switch {
+	case act != nil:
+		r.startAction(k, p, *act)
+	case stale:
+		r.log.Info("request on an aggregate that is not parked; deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
+			zap.String("action", req.Request.Action), zap.String("by", req.Request.By))
+		r.cl.Produce(p.ctx, &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(park.RequestKey(k.topic, k.key))}, func(*kgo.Record, error) {})
 	}
 }
 
@@ -248,35 +339,40 @@ func (r *Receiver) loadParked(p *partition) {
 		case <-t.C:
 		}
 	}
-	type todo struct {
-		k   parkKey
-		req park.Request
-	}
-	var acts []todo
+	ps.caughtUp.Store(true)
+	var keys []parkKey
 	ps.mu.Lock()
+	if p.isClosed() {
+		ps.mu.Unlock()
+		return
+	}
+	for k, a := range ps.parked { // what an earlier ownership left is not current
+		if k.topic == p.topic && a.state.Partition == p.partition {
+			delete(ps.parked, k)
+		}
+	}
 	for _, s := range ps.seen {
 		if s.Topic != p.topic || s.Partition != p.partition {
 			continue
 		}
-		st := *s
-		st.Request = nil
-		a := &parkedAgg{state: st}
 		k := parkKey{s.Topic, s.Aggregate}
-		ps.parked[k] = a
-		if s.Request != nil {
-			a.busy = true
-			acts = append(acts, todo{k, *s.Request})
+		ps.parked[k] = &parkedAgg{state: *s}
+		keys = append(keys, k)
+	}
+	for _, req := range ps.requests {
+		if req.Topic == p.topic && req.Partition == p.partition && ps.parked[parkKey{req.Topic, req.Aggregate}] == nil {
+			keys = append(keys, parkKey{req.Topic, req.Aggregate}) // stale: maybeAct deletes it
 		}
 	}
 	r.nparked.Store(int32(len(ps.parked)))
-	n := len(ps.parked)
 	ps.mu.Unlock()
 	p.mu.Lock()
 	r.unpauseLocked(p, pauseLoading)
 	p.mu.Unlock()
-	r.log.Debug("parked aggregates loaded", zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("parked", n))
-	for _, a := range acts {
-		r.startAction(a.k, p.partition, a.req)
+	r.parkRoom()
+	r.log.Debug("parked aggregates loaded", zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("parked", len(keys)))
+	for _, k := range keys {
+		r.maybeAct(k, p.partition)
 	}
 }
 
@@ -289,13 +385,15 @@ func (r *Receiver) assignedParking(cl *kgo.Client, ps []*partition) {
 		return
 	}
 	for _, p := range ps {
+		if !r.park.goStart() {
+			return // stopping: the partitions are not handled any more
+		}
 		p.mu.Lock()
 		if p.paused == 0 {
 			cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 		}
 		p.paused |= pauseLoading
 		p.mu.Unlock()
-		r.park.wg.Add(1)
 		go r.loadParked(p)
 	}
 }
@@ -321,13 +419,27 @@ func (r *Receiver) unloadParked(gone []*partition) {
 }
 
 // reservePark takes one of the max-parked slots for an aggregate about to
-// park, if one is free: parks of different aggregates run concurrently.
-func (r *Receiver) reservePark() bool {
+// park, if one is free: parks of different aggregates run concurrently. The
+// job holds the slot (j.slot) until its aggregate is parked or the job is
+// dropped.
+func (j *job) reservePark() bool {
+	r := j.r
 	if int(r.parkSlots.Add(1)+r.nparked.Load()) > r.o.Park.Max {
 		r.parkSlots.Add(-1)
 		return false
 	}
+	j.slot = true
+	r.parkRoom()
 	return true
+}
+
+// releasePark gives the job's max-parked slot back, if it holds one.
+func (j *job) releasePark() {
+	if j.slot {
+		j.slot = false
+		j.r.parkSlots.Add(-1)
+		j.r.parkRoom()
+	}
 }
 
 // parkRoom lifts the max-parked pause once there is room again.
@@ -346,12 +458,14 @@ func (r *Receiver) parkRoom() {
 // too), or a later message of a parked aggregate. Write failures are retried
 // with backoff while the partition is owned: the record is not finished
 // before its write is acknowledged, so it holds its partition's commit but
-// is never lost.
+// is never lost. Only fetched records park: a local (ingest) one is given
+// up instead, so that its copy in Kafka goes through the owner of its
+// partition.
 func (j *job) park() {
 	r := j.r
 	k := parkKey{j.rec.Topic, j.msg.AggregateID}
 	head, parked := r.parkedAgg(k.topic, k.key)
-	if !parked && !r.reservePark() {
+	if !parked && !j.slot && !j.reservePark() {
 		if r.parkFull.CompareAndSwap(false, true) {
 			r.log.Warn("max-parked reached: the failed message waits, and fetching pauses, until an aggregate is unparked (wowd parked redrive|skip|discard)",
 				zap.Int("max_parked", r.o.Park.Max), zap.String("topic", k.topic), zap.Int32("partition", j.rec.Partition),
@@ -361,6 +475,9 @@ func (j *job) park() {
 		j.after(r.holdBackoff(j.tries), j.park)
 		return
 	}
+	if parked {
+		j.releasePark() // parked meanwhile (a redrive failed again): not the head
+	}
 	f := j.failure
 	since := time.Now()
 	if parked {
@@ -368,9 +485,10 @@ func (j *job) park() {
 		since = head.Since
 	}
 	src := j.rec
-	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+8)
+	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+9)
 	hs = append(hs, src.Headers...)
 	hs = append(hs,
+		kgo.RecordHeader{Key: park.HeaderService, Value: []byte(r.o.Service)},
 		kgo.RecordHeader{Key: park.HeaderDispatcher, Value: []byte(r.o.Dispatcher)},
 		kgo.RecordHeader{Key: park.HeaderReason, Value: []byte(truncate(f.reason, maxErrorHeader))},
 		kgo.RecordHeader{Key: park.HeaderClass, Value: []byte(f.class)},
@@ -382,23 +500,23 @@ func (j *job) park() {
 	)
 	rec := &kgo.Record{Topic: park.Topic(src.Topic), Key: src.Key, Value: src.Value, Headers: hs, Timestamp: src.Timestamp}
 	r.cl.Produce(j.p.ctx, rec, func(w *kgo.Record, err error) {
-		if err != nil && !parked {
-			r.parkSlots.Add(-1) // park reserves again
-		}
 		switch {
 		case err == nil && parked:
 			j.finish(metrics.Parked)
 		case err == nil:
 			st := &park.State{
-				Dispatcher: r.o.Dispatcher, Topic: src.Topic, Partition: src.Partition, Offset: src.Offset,
+				Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: src.Topic, Partition: src.Partition, Offset: src.Offset,
 				Aggregate: k.key, Head: park.Position{Partition: w.Partition, Offset: w.Offset},
 				Since: since, Class: f.class, Reason: truncate(f.reason, maxErrorHeader), Attempts: f.attempts,
 			}
 			j.tries = 0
-			j.writeParked(st)
+			// Not from within this promise: a produce there may wait for
+			// buffer room that only finished promises give back.
+			go j.writeParked(st)
 		case j.p.ctx.Err() != nil:
-			j.abandon()
+			j.abandon() // gives the slot back
 		default:
+			j.releasePark() // park reserves again
 			j.tries++
 			wait := r.holdBackoff(j.tries)
 			r.log.Error("parked-topic write failed; retrying, the source offset stays uncommitted",
@@ -418,10 +536,15 @@ func (j *job) writeParked(st *park.State) {
 		case err == nil:
 			ps := r.park
 			ps.mu.Lock()
-			ps.parked[parkKey{st.Topic, st.Aggregate}] = &parkedAgg{state: *st}
-			r.nparked.Store(int32(len(ps.parked)))
+			// A partition that went meanwhile is its next owner's: it loads
+			// this state from the topic.
+			owned := !j.p.isClosed()
+			if owned {
+				ps.parked[parkKey{st.Topic, st.Aggregate}] = &parkedAgg{state: *st}
+				r.nparked.Store(int32(len(ps.parked)))
+			}
 			ps.mu.Unlock()
-			r.parkSlots.Add(-1) // counted in nparked now
+			j.releasePark() // counted in nparked now
 			r.m.ParkAction("park", "done")
 			r.log.Warn("aggregate parked: this message failed for good; it and the aggregate's later messages wait in the parked topic for wowd parked redrive|skip|discard",
 				zap.String("topic", st.Topic), zap.Int32("partition", st.Partition), zap.Int64("offset", st.Offset),
@@ -431,9 +554,7 @@ func (j *job) writeParked(st *park.State) {
 			// The parked copy is written; the record comes again to the next
 			// owner and is parked again: a duplicate in the parked topic,
 			// never a loss.
-			r.parkSlots.Add(-1)
-			r.parkRoom()
-			j.abandon()
+			j.abandon() // gives the slot back
 		default:
 			j.tries++
 			wait := r.holdBackoff(j.tries)
@@ -455,38 +576,39 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// startAction queues an operator's action on a parked aggregate in its
+// startAction queues an operator's action on a parked aggregate of p in its
 // mailbox: it runs once the aggregate's earlier messages are done, and its
-// later ones wait for it. The action counts as unfinished in its
-// partition, so a revoke waits for it like for a record.
-func (r *Receiver) startAction(k parkKey, partition int32, req park.Request) {
-	r.partsMu.RLock()
-	p := r.parts[tp{k.topic, partition}]
-	r.partsMu.RUnlock()
+// later ones wait for it. The action counts as unfinished in p, so a revoke
+// waits for it like for a record.
+func (r *Receiver) startAction(k parkKey, p *partition, req park.Request) {
 	route := r.routes[k.topic]
-	if p == nil || p.isClosed() || route == nil {
+	if route == nil || !r.park.goStart() {
 		r.parkIdle(k)
 		return
 	}
 	t := &parkAction{r: r, p: p, k: k, req: req}
 	p.pending.Add(1)
-	r.park.wg.Add(1)
 	if err := route.Group.Submit(k.key, t); err != nil {
-		p.pending.Add(-1)
-		r.park.wg.Done()
-		r.changed.Notify()
+		t.ended()
 		r.parkIdle(k)
 	}
 }
 
-// parkIdle marks the aggregate's action over.
+// parkIdle marks the aggregate's action over, and starts the request that
+// came while it ran, if any.
 func (r *Receiver) parkIdle(k parkKey) {
 	ps := r.park
+	var partition int32
 	ps.mu.Lock()
-	if a := ps.parked[k]; a != nil {
+	a := ps.parked[k]
+	if a != nil {
 		a.busy = false
+		partition = a.state.Partition
 	}
 	ps.mu.Unlock()
+	if a != nil {
+		r.maybeAct(k, partition)
+	}
 }
 
 // parkAction is an operator's action on a parked aggregate, as a task of
@@ -498,16 +620,29 @@ type parkAction struct {
 	req park.Request
 }
 
+// ended takes the action out of its partition's unfinished count and the
+// running loads and actions.
+func (t *parkAction) ended() {
+	r, p := t.r, t.p
+	p.pending.Add(-1)
+	r.recheckShares() // the action held a place in its partition's share
+	r.changed.Notify()
+	r.park.wg.Done()
+}
+
 // Run implements executor.Task: the action runs on a goroutine of its own
 // (it waits for Kafka and for the handler), the mailbox waits for it.
 func (t *parkAction) Run(res executor.Resume) executor.Status {
 	go func() {
-		defer t.r.park.wg.Done()
 		defer res.Complete(false)
-		defer func() {
-			t.p.pending.Add(-1)
-			t.r.changed.Notify()
-		}()
+		defer t.ended()
+		select {
+		case t.r.park.actions <- struct{}{}:
+			defer func() { <-t.r.park.actions }()
+		case <-t.p.ctx.Done():
+			t.r.parkIdle(t.k)
+			return
+		}
 		t.run()
 	}()
 	return executor.Pending
@@ -529,57 +664,79 @@ func (t *parkAction) run() {
 		r.parkIdle(k)
 		return
 	}
-	r.log.Info("parked aggregate: action starts", at...)
-	recs, err := park.Parked(p.ctx, r.parkClientOpts(), kadm.NewClient(r.cl), &st)
-	if err != nil {
-		r.log.Error("parked aggregate: reading its parked messages; the aggregate stays parked, ask again", append(at, zap.Error(err))...)
+	if req.Action != park.Redrive && !r.o.DeadLetter.Enabled {
+		r.log.Error("parked aggregate: "+req.Action+" needs the dead-letter topic, and dead letters are disabled (dead-letter.enabled); the aggregate stays parked", at...)
 		r.m.ParkAction(req.Action, "failed")
-		r.parkIdle(k)
+		r.endRequest(p, k, req)
 		return
 	}
+	r.log.Info("parked aggregate: action starts", at...)
+	adm := kadm.NewClient(r.cl)
 	rp := r.actionPartition(p)
 	defer r.closePartition(rp)
-	for i, rec := range recs {
-		if req.Action == park.Discard || (req.Action == park.Skip && i == 0) {
-			if err := r.produceDurably(p.ctx, r.parkedDeadLetter(rec)); err != nil {
-				r.actionCanceled(k, req.Action, at)
-				return
-			}
-			r.m.Count(metrics.DeadLettered, 1)
-			continue
-		}
-		src, err := park.Source(rec)
+	from, n := st.Head.Offset, 0
+	for {
+		recs, next, err := park.ParkedFrom(p.ctx, r.parkClientOpts(), adm, &st, from, redriveChunk)
 		if err != nil {
-			// Not written by wowd's parking: nothing to hand a handler.
-			r.log.Error("parked aggregate: a parked record has no source; dead-lettering it", append(at, zap.Error(err))...)
-			if err := r.produceDurably(p.ctx, r.parkedDeadLetter(rec)); err != nil {
+			if p.ctx.Err() != nil {
 				r.actionCanceled(k, req.Action, at)
 				return
 			}
-			continue
-		}
-		o, f := r.runParked(rp, src)
-		switch o {
-		case metrics.Dropped:
-			r.actionCanceled(k, req.Action, at)
-			return
-		case metrics.Parked:
-			// Failed again: the aggregate stays parked, this message its head.
-			st.Head = park.Position{Partition: rec.Partition, Offset: rec.Offset}
-			st.Offset, st.Class, st.Reason, st.Attempts = src.Offset, f.class, truncate(f.reason, maxErrorHeader), f.attempts
-			st.Request = nil
-			if err := r.produceDurably(p.ctx, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
-				r.actionCanceled(k, req.Action, at)
-				return
-			}
-			ps.mu.Lock()
-			if a := ps.parked[k]; a != nil {
-				a.state, a.busy = st, false
-			}
-			ps.mu.Unlock()
+			r.log.Error("parked aggregate: reading its parked messages; the aggregate stays parked, ask again", append(at, zap.Error(err))...)
 			r.m.ParkAction(req.Action, "failed")
-			r.log.Warn("parked aggregate: a parked message failed again; the aggregate stays parked with it at the head",
-				append(at, zap.Int64("offset", src.Offset), zap.String("class", f.class), zap.String("reason", f.reason))...)
+			r.endRequest(p, k, req)
+			return
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, rec := range recs {
+			deadLetter := req.Action == park.Discard || (req.Action == park.Skip && n == 0)
+			n++
+			src, err := park.Source(rec)
+			if err != nil {
+				r.log.Error("parked aggregate: a parked record has no source; dead-lettering it", append(at, zap.Error(err))...)
+				deadLetter = true
+			}
+			if deadLetter {
+				if err := r.produceDurably(p.ctx, r.parkedDeadLetter(rec)); err != nil {
+					r.actionCanceled(k, req.Action, at)
+					return
+				}
+				r.m.Count(metrics.DeadLettered, 1)
+				continue
+			}
+			o, f := r.runParked(rp, src)
+			switch o {
+			case metrics.Dropped:
+				r.actionCanceled(k, req.Action, at)
+				return
+			case metrics.Parked:
+				// Failed again: the aggregate stays parked, this message its head.
+				st.Head = park.Position{Partition: rec.Partition, Offset: rec.Offset}
+				st.Offset, st.Class, st.Reason, st.Attempts = src.Offset, f.class, truncate(f.reason, maxErrorHeader), f.attempts
+				if err := r.produceDurably(p.ctx, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
+					r.actionCanceled(k, req.Action, at)
+					return
+				}
+				ps.mu.Lock()
+				if a := ps.parked[k]; a != nil {
+					a.state = st
+				}
+				ps.mu.Unlock()
+				r.m.ParkAction(req.Action, "failed")
+				r.log.Warn("parked aggregate: a parked message failed again; the aggregate stays parked with it at the head",
+					append(at, zap.Int64("offset", src.Offset), zap.String("class", f.class), zap.String("reason", f.reason))...)
+				r.endRequest(p, k, req)
+				return
+			}
+		}
+		// Progress: a redrive cut short by a rebalance starts again from
+		// here, not from the first head.
+		from = next
+		st.Head = park.Position{Partition: st.Head.Partition, Offset: next}
+		if err := r.produceDurably(p.ctx, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
+			r.actionCanceled(k, req.Action, at)
 			return
 		}
 	}
@@ -595,12 +752,29 @@ func (t *parkAction) run() {
 	ps.mu.Unlock()
 	r.parkRoom()
 	r.m.ParkAction(req.Action, "done")
-	r.log.Info("parked aggregate: unparked", append(at, zap.Int("messages", len(recs)))...)
+	r.log.Info("parked aggregate: unparked", append(at, zap.Int("messages", n))...)
+	r.endRequest(p, k, req)
+}
+
+// endRequest deletes the request acted on from the state topic, unless a
+// newer one came meanwhile, and lets the aggregate take the next.
+func (r *Receiver) endRequest(p *partition, k parkKey, req park.Request) {
+	ps := r.park
+	ps.mu.RLock()
+	cur := ps.requests[park.Key(k.topic, k.key)]
+	ps.mu.RUnlock()
+	if cur == nil || cur.Request.ID == req.ID {
+		tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(park.RequestKey(k.topic, k.key))}
+		if err := r.produceDurably(p.ctx, tomb); err != nil {
+			r.log.Warn("deleting a request acted on; the next owner of the partition acts on it again", zap.String("aggregate", k.key), zap.Error(err))
+		}
+	}
+	r.parkIdle(k)
 }
 
 // actionCanceled ends an action cut short by the partition going: the
-// aggregate stays parked; its state (and the request) stay as written, so
-// the next owner does it again, from the head, at least once.
+// aggregate stays parked, the request pending, so the next owner does it
+// again from the last progress recorded, at least once.
 func (r *Receiver) actionCanceled(k parkKey, action string, at []zap.Field) {
 	r.m.ParkAction(action, "canceled")
 	r.log.Info("parked aggregate: action cut short by the partition going; its next owner starts it again", at...)
@@ -641,12 +815,13 @@ func (r *Receiver) produceDurably(ctx context.Context, rec *kgo.Record) error {
 }
 
 // actionPartition returns the pseudo-partition of an action's redriven
-// messages: like the ingest's, no offsets and nothing committed, but ended
-// with p (its context is p's, and it closes when p does).
+// messages: like the ingest's, no offsets and nothing committed, outside
+// the window (maxActions bounds them), and ended with p (its context is
+// p's, and it closes when p does).
 func (r *Receiver) actionPartition(p *partition) *partition {
 	rp := newLocalPartition()
 	rp.cancel()
-	rp.topic, rp.partition = p.topic, p.partition
+	rp.topic, rp.partition, rp.unwindowed = p.topic, p.partition, true
 	rp.ctx, rp.cancel = context.WithCancel(p.ctx)
 	stop := context.AfterFunc(p.ctx, func() { r.closePartition(rp) })
 	cancel := rp.cancel
@@ -656,21 +831,17 @@ func (r *Receiver) actionPartition(p *partition) *partition {
 
 // runParked hands a parked message to the handler through a job of rp and
 // waits for what becomes of it: handled, skipped, dead-lettered (it does
-// not decode), Parked (failed for good again: f says why) or Dropped (the
-// partition went).
+// not decode), Local (it was handled locally first), Parked (failed for
+// good again: f says why) or Dropped (the partition went).
 func (r *Receiver) runParked(rp *partition, src *kgo.Record) (metrics.Outcome, failure) {
 	route := r.routes[src.Topic]
 	w := &localWait{done: make(chan struct{})}
-	// Not held to the window: the aggregate's queued messages may fill it,
-	// and they wait for this.
-	r.inFlight.Add(1)
 	rp.pending.Add(1)
 	r.retire(rp) // the deadline watcher watches it while it has a record
 	rp.mu.Lock()
 	if rp.closed.Load() {
 		rp.mu.Unlock()
 		rp.pending.Add(-1)
-		r.release()
 		return metrics.Dropped, failure{}
 	}
 	j := newJob(r, rp, src, rp.tr.nextSeq())

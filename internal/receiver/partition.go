@@ -30,6 +30,9 @@ type partition struct {
 	committed atomic.Int64
 
 	pending atomic.Int64 // records pushed, not finished or dropped
+	// unwindowed: its records take no place in the receiver's window (the
+	// redriven messages of a parked aggregate, see actionPartition).
+	unwindowed bool
 	// closed is set once, under mu, by Receiver.closePartition. Read without
 	// mu where a stale false only delays a drop; under mu where it decides
 	// whether the client may still be told to pause or resume.
@@ -182,6 +185,15 @@ func (r *Receiver) finished(p *partition, seq int64) {
 		(*hook)(r, p, lifted)
 	}
 	p.pending.Add(-1)
+	r.releaseOf(p)
+}
+
+// releaseOf gives back the window slot of a record of p.
+func (r *Receiver) releaseOf(p *partition) {
+	if p.unwindowed {
+		r.changed.Notify()
+		return
+	}
 	r.release()
 }
 

@@ -21,7 +21,7 @@ import (
 // not a valid Wow message of its topic is finished here instead.
 func (j *job) screen() bool {
 	r := j.r
-	if j.local == nil && r.handledLocally(j.rec.Headers) {
+	if (j.local == nil || j.redriven) && r.handledLocally(j.rec.Headers) {
 		j.finish(metrics.Local) // handled when it was ingested; this is its copy coming back
 		return false
 	}

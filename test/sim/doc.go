@@ -13,7 +13,9 @@
 // joining, stopping with a random deadline, crashing, cut off the network
 // long enough to lose their session) and the broker faults (failed commits,
 // refused dead-letter writes, fetch errors, coordinators and leaders
-// moving), and bursts of local records admitted to a member's receiver the
+// moving), in half of the seeds parking (on-failure park) with an operator
+// asking for redrives, skips and discards of parked aggregates at random
+// and redriving every one left once the faults stop, and bursts of local records admitted to a member's receiver the
 // way the ingest endpoint does (Admit), taking room in its window while it
 // polls. The handler's choices depend only on the seed and the message's
 // position and attempt, not on the order in which goroutines run.
@@ -21,7 +23,12 @@
 // After each run the invariants are checked; see check in sim_test.go:
 //
 //   - every produced record was handled (or skipped by the handler) or
-//     dead-lettered, at least once;
+//     dead-lettered, at least once: a parked one only counts once it was
+//     redriven, skipped or discarded;
+//   - per aggregate, a record's first successful handling comes after every
+//     earlier record of the aggregate was handled, skipped or dead-lettered
+//     (never merely parked): handled messages follow offset order, with
+//     gaps only for what was skipped or discarded;
 //   - per aggregate, first deliveries came in offset order;
 //   - no commit ever went past a record that had not finished when the
 //     broker received the commit;

@@ -28,6 +28,7 @@ import (
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/executor"
 	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/receiver"
 )
 
@@ -95,6 +96,7 @@ func run(t *testing.T, seed uint64) {
 	w := newWorld(seed)
 	w.parts = int32(2 + rng.IntN(5))
 	w.window = 16 << rng.IntN(3)
+	w.park = mix(seed, 99)%2 == 0 // not from rng: the other choices of a seed stay as they were
 	keys := 20 + rng.IntN(100)
 	records := 1500 + rng.IntN(2500)
 	chaos := time.Duration(20+rng.IntN(30)) * time.Second
@@ -102,7 +104,8 @@ func run(t *testing.T, seed uint64) {
 	var vn kfake.VirtualNetwork
 	w.vn = &vn
 	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(9092, 9093, 9094), kfake.ListenFn(vn.Listen),
-		kfake.SeedTopics(w.parts, topic), kfake.SeedTopics(w.parts, dlqTopic))
+		kfake.SeedTopics(w.parts, topic), kfake.SeedTopics(w.parts, dlqTopic),
+		kfake.SeedTopics(w.parts, parkedTopic), kfake.SeedTopics(1, stateTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +230,10 @@ func run(t *testing.T, seed uint64) {
 			if err := c.MoveTopicPartition(topic, p, node); err != nil {
 				t.Error(err)
 			}
+		case a < 97 && w.park:
+			action := []string{park.Redrive, park.Redrive, park.Redrive, park.Skip, park.Discard}[rng.IntN(5)]
+			pick := rng.Uint64()
+			w.bg.Go(func() { w.operator(t, action, pick) })
 		case len(ms) > 0:
 			m := ms[rng.IntN(len(ms))]
 			n := 1 + rng.IntN(2*w.window)
@@ -279,6 +286,25 @@ func run(t *testing.T, seed uint64) {
 		}
 		time.Sleep(time.Second)
 	}
+	if w.park {
+		// Every parked aggregate is redriven until none is left.
+		resolve := time.Now().Add(3 * time.Minute)
+		for {
+			if len(live()) == 0 {
+				startMember()
+			}
+			left := w.operatorRedriveAll(t)
+			if left == 0 {
+				w.event("no aggregate parked")
+				break
+			}
+			if time.Now().After(resolve) {
+				w.violate("%d aggregates still parked 3m after the faults stopped", left)
+				break
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}
 	for _, m := range live() {
 		w.event("member %d stops", m.id)
 		m.stop(t, w, 30*time.Second, true)
@@ -319,6 +345,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		HandlerTimeout: handlerTimeout,
 		Handler:        &simHandler{w: w, member: id},
 		HandlerType:    "sim",
+		Park:           parking(w),
 		DeadLetter:     receiver.DeadLetter{Enabled: true, Topic: func(string) string { return dlqTopic }},
 		ClientOpts: []kgo.Opt{
 			kgo.SeedBrokers("127.0.0.1:9092"),
@@ -535,7 +562,7 @@ func check(t *testing.T, w *world, members []*member) {
 	for p := range w.parts {
 		for o := range w.ends[p] {
 			at := pos{p, o}
-			if !w.finished[at] {
+			if !w.settled[at] {
 				missing = append(missing, fmt.Sprintf("%d/%d", p, o))
 			}
 			if w.deadLetter[at] > 0 && dl[at] == 0 {
@@ -550,7 +577,7 @@ func check(t *testing.T, w *world, members []*member) {
 		}
 	}
 	if len(missing) > 0 {
-		w.violateLocked("%d records neither handled nor dead-lettered: %s", len(missing), strings.Join(first(missing, 10), ", "))
+		w.violateLocked("%d records neither handled nor dead-lettered (parked ones must be redriven, skipped or discarded): %s", len(missing), strings.Join(first(missing, 10), ", "))
 	}
 	// Every local admission ended with its member: finished, or given up by
 	// the stop (the ingest then publishes it for the receivers to handle).
@@ -616,10 +643,10 @@ func readDeadLetters(t *testing.T, w *world) map[pos]int {
 			var at pos
 			for _, h := range r.Headers {
 				switch h.Key {
-				case receiver.HeaderSourcePartition:
+				case receiver.HeaderSourcePartition, park.HeaderSourcePartition:
 					p, _ := strconv.Atoi(string(h.Value))
 					at.p = int32(p)
-				case receiver.HeaderSourceOffset:
+				case receiver.HeaderSourceOffset, park.HeaderSourceOffset:
 					at.o, _ = strconv.ParseInt(string(h.Value), 10, 64)
 				}
 			}
@@ -681,4 +708,75 @@ func kickGhosts(t *testing.T, w *world, members []*member) {
 		}
 		cl.Close()
 	}
+}
+
+// parking returns the members' parking options: parked aggregates are held
+// in order until an operator acts (see operator).
+func parking(w *world) *receiver.Parking {
+	if !w.park {
+		return nil
+	}
+	return &receiver.Parking{StateTopic: stateTopic, Max: 1000}
+}
+
+// operatorClient is a client of the operator's, outside the members'
+// networks.
+func (w *world) operatorClient(t *testing.T) *kgo.Client {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// parkedStates reads the state topic: the parked aggregates by key.
+func (w *world) parkedStates(t *testing.T, cl *kgo.Client) map[string]*park.State {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	states, err := park.ReadState(ctx, []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext)}, kadm.NewClient(cl), stateTopic)
+	if err != nil {
+		w.event("operator: reading the state topic: %v", err)
+		return nil
+	}
+	return states
+}
+
+// operator asks for action on one of the parked aggregates (pick chooses
+// which), as `wowd parked` does.
+func (w *world) operator(t *testing.T, action string, pick uint64) {
+	cl := w.operatorClient(t)
+	defer cl.Close()
+	states := w.parkedStates(t, cl)
+	if len(states) == 0 {
+		return
+	}
+	keys := sortedKeys(states)
+	s := states[keys[pick%uint64(len(keys))]]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := park.Ask(ctx, cl, stateTopic, s, action, "sim"); err != nil {
+		w.event("operator: %s of %s: %v", action, s.Aggregate, err)
+		return
+	}
+	w.event("operator: %s of %s (partition %d, parked at offset %d)", action, s.Aggregate, s.Partition, s.Offset)
+}
+
+// operatorRedriveAll asks for a redrive of every parked aggregate without a
+// pending request and returns how many are parked.
+func (w *world) operatorRedriveAll(t *testing.T) int {
+	cl := w.operatorClient(t)
+	defer cl.Close()
+	states := w.parkedStates(t, cl)
+	for _, k := range sortedKeys(states) {
+		s := states[k]
+		if s.Request != nil && time.Since(s.Request.At) < 10*time.Second {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := park.Ask(ctx, cl, stateTopic, s, park.Redrive, "sim"); err != nil {
+			w.event("operator: redrive of %s: %v", s.Aggregate, err)
+		}
+		cancel()
+	}
+	return len(states)
 }

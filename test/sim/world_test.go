@@ -18,13 +18,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/receiver"
 )
 
 const (
 	topic    = "wow.sim.item.event"
 	dlqTopic = topic + ".dlq"
-	group    = "sim.projection.sim"
+	// parkedTopic and stateTopic are where members that park write.
+	parkedTopic = topic + ".parked"
+	stateTopic  = "wowd-parked.sim.projection"
+	group       = "sim.projection.sim"
 
 	// The receivers' timing: short, so that a run's simulated minute holds
 	// many rebalances.
@@ -47,6 +51,7 @@ type world struct {
 	seed   uint64
 	parts  int32
 	window int
+	park   bool // members park aggregates (on-failure park) instead of dead-lettering
 	c      *kfake.Cluster
 	vn     *kfake.VirtualNetwork
 	topicID,
@@ -62,8 +67,11 @@ type world struct {
 	deliveredTo map[pos][]int      // the members each try went to
 	commitLog   map[int32][]string // per partition: the commits the broker received
 	handled     map[pos]int        // successful acknowledgements made
-	finished    map[pos]bool       // handled, skipped by the handler, or dead-lettered
-	deadLetter  map[pos]int        // dead letters the broker acknowledged
+	finished    map[pos]bool       // handled, skipped by the handler, dead-lettered or parked: committable
+	settled     map[pos]bool       // handled, skipped by the handler or dead-lettered: done for good
+	parked      map[pos]int        // writes to the parked topic the broker acknowledged
+	settledSeq  map[string]map[int]bool
+	deadLetter  map[pos]int // dead letters the broker acknowledged
 	prefix      map[int32]int64
 	commitFail  float64 // share of commit requests answered with an error
 	stale       handler.Ack
@@ -85,6 +93,9 @@ func newWorld(seed uint64) *world {
 		commitLog:   map[int32][]string{},
 		handled:     map[pos]int{},
 		finished:    map[pos]bool{},
+		settled:     map[pos]bool{},
+		parked:      map[pos]int{},
+		settledSeq:  map[string]map[int]bool{},
 		deadLetter:  map[pos]int{},
 		prefix:      map[int32]int64{},
 		allowances:  map[string]int{},
@@ -136,18 +147,42 @@ func (w *world) used(ack handler.Ack) {
 	w.mu.Unlock()
 }
 
-// succeeded records a successful handling, before its acknowledgement.
-func (w *world) succeeded(at pos) {
-	w.mu.Lock()
-	w.handled[at]++
+// settleLocked marks the record at, of key and seq, done for good.
+func (w *world) settleLocked(at pos, key string, seq int) {
 	w.finishLocked(at)
+	w.settled[at] = true
+	if at.p < 0 {
+		return // local records: keys and order of their own
+	}
+	if w.settledSeq[key] == nil {
+		w.settledSeq[key] = map[int]bool{}
+	}
+	w.settledSeq[key][seq] = true
+}
+
+// succeeded records a successful handling of the record at (key, seq),
+// before its acknowledgement. The first success of a record must come after
+// every earlier record of its aggregate is done for good: handled, skipped
+// or dead-lettered (never merely parked, never not yet tried).
+func (w *world) succeeded(at pos, key string, seq int) {
+	w.mu.Lock()
+	if w.handled[at] == 0 && at.p >= 0 {
+		for s := range seq {
+			if !w.settledSeq[key][s] {
+				w.violateLocked("aggregate %s: #%d (partition %d offset %d) handled before #%d was handled, skipped or dead-lettered", key, seq, at.p, at.o, s)
+				break
+			}
+		}
+	}
+	w.handled[at]++
+	w.settleLocked(at, key, seq)
 	w.mu.Unlock()
 }
 
 // skipped records a message the handler skips, before its acknowledgement.
-func (w *world) skipped(at pos) {
+func (w *world) skipped(at pos, key string, seq int) {
 	w.mu.Lock()
-	w.finishLocked(at)
+	w.settleLocked(at, key, seq)
 	w.mu.Unlock()
 }
 
@@ -237,22 +272,33 @@ func (w *world) watchCommits() {
 type deadLetterHook struct{ w *world }
 
 func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
-	if err != nil || r.Topic != dlqTopic {
+	if err != nil || (r.Topic != dlqTopic && r.Topic != parkedTopic) {
 		return
 	}
+	// A dead letter of a parked message (skip, discard) carries the parking
+	// headers instead of the dead-letter ones.
 	var at pos
 	for _, hd := range r.Headers {
 		switch hd.Key {
-		case receiver.HeaderSourcePartition:
+		case receiver.HeaderSourcePartition, park.HeaderSourcePartition:
 			p, _ := strconv.Atoi(string(hd.Value))
 			at.p = int32(p)
-		case receiver.HeaderSourceOffset:
+		case receiver.HeaderSourceOffset, park.HeaderSourceOffset:
 			at.o, _ = strconv.ParseInt(string(hd.Value), 10, 64)
 		}
 	}
+	key, seq, _ := parseValue(r.Value)
 	h.w.mu.Lock()
-	h.w.deadLetter[at]++
-	h.w.finishLocked(at)
+	if r.Topic == parkedTopic {
+		h.w.parked[at]++
+		h.w.finishLocked(at) // committable; settled only by a redrive, skip or discard
+	} else {
+		h.w.deadLetter[at]++
+		h.w.settleLocked(at, key, seq)
+		if at.p >= 0 && seq >= h.w.nextFirst[key] {
+			h.w.nextFirst[key] = seq + 1 // discarded before any try
+		}
+	}
 	h.w.mu.Unlock()
 }
 
@@ -429,24 +475,24 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	b, d := choose(w.seed, at, attempt)
 	switch b {
 	case ackSync:
-		w.succeeded(at)
+		w.succeeded(at, key, seq)
 		ack.Done(nil)
 		w.used(ack)
 	case ackAsync, slow:
 		w.bg.Go(func() {
 			time.Sleep(d)
-			w.succeeded(at)
+			w.succeeded(at, key, seq)
 			ack.Done(nil)
 			w.used(ack)
 		})
 	case ackTwice:
-		w.succeeded(at)
+		w.succeeded(at, key, seq)
 		defer ack.Done(nil)
 		ack.Done(nil)
 	case ackStale:
 		w.bg.Go(func() {
 			time.Sleep(d)
-			w.succeeded(at)
+			w.succeeded(at, key, seq)
 			ack.Done(nil)
 			stale.Done(nil) // an Ack used before: its job may carry another record by now
 			w.used(ack)
@@ -456,14 +502,14 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	case failPermanent:
 		ack.Done(handler.Classed(handler.Permanent, errors.New("sim: 422")))
 	case skipIt:
-		w.skipped(at)
+		w.skipped(at, key, seq)
 		ack.Done(handler.Classed(handler.Skip, errors.New("sim: not wanted")))
 	case panicOnce:
 		panic(fmt.Sprintf("sim: panic at %v", at))
 	case hangOnce:
 		w.bg.Go(func() {
 			time.Sleep(d) // past the deadline: this acknowledgement is ignored
-			w.succeeded(at)
+			w.succeeded(at, key, seq)
 			ack.Done(nil)
 		})
 	case untilCancel:
@@ -479,7 +525,7 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 				if late := time.Since(called); late > handlerTimeout+handlerTimeout/10+50*time.Millisecond {
 					w.violate("member %d: the try of %v ran %v, past its deadline (%v), and its context did not end", h.member, at, late, handlerTimeout)
 				}
-				w.succeeded(at)
+				w.succeeded(at, key, seq)
 				ack.Done(nil)
 			}
 		})
