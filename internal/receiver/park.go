@@ -97,11 +97,16 @@ type parkState struct {
 	// (ingest) records can be checked against seen from then on.
 	caughtUp atomic.Bool
 
-	actions  chan struct{} // a slot per running action (maxActions)
-	tail     *park.Tail
-	tailStop context.CancelFunc
-	tailDone chan struct{}
-	wg       sync.WaitGroup // loads and actions; Add only under mu while !stopping
+	actions   chan struct{} // a slot per running action (maxActions)
+	tail      *park.Tail
+	tailStop  context.CancelFunc
+	tailDone  chan struct{}
+	catchDone chan struct{} // the background catch-up of startParking, if any; ends with the tail
+	// ready is closed once Start created the parking topics: loads wait for
+	// it, so that an assignment before Start does not read a state topic
+	// still being created.
+	ready chan struct{}
+	wg    sync.WaitGroup // loads and actions; Add only under mu while !stopping
 }
 
 // goStart counts a load or an action in wg, unless parking is stopping.
@@ -149,7 +154,7 @@ func (r *Receiver) parkedAnywhere(topic, key string) bool {
 // partitions, which wait for the tail) before Start.
 func (r *Receiver) newParking() error {
 	ps := &parkState{parked: make(map[parkKey]*parkedAgg), seen: make(map[string]*park.State),
-		requests: make(map[string]*park.State), actions: make(chan struct{}, maxActions)}
+		requests: make(map[string]*park.State), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
 	tail, err := park.NewTail(r.parkClientOpts(), r.o.Park.StateTopic, r.stateRead, func(err error) {
 		r.log.Warn("reading the parked aggregates' state topic", zap.String("topic", r.o.Park.StateTopic), zap.Error(err))
 	})
@@ -168,12 +173,32 @@ func (r *Receiver) startParking() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	r.ensureParkingTopics(ctx)
 	cancel()
+	close(ps.ready)
 	tail := ps.tail
 	tctx, stop := context.WithCancel(context.Background())
 	ps.tailStop, ps.tailDone = stop, make(chan struct{})
 	go func() {
 		defer close(ps.tailDone)
 		tail.Run(tctx)
+	}()
+	// Local (ingest) records are checked against what the tail read: wait
+	// for it to read the topic once, a while, then go on in the background.
+	// Until then they are given up (their Kafka copy is handled by the
+	// owner of their partition).
+	ctx, cancel = context.WithTimeout(tctx, 10*time.Second)
+	err := r.catchUp(ctx)
+	cancel()
+	if err == nil {
+		ps.caughtUp.Store(true)
+		return
+	}
+	r.log.Warn("reading the parked aggregates' state topic; local-first records are given up until it is read", zap.Error(err))
+	ps.catchDone = make(chan struct{})
+	go func() {
+		defer close(ps.catchDone)
+		if r.catchUp(tctx) == nil {
+			ps.caughtUp.Store(true)
+		}
 	}()
 }
 
@@ -187,6 +212,9 @@ func (r *Receiver) stopParking(ctx context.Context) error {
 	defer func() {
 		ps.tailStop()
 		<-ps.tailDone
+		if ps.catchDone != nil {
+			<-ps.catchDone
+		}
 	}()
 	ps.mu.Lock()
 	ps.stopping = true
@@ -201,11 +229,34 @@ func (r *Receiver) stopParking(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
+	// Their partitions are closed: loads end at once, actions once their
+	// handler returns. A moment for them to notice.
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
 	select {
 	case <-done:
 		return nil
-	default:
+	case <-t.C:
 		return errors.New("an action on a parked aggregate was still running at the shutdown deadline (its handler does not return): it is done again by the partition's next owner")
+	}
+}
+
+// catchUp waits until the tail read the whole state topic, retrying what
+// fails (the topic was just created and the broker does not know it yet,
+// the broker is away) until ctx ends.
+func (r *Receiver) catchUp(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := r.park.tail.CaughtUp(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(min(50*time.Millisecond<<min(attempt, 6), 2*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
 	}
 }
 
@@ -313,13 +364,13 @@ func (r *Receiver) loadParked(p *partition) {
 	ps := r.park
 	defer ps.wg.Done()
 	select {
-	case <-r.clientMade: // r.cl is set
+	case <-ps.ready: // Start created the topics; r.cl is set
 	case <-p.ctx.Done():
 		return
 	}
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-		err := ps.tail.CaughtUp(ctx)
+	for {
+		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+		err := r.catchUp(ctx)
 		cancel()
 		if err == nil {
 			break
@@ -327,17 +378,9 @@ func (r *Receiver) loadParked(p *partition) {
 		if p.ctx.Err() != nil {
 			return
 		}
-		wait := r.holdBackoff(attempt)
 		r.log.Warn("reading the parked aggregates; the partition waits for them before handling anything",
 			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.String("state_topic", r.o.Park.StateTopic),
-			zap.Duration("wait", wait), zap.Error(err))
-		t := time.NewTimer(wait)
-		select {
-		case <-p.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+			zap.Error(err))
 	}
 	ps.caughtUp.Store(true)
 	var keys []parkKey

@@ -388,8 +388,12 @@ func (r *Receiver) Start() {
 func (r *Receiver) since() time.Duration { return time.Since(r.epoch) }
 
 // Ready reports whether the receiver is a member of its consumer group:
-// assigned (possibly nothing) since it last lost its membership.
-func (r *Receiver) Ready() bool { return r.joined.Load() }
+// assigned (possibly nothing) since it last lost its membership; and, when
+// it parks aggregates, has read which ones are parked (until then it
+// handles nothing and gives local-first records up).
+func (r *Receiver) Ready() bool {
+	return r.joined.Load() && (r.park == nil || r.park.caughtUp.Load())
+}
 
 // InFlight returns the number of unfinished records.
 func (r *Receiver) InFlight() int { return int(r.inFlight.Load()) }
