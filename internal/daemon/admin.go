@@ -7,6 +7,7 @@ import (
 
 	"github.com/wowd/wowd/internal/admin"
 	"github.com/wowd/wowd/internal/bearer"
+	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/receiver"
 )
@@ -94,13 +95,29 @@ func (p adminParked) List(context.Context) ([]admin.ParkedAggregate, error) {
 	return out, nil
 }
 
-// ParksByHand implements admin.ByHand: parking has no such request yet.
-func (p adminParked) ParksByHand() bool { return false }
+// ParksByHand implements admin.ByHand.
+func (p adminParked) ParksByHand() bool { return true }
 
-// Park is not offered by parking yet: an aggregate parks when one of its
-// messages fails for good.
-func (p adminParked) Park(context.Context, string, string) error {
-	return fmt.Errorf("parking an aggregate by hand: %w (an aggregate parks when one of its messages fails for good, with on-failure: park)", admin.ErrNotSupported)
+// Park asks for aggregate id of dispatcher d to be parked in every topic
+// the dispatcher consumes; the owner of its partition parks it in its
+// mailbox's order.
+func (p adminParked) Park(ctx context.Context, d, id string) error {
+	disp, ok := p.rt.cfg.Dispatchers[d]
+	if !ok {
+		return fmt.Errorf("dispatcher %q: %w", d, admin.ErrNotFound)
+	}
+	if disp.FailurePolicy() != config.OnFailurePark {
+		return fmt.Errorf("dispatcher %s does not park (on-failure: %s): %w", d, disp.FailurePolicy(), admin.ErrNotSupported)
+	}
+	for _, r := range p.rt.receivers {
+		if r.Dispatcher() != d {
+			continue
+		}
+		if _, err := r.ParkByHand(ctx, id, admin.Caller(ctx)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (p adminParked) Redrive(ctx context.Context, d, id string) error {

@@ -24,8 +24,8 @@ import (
 // TestAdminActsOnParkedAggregates: a Wow dispatcher parks (the default) an
 // aggregate whose message fails for good; the admin API lists it, and a
 // redrive from it, once the handler accepts the message, hands over the
-// aggregate's messages in order and unparks it. Asking again answers 404;
-// parking by hand answers 501.
+// aggregate's messages in order and unparks it; asking again answers 404.
+// An aggregate parked by hand holds its next messages until redriven.
 func TestAdminActsOnParkedAggregates(t *testing.T) {
 	const topic = "wow.example.cart.event"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic), kfake.AllowAutoTopicCreation())
@@ -140,8 +140,43 @@ wow:
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code := act("park"); code != http.StatusNotImplemented {
-		t.Fatalf("park by hand answered %d, want 501", code)
+	// Parking by hand: cart-1's next messages wait until redriven.
+	resp, err := http.Post(base+"/dispatchers/projection/aggregates/cart-1/park", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("park by hand answered %d, want 202", resp.StatusCode)
+	}
+	testwait.For(t, 20*time.Second, "cart-1 parked by hand", func() bool {
+		return slices.Equal(parkedIDs(), []string{"projection/cart-1", "projection/cart-9"}) ||
+			slices.Equal(parkedIDs(), []string{"projection/cart-9", "projection/cart-1"})
+	})
+	for i := range 3 {
+		id := fmt.Sprintf("cart-1-late-%d", i)
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Key: []byte("cart-1"), Value: event(id, "cart-1", "")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // commits every 100ms: the late ones are parked, not handled
+	if h := handled("cart-1"); len(h) != 6 {
+		t.Fatalf("cart-1 handled %v after it was parked by hand", h)
+	}
+	post := func(agg, action string) int {
+		resp, err := http.Post(base+"/dispatchers/projection/aggregates/"+agg+"/"+action, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("cart-1", "redrive"); code != http.StatusAccepted {
+		t.Fatalf("redrive of cart-1 answered %d, want 202", code)
+	}
+	testwait.For(t, 20*time.Second, "cart-1's late messages handled in order", func() bool { return len(handled("cart-1")) == 9 })
+	if h := handled("cart-1"); !slices.Equal(h[6:], []string{"cart-1-late-0", "cart-1-late-1", "cart-1-late-2"}) {
+		t.Fatalf("cart-1 handled %v", h)
 	}
 	broken.Store(false)
 	if code := act("redrive"); code != http.StatusAccepted {

@@ -345,9 +345,9 @@ func (t *Tail) CaughtUp(ctx context.Context) error {
 // once one is assigned the partition).
 func Ask(ctx context.Context, cl *kgo.Client, stateTopic string, s *State, action, by string) error {
 	switch action {
-	case Redrive, Skip, Discard:
+	case Redrive, Skip, Discard, Park:
 	default:
-		return fmt.Errorf("unknown action %q (want %s, %s or %s)", action, Redrive, Skip, Discard)
+		return fmt.Errorf("unknown action %q (want %s, %s, %s or %s)", action, Redrive, Skip, Discard, Park)
 	}
 	asked := *s
 	asked.Request = &Request{Action: action, By: by, At: time.Now().UTC(), ID: strconv.FormatInt(time.Now().UnixNano(), 36)}

@@ -49,6 +49,7 @@ const (
 	Redrive = "redrive" // handle the parked messages in order, then unpark
 	Skip    = "skip"    // dead-letter the head, redrive the rest
 	Discard = "discard" // dead-letter every parked message, unpark
+	Park    = "park"    // park an aggregate that is not: its next messages wait
 )
 
 // Position is a record's place in a topic.

@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,7 +93,10 @@ type parkState struct {
 	seen map[string]*park.State
 	// requests are the operators' pending requests, by state key.
 	requests map[string]*park.State
-	stopping bool // no more loads and actions start (wg is being waited for)
+	// handParking are the aggregates being parked by hand (a park action
+	// queued in their mailbox).
+	handParking map[parkKey]bool
+	stopping    bool // no more loads and actions start (wg is being waited for)
 	// caughtUp is set once the tail read the whole state topic: local
 	// (ingest) records can be checked against seen from then on.
 	caughtUp atomic.Bool
@@ -154,7 +158,7 @@ func (r *Receiver) parkedAnywhere(topic, key string) bool {
 // partitions, which wait for the tail) before Start.
 func (r *Receiver) newParking() error {
 	ps := &parkState{parked: make(map[parkKey]*parkedAgg), seen: make(map[string]*park.State),
-		requests: make(map[string]*park.State), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
+		requests: make(map[string]*park.State), handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
 	tail, err := park.NewTail(r.parkClientOpts(), r.o.Park.StateTopic, r.stateRead, func(err error) {
 		r.log.Warn("reading the parked aggregates' state topic", zap.String("topic", r.o.Park.StateTopic), zap.Error(err))
 	})
@@ -342,8 +346,12 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	req := ps.requests[park.Key(k.topic, k.key)]
 	a := ps.parked[k]
 	var act *park.Request
-	stale := req != nil && a == nil
-	if req != nil && a != nil && !a.busy && req.Request.ID != a.lastReq {
+	byHand := req != nil && req.Request.Action == park.Park
+	stale := req != nil && (a == nil) != byHand
+	switch {
+	case byHand && a == nil && !ps.handParking[k]:
+		ps.handParking[k], act = true, req.Request
+	case req != nil && a != nil && !a.busy && req.Request.ID != a.lastReq:
 		a.busy, a.lastReq, act = true, req.Request.ID, req.Request
 	}
 	ps.mu.Unlock()
@@ -351,7 +359,7 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	case act != nil:
 		r.startAction(k, p, *act)
 	case stale:
-		r.log.Info("request on an aggregate that is not parked; deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
+		r.log.Info("request on an aggregate that is not parked (or, to park it, already is); deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
 			zap.String("action", req.Request.Action), zap.String("by", req.Request.By))
 		r.cl.Produce(p.ctx, &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(park.RequestKey(k.topic, k.key))}, func(*kgo.Record, error) {})
 	}
@@ -404,7 +412,7 @@ func (r *Receiver) loadParked(p *partition) {
 	}
 	for _, req := range ps.requests {
 		if req.Topic == p.topic && req.Partition == p.partition && ps.parked[parkKey{req.Topic, req.Aggregate}] == nil {
-			keys = append(keys, parkKey{req.Topic, req.Aggregate}) // stale: maybeAct deletes it
+			keys = append(keys, parkKey{req.Topic, req.Aggregate}) // to park by hand, or stale: maybeAct decides
 		}
 	}
 	r.nparked.Store(int32(len(ps.parked)))
@@ -694,6 +702,10 @@ func (t *parkAction) Run(res executor.Resume) executor.Status {
 func (t *parkAction) run() {
 	r, p, k, req := t.r, t.p, t.k, t.req
 	ps := r.park
+	if req.Action == park.Park {
+		r.parkByHand(p, k, req)
+		return
+	}
 	ps.mu.RLock()
 	a := ps.parked[k]
 	var st park.State
@@ -896,4 +908,90 @@ func (r *Receiver) runParked(rp *partition, src *kgo.Record) (metrics.Outcome, f
 	j.Run(executor.Resume{})
 	<-w.done
 	return w.outcome, w.fail
+}
+
+// parkByHand parks an aggregate that is not parked, as asked: its state
+// goes to the state topic with its head at the end of its parked
+// partition, and its later messages park behind it. It runs as a task of
+// the aggregate's mailbox: its earlier messages are done, its later ones
+// wait for it.
+func (r *Receiver) parkByHand(p *partition, k parkKey, req park.Request) {
+	ps := r.park
+	at := []zap.Field{zap.String("action", req.Action), zap.String("by", req.By), zap.String("topic", k.topic),
+		zap.Int32("partition", p.partition), zap.String("aggregate", k.key)}
+	defer func() {
+		ps.mu.Lock()
+		delete(ps.handParking, k)
+		ps.mu.Unlock()
+	}()
+	if _, parked := r.parkedAgg(k.topic, k.key); parked {
+		r.endRequest(p, k, req)
+		return
+	}
+	if int(r.nparked.Load()+r.parkSlots.Load()) >= r.o.Park.Max {
+		r.log.Warn("parking by hand refused: max-parked reached", at...)
+		r.m.ParkAction(req.Action, "failed")
+		r.endRequest(p, k, req)
+		return
+	}
+	parked := park.Topic(k.topic)
+	ends, err := park.Ends(p.ctx, kadm.NewClient(r.cl), parked, false)
+	if err != nil || len(ends) == 0 {
+		if p.ctx.Err() != nil {
+			r.actionCanceled(k, req.Action, at)
+			return
+		}
+		r.log.Error("parking by hand: the parked topic's end is not known; ask again", append(at, zap.Error(err))...)
+		r.m.ParkAction(req.Action, "failed")
+		r.endRequest(p, k, req)
+		return
+	}
+	// Where the client puts the aggregate's parked messages: the default
+	// partitioner hashes the key over the parked topic's partitions.
+	head := kgo.StickyKeyPartitioner(nil).ForTopic(parked).Partition(&kgo.Record{Key: []byte(k.key)}, len(ends))
+	st := park.State{
+		Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: k.topic, Partition: p.partition, Offset: -1,
+		Aggregate: k.key, Head: park.Position{Partition: int32(head), Offset: ends[int32(head)]},
+		Since: time.Now(), Class: "by-hand", Reason: "parked by hand by " + req.By,
+	}
+	if err := r.produceDurably(p.ctx, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
+		r.actionCanceled(k, req.Action, at)
+		return
+	}
+	ps.mu.Lock()
+	if !p.isClosed() {
+		ps.parked[k] = &parkedAgg{state: st, lastReq: req.ID}
+		r.nparked.Store(int32(len(ps.parked)))
+	}
+	ps.mu.Unlock()
+	r.m.ParkAction(req.Action, "done")
+	r.log.Warn("aggregate parked by hand: its next messages wait in the parked topic for wowd parked redrive|skip|discard", at...)
+	r.endRequest(p, k, req)
+}
+
+// ParkByHand asks, in the state topic, for the aggregate id to be parked in
+// every topic the receiver consumes, by by; the owner of its partition
+// parks it in its mailbox's order. It returns how many it asked for.
+func (r *Receiver) ParkByHand(ctx context.Context, id, by string) (int, error) {
+	if r.park == nil {
+		return 0, nil
+	}
+	listed, err := kadm.NewClient(r.cl).ListTopics(ctx, r.topics...)
+	if err != nil {
+		return 0, fmt.Errorf("listing the topics of %s: %w", id, err)
+	}
+	n := 0
+	for _, t := range r.topics {
+		td, ok := listed[t]
+		if !ok || td.Err != nil || len(td.Partitions) == 0 {
+			continue
+		}
+		p := kgo.StickyKeyPartitioner(nil).ForTopic(t).Partition(&kgo.Record{Key: []byte(id)}, len(td.Partitions))
+		st := park.State{Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: t, Partition: int32(p), Aggregate: id}
+		if err := park.Ask(ctx, r.cl, r.o.Park.StateTopic, &st, park.Park, by); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
