@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 
 	"fmt"
 	"slices"
@@ -269,5 +270,61 @@ func TestMaxParkedPausesInsteadOfParkingMore(t *testing.T) {
 			t.Fatalf("%s did not park once there was room", second)
 		}
 		stop(t, r)
+	})
+}
+
+// TestRebalanceDuringRedrive: the partition of an aggregate moves to another
+// member while a redrive of its parked messages runs. The new owner redrives
+// again from the recorded head: the aggregate's messages are first handled
+// in order, each at least once, and the aggregate ends up unparked.
+func TestRebalanceDuringRedrive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 120
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, n, 1) // agg-0 only: seq 0..n-1
+		var broken atomic.Bool
+		broken.Store(true)
+		var mu sync.Mutex
+		var firsts []uint64 // first successful handlings, in order
+		seen := map[uint64]bool{}
+		hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
+			seq := binary.BigEndian.Uint64(m.Value)
+			if broken.Load() && seq == 2 {
+				return handler.Classed(handler.Permanent, errors.New("rejected"))
+			}
+			time.Sleep(20 * time.Millisecond) // the redrive takes a while
+			mu.Lock()
+			if !seen[seq] {
+				seen[seq] = true
+				firsts = append(firsts, seq)
+			}
+			mu.Unlock()
+			return nil
+		})
+		handledCount := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(firsts)
+		}
+		r1 := h.receiver("g-park-move", hd, 16, parking)
+		testwait.For(t, 30*time.Second, "agg-0 parked and committed", func() bool {
+			return h.committedAtEnd("g-park-move") && h.parkedState("agg-0") != nil
+		})
+		broken.Store(false)
+		h.ask("agg-0", park.Redrive)
+		testwait.For(t, 30*time.Second, "the redrive under way", func() bool { return handledCount() >= 20 })
+		r2 := h.receiver("g-park-move", hd, 16, parking)
+		stop(t, r1) // the partition moves to r2 in the middle of the redrive
+		testwait.For(t, 60*time.Second, "agg-0 redriven by the new owner and unparked", func() bool {
+			return handledCount() == n && h.parkedState("agg-0") == nil
+		})
+		mu.Lock()
+		for i, s := range firsts {
+			if s != uint64(i) {
+				t.Fatalf("first handlings out of order at %d: %v", i, firsts)
+			}
+		}
+		mu.Unlock()
+		stop(t, r2)
 	})
 }
