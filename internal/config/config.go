@@ -143,7 +143,11 @@ type Dispatcher struct {
 	OnFailure string
 	// MaxParked bounds the aggregates a receiver keeps parked.
 	MaxParked int
-	Handler   Handler
+	// VersionCheck checks event streams' aggregate versions; OnGap is log
+	// or park.
+	VersionCheck bool
+	OnGap        string
+	Handler      Handler
 }
 
 // Failure policies of a dispatcher (on-failure).

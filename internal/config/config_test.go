@@ -95,6 +95,7 @@ func TestParseFillsDefaults(t *testing.T) {
 		Format:     "wow",
 		DeadLetter: config.DeadLetter{Enabled: true, Topic: "{topic}.dlq"},
 		MaxParked:  config.DefaultMaxParked,
+		OnGap:      "log",
 		Handler: config.Handler{
 			Type:    "http",
 			Timeout: time.Minute,
@@ -302,6 +303,14 @@ func TestBadConfigs(t *testing.T) {
 			`wow.dispatchers.commands-only.aggregates[0]: "order" is not an aggregate of the dispatcher's contexts`,
 			`wow.dispatchers.commands-only.events: needs topics event or state`,
 			`wow.dispatchers.commands-only.format: "json" is not one of wow, raw`}},
+		{"parking.yaml", 7, []string{
+			`wow.dispatchers.raw-park.on-failure: park needs format wow`,
+			`wow.dispatchers.raw-park.version-check: needs format wow`,
+			`wow.dispatchers.commands.version-check: needs topics event`,
+			`wow.dispatchers.commands.on-gap: park needs on-failure park (now dead-letter)`,
+			`wow.dispatchers.commands.max-parked: must be at least 1`,
+			`wow.dispatchers.typo.on-failure: "parking" is not one of park, dead-letter`,
+			`wow.dispatchers.typo.on-gap: "stop" is not one of log, park`}},
 		{"case-sensitive.yaml", 1, []string{`:8:3: wow.Dispatch: unknown key (did you mean "dispatch"?)`}},
 		{"wrong-type.yaml", 5, []string{
 			`:4:5: wow.kafka.bootstrap-servers: expected a list, got "127.0.0.1:9092"`,

@@ -402,7 +402,7 @@ func (d *decoder) dispatchers(path string, n *yaml.Node, c *Config) {
 		return
 	}
 	d.eachKey(path, n, func(name, full string, v *yaml.Node) {
-		disp := Dispatcher{Format: "wow", MaxParked: DefaultMaxParked, DeadLetter: DeadLetter{Enabled: true, Topic: DefaultDeadLetterTopic},
+		disp := Dispatcher{Format: "wow", MaxParked: DefaultMaxParked, OnGap: "log", DeadLetter: DeadLetter{Enabled: true, Topic: DefaultDeadLetterTopic},
 			Handler: Handler{Timeout: DefaultHandlerTimeout}}
 		switch {
 		case isNull(v):

@@ -357,6 +357,16 @@ func (d *decoder) validateDispatchers(c *Config) {
 		if disp.FailurePolicy() == OnFailurePark && disp.Format == "raw" {
 			d.errorf(path+".on-failure", "park needs format wow: a raw record's key is not known to be its aggregate's ID")
 		}
+		d.oneOf(path+".on-gap", disp.OnGap, "log", "park")
+		if disp.VersionCheck && disp.Format != "wow" {
+			d.errorf(path+".version-check", "needs format wow: raw records have no aggregate version")
+		}
+		if disp.VersionCheck && !slices.Contains(disp.Topics, "event") {
+			d.errorf(path+".version-check", "needs topics event: only event streams carry the aggregate's version in order")
+		}
+		if disp.OnGap == "park" && disp.FailurePolicy() != OnFailurePark {
+			d.errorf(path+".on-gap", "park needs on-failure park (now %s)", disp.FailurePolicy())
+		}
 		if disp.MaxParked < 1 {
 			d.errorf(path+".max-parked", "must be at least 1")
 		}

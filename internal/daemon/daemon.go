@@ -417,7 +417,9 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 		Handler:        bh.h,
 		HandlerType:    d.Handler.Type,
 		Wow:            d.Format == "wow",
-		WowRoutingOnly: bh.routingOnly,
+		WowRoutingOnly: bh.routingOnly && !d.VersionCheck, // the version is in the full decode
+		VersionCheck:   d.VersionCheck,
+		OnGapPark:      d.OnGap == "park",
 		Events:         set(d.Events),
 		Commands:       set(d.Commands),
 		DeadLetter: receiver.DeadLetter{

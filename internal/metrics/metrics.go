@@ -54,6 +54,7 @@ type Metrics struct {
 	panics          *prometheus.CounterVec
 	rewinds         *prometheus.CounterVec
 	parkActions     *prometheus.CounterVec
+	versionChecks   *prometheus.CounterVec
 	receivers       *receiverCollector
 	memoryLimit     prometheus.Gauge
 	ingest          *prometheus.CounterVec
@@ -102,6 +103,10 @@ func New(version string) *Metrics {
 			Namespace: Namespace, Name: "parked_actions_total",
 			Help: "Actions on parked aggregates by result (action: park, redrive, skip, discard; result: done, failed, canceled). A park is done when an aggregate's first failed message was written to the parked topic; a redrive that fails again leaves the aggregate parked with the new reason.",
 		}, []string{"dispatcher", "context", "action", "result"}),
+		versionChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "version_checks_total",
+			Help: "Event streams whose aggregate version did not follow the last one handled of their aggregate (version-check; result: gap, a version missing before it; duplicate, not above the last, skipped).",
+		}, []string{"dispatcher", "context", "result"}),
 		receivers: newReceiverCollector(),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "ingest_requests_total",
@@ -117,7 +122,7 @@ func New(version string) *Metrics {
 		Help: "Always 1; the version label names the running build.",
 	}, []string{"version"})
 	buildInfo.WithLabelValues(version).Set(1)
-	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.rewinds, m.parkActions, m.receivers, m.memoryLimit, m.ingest, buildInfo,
+	reg.MustRegister(m.messages, m.handlerDuration, m.commits, m.rebalances, m.backoffs, m.timeouts, m.panics, m.rewinds, m.parkActions, m.versionChecks, m.receivers, m.memoryLimit, m.ingest, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -188,6 +193,8 @@ func (m *Metrics) Receiver(dispatcher, context, handlerType string, src Receiver
 	r.panics = m.panics.WithLabelValues(dispatcher, context, handlerType)
 	r.rewinds = m.rewinds.WithLabelValues(dispatcher, context)
 	r.parkActions = m.parkActions.MustCurryWith(prometheus.Labels{"dispatcher": dispatcher, "context": context})
+	r.versionGap = m.versionChecks.WithLabelValues(dispatcher, context, "gap")
+	r.versionDup = m.versionChecks.WithLabelValues(dispatcher, context, "duplicate")
 	if src != nil {
 		m.receivers.add(dispatcher, context, src)
 	}
@@ -209,6 +216,22 @@ type Receiver struct {
 	timeouts, panics    prometheus.Counter
 	rewinds             prometheus.Counter
 	parkActions         *prometheus.CounterVec // curried: action, result
+	versionGap          prometheus.Counter
+	versionDup          prometheus.Counter
+}
+
+// VersionGap records an event stream whose version skipped past the next.
+func (r *Receiver) VersionGap() {
+	if r != nil {
+		r.versionGap.Inc()
+	}
+}
+
+// VersionDuplicate records an event stream whose version was handled already.
+func (r *Receiver) VersionDuplicate() {
+	if r != nil {
+		r.versionDup.Inc()
+	}
 }
 
 // Parking makes the parking series of a receiver that parks exist at 0

@@ -72,6 +72,9 @@ type jobState struct {
 	redriven bool
 	// slot: the job holds one of the max-parked slots (see reservePark).
 	slot bool
+	// version is the event stream's aggregate version (version-check), 0
+	// when not checked.
+	version int64
 	// kept is set when a try's outcome was taken from the handler (its
 	// deadline passed, or it panicked): the handler may still hold
 	// &msg, so the job must never carry another record. free leaves it
@@ -306,6 +309,7 @@ func (j *job) conclude(err error) {
 	r := j.r
 	if err == nil {
 		r.m.HandlerDuration(r.since() - j.start)
+		j.versionHandled()
 		r.outcome(false)
 		j.finish(metrics.Handled)
 		return
@@ -321,6 +325,7 @@ func (j *job) conclude(err error) {
 	}
 	switch {
 	case class == handler.Skip:
+		j.versionHandled()
 		r.m.HandlerDuration(r.since() - j.start)
 		j.finish(metrics.Skipped)
 	case j.p.ctx.Err() != nil:

@@ -725,6 +725,9 @@ func (t *parkAction) run() {
 		r.endRequest(p, k, req)
 		return
 	}
+	if req.Action != park.Redrive && r.versions != nil {
+		r.versions.forget(k) // a hole on purpose: the next version is taken as it comes
+	}
 	r.log.Info("parked aggregate: action starts", at...)
 	adm := kadm.NewClient(r.cl)
 	rp := r.actionPartition(p)

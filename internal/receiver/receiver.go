@@ -164,7 +164,11 @@ type Options struct {
 	// message (handler.Spec.RoutingOnly); the rest is not decoded.
 	WowRoutingOnly bool
 	Events         map[string]bool // event names wanted; empty: all
-	Commands       map[string]bool // command names wanted; empty: all
+	// VersionCheck checks event streams' aggregate versions (version.go);
+	// it needs the full decode (not WowRoutingOnly). OnGapPark parks an
+	// aggregate at a gap (needs Park).
+	VersionCheck, OnGapPark bool
+	Commands                map[string]bool // command names wanted; empty: all
 
 	// ClientOpts connect to Kafka: brokers, TLS, SASL, fetch limits, group
 	// timeouts, start offset, balancer. The receiver adds the group, topics,
@@ -227,8 +231,9 @@ type Receiver struct {
 
 	panicLogged atomic.Bool // the stack of a handler panic was logged
 
-	park    *parkState   // nil without Options.Park
-	nparked atomic.Int32 // len(park.parked), read without its lock
+	versions *versions    // nil without Options.VersionCheck
+	park     *parkState   // nil without Options.Park
+	nparked  atomic.Int32 // len(park.parked), read without its lock
 	// parkSlots are max-parked slots reserved by aggregates whose parking
 	// is being written (see reservePark).
 	parkSlots atomic.Int32
@@ -305,6 +310,9 @@ func New(o Options) (*Receiver, error) {
 		watchDone:   make(chan struct{}),
 	}
 	r.stopExpired, r.expireStop = context.WithCancel(context.Background())
+	if o.VersionCheck {
+		r.versions = newVersions(o.MaxInFlight)
+	}
 	if o.Park != nil {
 		if o.Park.Max <= 0 {
 			return nil, fmt.Errorf("receiver: max parked %d, want at least 1", o.Park.Max)

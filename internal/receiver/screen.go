@@ -48,6 +48,9 @@ func (j *job) screen() bool {
 		j.finish(metrics.Skipped)
 		return false
 	}
+	if r.versions != nil && j.kind == handler.KindEvent && m.HasVersion && !j.checkVersion(m.Version) {
+		return false
+	}
 	j.fillWow()
 	j.msg.Wow = &j.ws.pub
 	return true
