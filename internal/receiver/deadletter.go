@@ -62,10 +62,7 @@ const deadLetterAttempts = 8
 // deadLetterAttempts times is given up: logged as an error with the record's
 // position, counted as dead_letter_failed, and committed past.
 func (r *Receiver) deadLetter(j *job) {
-	reason := j.failure.reason
-	if len(reason) > maxErrorHeader {
-		reason = reason[:maxErrorHeader]
-	}
+	reason := truncate(j.failure.reason, maxErrorHeader)
 	src := j.rec
 	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+9)
 	value := src.Value

@@ -237,10 +237,7 @@ type Receiver struct {
 	// parkSlots are max-parked slots reserved by aggregates whose parking
 	// is being written (see reservePark).
 	parkSlots atomic.Int32
-	// clientMade is closed once New stored the client in cl: the group may
-	// assign partitions before (see assignedParking).
-	clientMade chan struct{}
-	parkFull   atomic.Bool // max-parked reached and another aggregate must park: fetching paused
+	parkFull  atomic.Bool // max-parked reached and another aggregate must park: fetching paused
 
 	retireMu sync.Mutex   // guards retiring
 	retiring []*partition // incarnations no longer owned (draining or closed) with records pending: the deadline watcher keeps watching them
@@ -301,7 +298,6 @@ func New(o Options) (*Receiver, error) {
 		assignedSig: make(chan struct{}, 1),
 		parts:       make(map[tp]*partition),
 		local:       newLocalPartition(),
-		clientMade:  make(chan struct{}),
 		pollDone:    make(chan struct{}),
 		commitMu:    make(chanLock, 1),
 		commitStop:  make(chan struct{}),
@@ -357,7 +353,6 @@ func New(o Options) (*Receiver, error) {
 		return nil, fmt.Errorf("kafka client for %s/%s: %w", o.Dispatcher, o.Context, err)
 	}
 	r.cl = cl
-	close(r.clientMade)
 	maxBytes, ok := cl.OptValue(kgo.FetchMaxBytes).(int32)
 	if !ok || maxBytes <= 0 {
 		maxBytes = 50 << 20 // kgo's default
