@@ -188,8 +188,6 @@ func TestStopCommitsWhatFinishedWhenSomethingIsUnfinished(t *testing.T) {
 func TestPauseEndsWithItsAssignment(t *testing.T) {
 	const records = 60
 	h := newHarness(t, 1)
-	keys := distinctKeys("k", records)
-	produceAt(t, h.c, testTopic, 0, keys...)
 	head := make(chan handler.Ack, 1)
 	var mu sync.Mutex
 	handled := map[int64]bool{}
@@ -204,7 +202,33 @@ func TestPauseEndsWithItsAssignment(t *testing.T) {
 		ack.Done(nil)
 	})
 	r := h.receiver("g-pause-reassign", hd, 4) // span cap 16
-	testwait.For(t, 10*time.Second, "the span pause", func() bool { return r.Snapshot().PausedPartitions == 1 })
+	// The polls are driven by hand: kgo runs no rebalance callback between
+	// a poll and AllowRebalance, which a poll loop racing the hand-made loss
+	// below would not respect.
+	stop(t, r)
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	owned := map[string][]int32{testTopic: {0}}
+	r.onAssigned(context.Background(), r.cl, owned)
+	fetch := func(from, to int64) kgo.FetchTopicPartition {
+		fp := kgo.FetchTopicPartition{Topic: testTopic, FetchPartition: kgo.FetchPartition{Partition: 0, HighWatermark: records}}
+		for o := from; o < to; o++ {
+			fp.Records = append(fp.Records, &kgo.Record{Topic: testTopic, Partition: 0, Offset: o, Key: []byte("k" + strconv.FormatInt(o, 10))})
+		}
+		return fp
+	}
+	done := func(n int) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(handled) == n
+		}
+	}
+	r.admitPartition(fetch(0, 20))
+	testwait.For(t, 10*time.Second, "all but the head handled", done(20))
+	if paused := r.cl.PauseFetchPartitions(nil); len(paused[testTopic]) != 1 {
+		t.Fatalf("the span of 20 records did not pause the partition in the client: %v", paused)
+	}
 	var once sync.Once
 	hook := func(r *Receiver, p *partition, lifted bool) {
 		if !lifted {
@@ -213,23 +237,28 @@ func TestPauseEndsWithItsAssignment(t *testing.T) {
 		once.Do(func() {
 			// The partition is lost and assigned back right after the
 			// completion lifted its pause, before anything else happened.
-			m := map[string][]int32{p.topic: {p.partition}}
-			r.onLost(context.Background(), r.cl, m)
-			r.onAssigned(context.Background(), r.cl, m)
+			r.onLost(context.Background(), r.cl, owned)
+			r.onAssigned(context.Background(), r.cl, owned)
 		})
 	}
 	testHookDone.Store(&hook)
 	t.Cleanup(func() { testHookDone.Store(nil) })
 	(<-head).Done(nil)
-	testwait.For(t, 10*time.Second, "every record handled after the partition came back", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(handled) == records
+	testwait.For(t, 10*time.Second, "the loss and the new assignment", func() bool {
+		r.partsMu.RLock()
+		defer r.partsMu.RUnlock()
+		p := r.parts[tp{testTopic, 0}]
+		return p != nil && p.first < 0 && r.inFlight.Load() == 0
 	})
 	if paused := r.cl.PauseFetchPartitions(nil); len(paused) > 0 {
-		t.Fatalf("partitions still paused in the client: %v", paused)
+		t.Fatalf("partitions still paused in the client after the new assignment: %v", paused)
 	}
-	stop(t, r)
+	// The new incarnation takes the rest (kgo resumes it at the commit).
+	r.admitPartition(fetch(20, records))
+	testwait.For(t, 10*time.Second, "every record handled by the new incarnation", done(records))
+	if paused := r.cl.PauseFetchPartitions(nil); len(paused) > 0 {
+		t.Fatalf("partitions paused in the client with nothing unfinished: %v", paused)
+	}
 }
 
 // A panic in a handler fails its message permanently (dead-lettered with
