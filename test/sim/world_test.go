@@ -317,12 +317,36 @@ type memberNet struct {
 
 var errCut = errors.New("network cut")
 
+// cutDialTimeout bounds a dial into a cut network whose context has no
+// deadline (kgo's dials have one: kgo.DialTimeout, 10 s by default).
+const cutDialTimeout = 10 * time.Second
+
+// dialTimeout is the error of a dial into a cut network: a timeout, as a
+// real network that drops packets gives.
+type dialTimeout struct{}
+
+func (dialTimeout) Error() string   { return "dial: i/o timeout (network cut)" }
+func (dialTimeout) Timeout() bool   { return true }
+func (dialTimeout) Temporary() bool { return true }
+func (dialTimeout) Unwrap() error   { return errCut }
+
 func (n *memberNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	n.mu.Lock()
 	cut := n.cut
 	n.mu.Unlock()
 	if cut {
-		return nil, errCut
+		// A cut network drops the connection attempt: the dial hangs until
+		// it times out. (Refusing at once would make kgo's producer retry
+		// its producer ID in a loop that never sleeps — franz-go backs off
+		// on a produce response, not on a failed InitProducerID — and in
+		// the virtual clock that loop stops time.)
+		t := time.NewTimer(cutDialTimeout)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		return nil, &net.OpError{Op: "dial", Net: network, Err: dialTimeout{}}
 	}
 	c, err := n.vn.DialContext(ctx, network, addr)
 	if err != nil {
