@@ -220,7 +220,17 @@ func (j *job) Run(res executor.Resume) executor.Status {
 				return executor.Pending
 			}
 		default:
-			if _, parked := r.parkedAgg(j.rec.Topic, j.msg.AggregateID); parked {
+			if st, parked := r.parkedAgg(j.rec.Topic, j.msg.AggregateID); parked {
+				if j.rec.Partition == st.Partition && j.rec.Offset < st.Offset {
+					// Delivered again (the commit was behind the parked
+					// head): it was finished before the head failed, and
+					// parking it would put it after the head.
+					r.log.Debug("a message before its parked aggregate's head delivered again; skipped as a duplicate",
+						zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
+						zap.String("aggregate", j.msg.AggregateID), zap.Int64("head_offset", st.Offset))
+					j.finish(metrics.Skipped)
+					return executor.Pending
+				}
 				j.park() // behind its aggregate's parked messages
 				return executor.Pending
 			}

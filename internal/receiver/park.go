@@ -358,7 +358,7 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	switch {
 	case act != nil:
 		r.startAction(k, p, *act)
-	case stale:
+	case stale && r.lease.holds(): // a member cut off leaves it to the owner
 		r.log.Info("request on an aggregate that is not parked (or, to park it, already is); deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
 			zap.String("action", req.Request.Action), zap.String("by", req.Request.By))
 		r.cl.Produce(p.ctx, &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(park.RequestKey(k.topic, k.key))}, func(*kgo.Record, error) {})
@@ -550,6 +550,11 @@ func (j *job) park() {
 		kgo.RecordHeader{Key: park.HeaderSince, Value: []byte(since.UTC().Format("2006-01-02T15:04:05.000Z07:00"))},
 	)
 	rec := &kgo.Record{Topic: park.Topic(src.Topic), Key: src.Key, Value: src.Value, Headers: hs, Timestamp: src.Timestamp}
+	if !r.lease.holds() {
+		j.releasePark() // park reserves again
+		j.waitLease(j.park)
+		return
+	}
 	r.cl.Produce(j.p.ctx, rec, func(w *kgo.Record, err error) {
 		switch {
 		case err == nil && parked:
@@ -582,6 +587,10 @@ func (j *job) park() {
 // then parks the aggregate and finishes the record.
 func (j *job) writeParked(st *park.State) {
 	r := j.r
+	if !r.lease.holds() {
+		j.waitLease(func() { j.writeParked(st) })
+		return
+	}
 	r.cl.Produce(j.p.ctx, stateRecord(r.o.Park.StateTopic, st), func(_ *kgo.Record, err error) {
 		switch {
 		case err == nil:
@@ -732,7 +741,11 @@ func (t *parkAction) run() {
 	adm := kadm.NewClient(r.cl)
 	rp := r.actionPartition(p)
 	defer r.closePartition(rp)
-	from, n := st.Head.Offset, 0
+	// floor: the aggregate's source records below it are resolved. A
+	// parked copy below it is a duplicate (written again after a crash,
+	// or delivered again while the commit was behind): passed over, so
+	// the handler never sees a message again after a later one.
+	from, n, floor := st.Head.Offset, 0, st.Offset
 	for {
 		recs, next, err := park.ParkedFrom(p.ctx, r.parkClientOpts(), adm, &st, from, redriveChunk)
 		if err != nil {
@@ -749,12 +762,18 @@ func (t *parkAction) run() {
 			break
 		}
 		for _, rec := range recs {
+			src, err := park.Source(rec)
+			if err == nil && src.Partition == st.Partition && src.Offset < floor {
+				r.log.Debug("parked aggregate: a duplicate parked copy passed over", append(at, zap.Int64("offset", src.Offset))...)
+				continue
+			}
 			deadLetter := req.Action == park.Discard || (req.Action == park.Skip && n == 0)
 			n++
-			src, err := park.Source(rec)
 			if err != nil {
 				r.log.Error("parked aggregate: a parked record has no source; dead-lettering it", append(at, zap.Error(err))...)
 				deadLetter = true
+			} else {
+				floor = max(floor, src.Offset+1)
 			}
 			if deadLetter {
 				if err := r.produceDurably(p.ctx, r.parkedDeadLetter(rec)); err != nil {
@@ -793,6 +812,7 @@ func (t *parkAction) run() {
 		// here, not from the first head.
 		from = next
 		st.Head = park.Position{Partition: st.Head.Partition, Offset: next}
+		st.Offset = floor // the source offset from which records are still parked
 		if err := r.produceDurably(p.ctx, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
 			r.actionCanceled(k, req.Action, at)
 			return
@@ -851,11 +871,32 @@ func (r *Receiver) parkedDeadLetter(rec *kgo.Record) *kgo.Record {
 	return &kgo.Record{Topic: r.o.DeadLetter.Topic(src), Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
 }
 
+// waitLease runs fn again after a backoff, unless the partition goes
+// meanwhile: the member's lease ended (see lease.go), so a parking write
+// now could land after another member took the partition over.
+func (j *job) waitLease(fn func()) {
+	r := j.r
+	j.tries++
+	wait := r.holdBackoff(j.tries)
+	r.log.Warn("parking write held: no answer from the group coordinator for most of a session, the partition may be another member's already",
+		zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
+		zap.Int("attempt", j.tries), zap.Duration("wait", wait))
+	j.after(wait, fn)
+}
+
+// errLeaseEnded is the error of a parking write not made: the member's
+// lease ended (see lease.go).
+var errLeaseEnded = errors.New("no answer from the group coordinator for most of a session: the partition may be another member's already")
+
 // produceDurably writes rec, retrying with backoff until the broker
-// acknowledges it or ctx ends.
+// acknowledges it or ctx ends. Each attempt starts only within the
+// member's lease (see lease.go).
 func (r *Receiver) produceDurably(ctx context.Context, rec *kgo.Record) error {
 	for attempt := 1; ; attempt++ {
-		err := r.cl.ProduceSync(ctx, rec).FirstErr()
+		err := errLeaseEnded
+		if r.lease.holds() {
+			err = r.cl.ProduceSync(ctx, rec).FirstErr()
+		}
 		if err == nil || ctx.Err() != nil {
 			return err
 		}

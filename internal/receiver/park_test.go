@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"strings"
 
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/park"
@@ -326,5 +328,156 @@ func TestRebalanceDuringRedrive(t *testing.T) {
 		}
 		mu.Unlock()
 		stop(t, r2)
+	})
+}
+
+// TestParkedAggregateDeliveredAgainWhileTheCommitWasBehind: the commit is
+// held before an aggregate parks (another aggregate's record hangs), so
+// the next owner gets the aggregate's records from before the head again,
+// and its parked ones too. The ones before the head were finished: they
+// are skipped, not parked behind the head. The parked ones are parked a
+// second time: the redrive passes the copies over. The handler sees every
+// message of the aggregate once, in order.
+func TestParkedAggregateDeliveredAgainWhileTheCommitWasBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		cl, err := kgo.NewClient(brokers(h.c)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := func(key string, seq uint64) *kgo.Record {
+			return &kgo.Record{Topic: testTopic, Key: []byte(key), Value: binary.BigEndian.AppendUint64(nil, seq)}
+		}
+		recs := []*kgo.Record{rec("hold", 0)} // offset 0: hangs on its first delivery
+		for s := range uint64(5) {
+			recs = append(recs, rec("agg-A", s)) // offsets 1-5; #2 fails for good
+		}
+		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
+		var (
+			broken, held atomic.Bool
+			mu           sync.Mutex
+			got          []uint64
+		)
+		broken.Store(true)
+		hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+			seq := binary.BigEndian.Uint64(m.Value)
+			if m.AggregateID == "hold" {
+				if !held.Swap(true) {
+					<-ctx.Done() // until the partition goes
+					ack.Done(ctx.Err())
+					return
+				}
+				ack.Done(nil)
+				return
+			}
+			if broken.Load() && seq == 2 {
+				ack.Done(handler.Classed(handler.Permanent, errors.New("sink rejects #2")))
+				return
+			}
+			mu.Lock()
+			got = append(got, seq)
+			mu.Unlock()
+			ack.Done(nil)
+		})
+		handled := func() []uint64 {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(got)
+		}
+		r := h.receiver("g-behind", hd, 32, parking)
+		testwait.For(t, 30*time.Second, "agg-A parked", func() bool { return h.parkedState("agg-A") != nil && r.Snapshot().ParkedAggregates == 1 })
+		dlqRecords(t, h.c, park.Topic(testTopic), 3) // #2, #3, #4 parked
+		if c, _ := h.offsets("g-behind"); c[0] > 0 {
+			t.Fatalf("committed %d past the hanging record", c[0])
+		}
+		// The hanging record is dropped at the shutdown deadline: the
+		// commit stays at 0.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if err := r.Stop(ctx); err == nil || !strings.Contains(err.Error(), "unfinished") {
+			t.Fatalf("stop: %v, want the hanging record dropped", err)
+		}
+		cancel()
+
+		r = h.receiver("g-behind", hd, 32, parking)
+		testwait.For(t, 30*time.Second, "every record finished again", func() bool { return h.committedAtEnd("g-behind") })
+		if g := handled(); !slices.Equal(g, []uint64{0, 1}) {
+			t.Fatalf("agg-A handled %v before the redrive, want [0 1]", g)
+		}
+		parked := dlqRecords(t, h.c, park.Topic(testTopic), 6)
+		var copies []uint64
+		for _, p := range parked {
+			copies = append(copies, binary.BigEndian.Uint64(p.Value))
+		}
+		if want := []uint64{2, 3, 4, 2, 3, 4}; !slices.Equal(copies, want) {
+			t.Fatalf("parked topic holds %v, want %v (the records before the head not parked again)", copies, want)
+		}
+		broken.Store(false)
+		h.ask("agg-A", park.Redrive)
+		testwait.For(t, 30*time.Second, "agg-A unparked", func() bool { return h.parkedState("agg-A") == nil && r.Snapshot().ParkedAggregates == 0 })
+		if g := handled(); !slices.Equal(g, seqs(0, 5)) {
+			t.Fatalf("agg-A handled %v, want each message once in order: %v", g, seqs(0, 5))
+		}
+		stop(t, r)
+	})
+}
+
+// TestNoParkingWriteOutsideTheLease: a member that has not heard from its
+// group coordinator for most of a session (its heartbeats go unanswered) may have
+// lost its partitions without knowing it; a message that fails for good
+// then is not parked — no parked copy, no state that could overwrite the
+// new owner's. Once the member is back in the group, the message is parked
+// once.
+func TestNoParkingWriteOutsideTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		// agg-B parks first, so the member's producer is ready (the
+		// producer ID comes over the connection the unanswered heartbeat
+		// holds up); agg-A fails once the lease ended.
+		produceAt(t, h.c, testTopic, 0, "agg-B", "agg-A")
+		release := make(chan struct{})
+		hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+			if m.AggregateID == "agg-A" {
+				<-release
+			}
+			ack.Done(handler.Classed(handler.Permanent, errors.New("sink rejects it")))
+		})
+		r := h.receiver("g-lease", hd, 8, parking, func(o *Options) {
+			o.ClientOpts = append(o.ClientOpts, kgo.SessionTimeout(8*time.Second))
+		})
+		testwait.For(t, 10*time.Second, "agg-B parked", func() bool { return h.parkedState("agg-B") != nil })
+		if !r.lease.holds() {
+			t.Fatal("no lease while in the group")
+		}
+		var cut atomic.Bool
+		cut.Store(true)
+		h.c.ControlKey(int16(kmsg.Heartbeat), func(kmsg.Request) (kmsg.Response, error, bool) {
+			h.c.KeepControl()
+			if !cut.Load() {
+				return nil, nil, false
+			}
+			return nil, nil, true // no answer: the heartbeat waits for its timeout
+		})
+		time.Sleep(7 * time.Second) // past three quarters of the session
+		if r.lease.holds() {
+			t.Fatal("the lease holds with every heartbeat failing for 7 s of an 8 s session")
+		}
+		close(release)
+		time.Sleep(500 * time.Millisecond) // the failure is final at once; its parking write would be made now
+		if st := h.parkedState("agg-A"); st != nil {
+			t.Fatalf("parked state written outside the lease: %+v", st)
+		}
+		// kgo gives the session up (its heartbeats fail for a session),
+		// which closes the partition and drops the held write; the member
+		// joins again and the record comes again.
+		cut.Store(false)
+		testwait.For(t, 60*time.Second, "agg-A parked", func() bool { return h.parkedState("agg-A") != nil })
+		testwait.For(t, 30*time.Second, "its record finished", func() bool { return h.committedAtEnd("g-lease") })
+		if n := len(dlqRecords(t, h.c, park.Topic(testTopic), 0)); n != 2 {
+			t.Fatalf("%d parked copies, want 2: agg-B's and agg-A's (a write outside the lease adds one)", n)
+		}
+		stop(t, r)
 	})
 }

@@ -193,6 +193,7 @@ type Receiver struct {
 	o      Options
 	log    *zap.Logger
 	cl     *kgo.Client
+	lease  *lease // how long the member can be sure it is in its group; parking writes stay within it
 	m      *metrics.Receiver
 	topics []string
 	routes map[string]*Route // o.Routes, addressable
@@ -344,7 +345,8 @@ func New(o Options) (*Receiver, error) {
 	if r.o.Fetch == nil {
 		r.o.Fetch = memory.Unbudgeted()
 	}
-	opts = append(opts, kgo.WithHooks(r.o.Fetch))
+	r.lease = &lease{}
+	opts = append(opts, kgo.WithHooks(r.o.Fetch, r.lease))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		if r.park != nil {
@@ -353,6 +355,9 @@ func New(o Options) (*Receiver, error) {
 		return nil, fmt.Errorf("kafka client for %s/%s: %w", o.Dispatcher, o.Context, err)
 	}
 	r.cl = cl
+	if session, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok {
+		r.lease.session.Store(int64(session))
+	}
 	maxBytes, ok := cl.OptValue(kgo.FetchMaxBytes).(int32)
 	if !ok || maxBytes <= 0 {
 		maxBytes = 50 << 20 // kgo's default

@@ -1,0 +1,50 @@
+package receiver
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The lease counts from when an answered group request was sent, for three
+// quarters of the session; other requests and failed ones do not extend it.
+func TestLeaseFollowsTheCoordinatorsAnswers(t *testing.T) {
+	l := &lease{}
+	answered := kgo.BrokerE2E{TimeToWrite: time.Millisecond, ReadWait: 2 * time.Second}
+	l.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.Heartbeat), answered)
+	if l.holds() {
+		t.Fatal("a lease without a session timeout")
+	}
+	l.session.Store(int64(8 * time.Second))
+	for _, key := range []kmsg.Key{kmsg.Produce, kmsg.Fetch, kmsg.OffsetCommit, kmsg.Metadata} {
+		l.OnBrokerE2E(kgo.BrokerMetadata{}, int16(key), answered)
+	}
+	l.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.Heartbeat), kgo.BrokerE2E{ReadErr: errors.New("i/o timeout")})
+	if l.holds() {
+		t.Fatal("the lease extended by other requests or a heartbeat without an answer")
+	}
+	for _, key := range []kmsg.Key{kmsg.Heartbeat, kmsg.JoinGroup, kmsg.SyncGroup} {
+		l.until.Store(0)
+		before := time.Now()
+		l.OnBrokerE2E(kgo.BrokerMetadata{}, int16(key), answered)
+		want := before.Add(-answered.DurationE2E()).Add(6 * time.Second)
+		if end := l.end(); end.Before(want) || end.After(time.Now().Add(-answered.DurationE2E()).Add(6*time.Second)) {
+			t.Fatalf("%v: lease ends %v, want about %v", key, end, want)
+		}
+	}
+	end := l.end()
+	l.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.Heartbeat), kgo.BrokerE2E{ReadWait: time.Hour}) // sent long ago
+	if !l.end().Equal(end) {
+		t.Fatal("an older answer shortened the lease")
+	}
+	if !l.holds() {
+		t.Fatal("the lease does not hold within it")
+	}
+	l.until.Store(time.Now().Add(-time.Second).UnixNano())
+	if l.holds() {
+		t.Fatal("the lease holds after it ended")
+	}
+}
