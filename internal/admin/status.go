@@ -110,6 +110,9 @@ type PartitionStatus struct {
 	// from the first offset delivered; -1 when unknown.
 	Lag      int64 `json:"lag"`
 	InFlight int64 `json:"in_flight"` // messages read and not finished
+	// Waiting is the messages fetched that wait in wowd for room: in the
+	// window, or in the partition's share of it.
+	Waiting int64 `json:"waiting"`
 	// Span is the messages read since the Finished offset, finished or not:
 	// what a crash would deliver again.
 	Span int `json:"uncommitted_span"`
@@ -213,7 +216,7 @@ func (s *Server) snapshot(top int) Status {
 		for _, p := range rs.Partitions {
 			ps := PartitionStatus{
 				Topic: p.Topic, Partition: p.Partition, Committed: p.Committed, Finished: p.Watermark,
-				HighWatermark: p.HighWatermark, Lag: -1, InFlight: p.Unfinished, Span: p.Span, Since: p.Since,
+				HighWatermark: p.HighWatermark, Lag: -1, InFlight: p.Unfinished, Waiting: p.Waiting, Span: p.Span, Since: p.Since,
 				Paused: pauseReasons(rs.Paused, p.Paused),
 			}
 			switch {

@@ -200,8 +200,24 @@ type Fetch struct {
 	ratio             atomic.Uint64 // float64 bits: decompressed / compressed bytes of recent batches
 	perRecord         atomic.Uint64 // float64 bits: compressed bytes per record of recent batches; 0 before the first
 	maxBatch          atomic.Int64  // the largest compressed batch read
+	held              atomic.Int64  // decompressed bytes the client's owner holds of records it took (Hold)
 	left              atomic.Bool
 }
+
+// Part returns the decompressed bytes of fetched records the client and its
+// owner may hold together: the client's part of the budget (0 when
+// Unbudgeted: no bound).
+func (f *Fetch) Part() int64 {
+	if f.b == nil {
+		return 0
+	}
+	return f.b.share()
+}
+
+// Hold tells how many decompressed bytes of records the client's owner
+// holds, taken from the client but not yet passed on: Limits leaves them
+// out of the client's fetches.
+func (f *Fetch) Hold(n int64) { f.held.Store(n) }
 
 // Configure sets the client's configured fetch limits
 // (wow.kafka.fetch-max-bytes and fetch-max-partition-bytes): Limits never
@@ -277,8 +293,8 @@ func (f *Fetch) Ratio() float64 { return math.Float64frombits(f.ratio.Load()) }
 // brokers it fetches from (each may hold one buffered fetch) and the most
 // records one partition may hold unfinished (0: no such bound).
 //
-// The fetch limit is the client's part of the budget divided by the
-// observed ratio and the brokers, at most the configured limit and at least
+// The fetch limit is the client's part of the budget, less what its owner
+// holds (Hold), divided by the observed ratio and the brokers, at most the configured limit and at least
 // a small floor. The partition limit is also held to about twice the
 // records a partition may hold, at the observed compressed size per
 // record (and at least two of the batches observed): a partition paused
@@ -287,7 +303,7 @@ func (f *Fetch) Ratio() float64 { return math.Float64frombits(f.ratio.Load()) }
 func (f *Fetch) Limits(brokers, partitionRecords int) (maxBytes, maxPartitionBytes int32) {
 	n := int64(f.maxBytes)
 	if f.b != nil {
-		part := float64(f.b.share()) / max(1, f.Ratio()) / float64(max(1, brokers))
+		part := float64(max(0, f.b.share()-f.held.Load())) / max(1, f.Ratio()) / float64(max(1, brokers))
 		n = int64(min(part, float64(f.maxBytes)))
 		n = max(n, min(minFetch, int64(f.maxBytes)))
 	}

@@ -20,7 +20,7 @@ type ReceiverSnapshot struct {
 	MaxKeyBacklog      int   // most messages waiting for one aggregate ID of this receiver
 	BackingOff         bool  // most recent handler attempts failed: fetching paused, failures held
 	BackoffDelay       time.Duration
-	BufferedBytes      int64         // record bytes the Kafka client holds fetched but not yet polled
+	BufferedBytes      int64         // record bytes fetched and not yet in the window: in the Kafka client, or held by the receiver
 	FetchMaxBytes      int64         // the client's fetch limit set from the memory budget; 0: the configured one
 	ParkedAggregates   int           // aggregates parked in the owned partitions
 	OldestParked       time.Duration // age of the oldest parked aggregate's parking; 0 when none
@@ -56,7 +56,7 @@ var (
 	descBackingOff = prometheus.NewDesc(Namespace+"_receiver_backing_off",
 		"1 while most recent handler attempts fail transiently (a sink is down): fetching is paused and failures are held, not dead-lettered.", receiverLabels, nil)
 	descBuffered = prometheus.NewDesc(Namespace+"_receiver_buffered_bytes",
-		"Bytes of records (keys, values and headers, decompressed) the receiver's Kafka client holds fetched but not yet handed out: what wow.memory.fetch-percent bounds.", receiverLabels, nil)
+		"Bytes of records (decompressed) fetched and not yet in the window: held by the receiver's Kafka client, or by the receiver until the window or the partition's share has room. What wow.memory.fetch-percent bounds.", receiverLabels, nil)
 	descFetchMax = prometheus.NewDesc(Namespace+"_receiver_fetch_max_bytes",
 		"The receiver's fetch limit (compressed bytes per fetch), sized from its part of the memory budget and the compression it observes.", receiverLabels, nil)
 	descParked = prometheus.NewDesc(Namespace+"_parked_aggregates",

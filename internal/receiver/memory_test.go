@@ -156,3 +156,41 @@ func TestReceiversShareTheMemoryBudget(t *testing.T) {
 		t.Fatal("nothing was ever buffered: the test did not load the receivers")
 	}
 }
+
+// batchCounter counts the records of the batches a client read.
+type batchCounter struct{ records atomic.Int64 }
+
+func (c *batchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	c.records.Add(int64(m.NumRecords))
+}
+
+// A receiver reads each record about once, also while its partitions
+// reach their share of the window all the time (twelve partitions, a
+// small window, a handler that takes a little while): the records a
+// partition cannot admit yet wait in the receiver, where pausing the
+// partition in the client would drop what it fetched, to be fetched and
+// decompressed again.
+func TestEachRecordIsFetchedOnce(t *testing.T) {
+	const records = 24_000
+	c := newCluster(t, 12, testTopic)
+	produceWow(t, c, records)
+	h := harnessOn(t, c)
+	var read batchCounter
+	var handled atomic.Int64
+	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) {
+		if handled.Add(1)%64 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		ack.Done(nil)
+	})
+	r := h.receiver("g-once", hd, 64, func(o *Options) {
+		o.ClientOpts = append(o.ClientOpts, kgo.WithHooks(&read))
+	})
+	testwait.For(t, 60*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-once") })
+	stop(t, r)
+	ratio := float64(read.records.Load()) / records
+	t.Logf("read %d records for %d: %.2f×", read.records.Load(), records, ratio)
+	if ratio > 1.25 {
+		t.Fatalf("the client read %.2f× the records: partitions paused at their share drop and fetch them again", ratio)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // partition is one incarnation of an owned partition: created on
@@ -30,6 +32,17 @@ type partition struct {
 	committed atomic.Int64
 
 	pending atomic.Int64 // records pushed, not finished or dropped
+
+	// held are records the poll loop took from the client but has not
+	// admitted yet, in offset order: the window or the partition's share
+	// was full. They are not tracked (nothing commits past them) and are
+	// dropped with the incarnation. Only the poll loop reads and writes
+	// held; holding mirrors len(held) > 0 for completions, which wake the
+	// poll loop when the partition has room again.
+	held    []*kgo.Record
+	holding atomic.Bool
+	waiting atomic.Int64 // len(held), for status readers
+	fetchN  int          // the most records one poll brought of the partition (the poll loop's)
 	// unwindowed: its records take no place in the receiver's window (the
 	// redriven messages of a parked aggregate, see actionPartition).
 	unwindowed bool
@@ -48,9 +61,12 @@ const (
 	// pauseSpan: the uncommitted span grew past spanCap (a record holds
 	// the commit while later ones finish).
 	pauseSpan pauseReason = 1 << iota
-	// pauseShare: the partition holds more than its share of the window
-	// while other partitions are assigned (a stuck aggregate with a
-	// backlog), so it alone stops instead of the whole receiver.
+	// pauseShare: the receiver holds two shares of the partition's
+	// records it cannot admit (the partition holds its share of the
+	// window: a stuck aggregate with a backlog), so fetching it more is
+	// pointless. The partition's share limits admission, not this pause:
+	// pausing a partition in the client drops what the client buffered of
+	// it, which is fetched and decompressed again later.
 	pauseShare
 	// pauseLoading: newly assigned, waiting for its parked aggregates to be
 	// read from the state topic (see park.go).
@@ -175,7 +191,10 @@ func (r *Receiver) finished(p *partition, seq int64) {
 			r.unpauseLocked(p, pauseSpan)
 			lifted = true
 		}
-		if p.paused&pauseShare != 0 && p.pending.Load()-1 <= r.shareCap()/2 {
+		// Paused after giving its held records back (shedStuck): fetch
+		// again at half its share. (While it holds records, the poll loop
+		// lifts the pause.)
+		if p.paused&pauseShare != 0 && !p.holding.Load() && p.pending.Load()-1 <= r.shareCap()/2 {
 			r.unpauseLocked(p, pauseShare)
 			lifted = true
 		}
@@ -184,7 +203,9 @@ func (r *Receiver) finished(p *partition, seq int64) {
 	if hook := testHookDone.Load(); hook != nil {
 		(*hook)(r, p, lifted)
 	}
-	p.pending.Add(-1)
+	if n := p.pending.Add(-1); p.holding.Load() && (lifted || n == r.shareCap()-r.batch) {
+		r.notify() // a batch of its held records may go in
+	}
 	r.releaseOf(p)
 }
 

@@ -131,20 +131,10 @@ func (r *Receiver) active() []*partition {
 	return ps
 }
 
-// recheckShares lifts the share pauses that no longer hold after the number
-// of assigned partitions changed (a partition alone may hold the whole
-// window).
-func (r *Receiver) recheckShares() {
-	limit := r.shareCap()
-	for _, p := range r.active() {
-		p.mu.Lock()
-		if p.paused&pauseShare != 0 && p.pending.Load() <= limit/2 {
-			r.unpauseLocked(p, pauseShare)
-		}
-		p.mu.Unlock()
-	}
-	r.notify()
-}
+// recheckShares wakes the poll loop after the number of assigned partitions
+// changed: the shares changed (a partition alone may hold the whole window),
+// so held records may go in.
+func (r *Receiver) recheckShares() { r.notify() }
 
 // drain waits until the partitions have no unfinished records, or the revoke
 // deadline passes (the stop's deadline, if that comes first).

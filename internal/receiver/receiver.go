@@ -97,6 +97,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -199,6 +200,10 @@ type Receiver struct {
 	routes map[string]*Route // o.Routes, addressable
 	groups []*executor.Group // the groups of the routes, each once
 	keyBuf []string          // scratch of the poll loop
+	// heldOrder and heldTurn: scratch and turn of admitHeld (poll loop only).
+	heldOrder []*partition
+	heldTurn  int
+	heldBytes atomic.Int64 // keys and values of the held records (written by the poll loop)
 	// fetchMax is the fetch limit last given to the client (New, then the poll loop
 	// only; read by Snapshot through fetchMaxSeen).
 	fetchMax, fetchPart int32
@@ -254,6 +259,16 @@ type Receiver struct {
 
 	pollCancel context.CancelFunc
 	pollDone   chan struct{}
+	// holding are the partitions with held records (see partition.held);
+	// only the poll loop reads and writes it.
+	holding []*partition
+	// pollWake, while set, cancels the poll under way: the poll loop sets
+	// it when it waits for records while some are held, and notify calls
+	// it, so held records go in as soon as there is room for them.
+	pollWake atomic.Pointer[context.CancelFunc]
+	// doneCtx is canceled: a poll with it returns at once, blocking
+	// rebalances until AllowRebalance (see pollLoop).
+	doneCtx    context.Context
 	commitStop chan struct{}
 	commitDone chan struct{}
 	watchStop  chan struct{} // stops the deadline watcher
@@ -300,6 +315,7 @@ func New(o Options) (*Receiver, error) {
 		parts:       make(map[tp]*partition),
 		local:       newLocalPartition(),
 		pollDone:    make(chan struct{}),
+		doneCtx:     canceledCtx,
 		commitMu:    make(chanLock, 1),
 		commitStop:  make(chan struct{}),
 		commitDone:  make(chan struct{}),
@@ -375,9 +391,18 @@ func New(o Options) (*Receiver, error) {
 
 // Start begins consuming. The receiver's goroutines run until Stop.
 func (r *Receiver) Start() {
-	if r.o.DeadLetter.Enabled {
+	if r.o.DeadLetter.Enabled || r.park != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r.ensureDeadLetterTopics(ctx)
+		if r.o.DeadLetter.Enabled {
+			r.ensureDeadLetterTopics(ctx)
+		}
+		// The producer ID now, while Kafka is reachable at start, rather
+		// than at the first dead-letter or parking write, which may come
+		// when it is not: franz-go loads it under a lock its other
+		// brokers' producers wait on.
+		if _, _, err := r.cl.ProducerID(ctx); err != nil {
+			r.log.Warn("initializing the Kafka producer ID (for dead-letter and parking writes); the first write tries again", zap.Error(err))
+		}
 		cancel()
 	}
 	if r.park != nil {
@@ -505,7 +530,7 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		BackingOff:    r.fails.isFailing(),
 		BackoffDelay:  r.fails.current(),
 		FetchMaxBytes: int64(r.fetchMaxSeen.Load()),
-		BufferedBytes: r.cl.BufferedFetchBytes(),
+		BufferedBytes: r.cl.BufferedFetchBytes() + r.heldBytes.Load(),
 		ParkFull:      r.parkFull.Load(),
 	}
 	if ps := r.park; ps != nil {
@@ -563,6 +588,7 @@ type PartitionStatus struct {
 	Watermark     int64
 	HighWatermark int64 // the partition's end as of the last fetch, -1 before
 	Unfinished    int64 // records read and not finished (queued or running)
+	Waiting       int64 // records fetched, held until the window or the partition's share has room
 	Span          int   // records read since the watermark: finished or not
 	// Paused says why the partition is paused on its own: "" (not paused),
 	// or "span", "share" and "parked-state" joined by '+'.
@@ -576,7 +602,7 @@ func (r *Receiver) Partitions() []PartitionStatus {
 	out := make([]PartitionStatus, 0, len(ps))
 	for _, p := range ps {
 		st := PartitionStatus{Topic: p.topic, Partition: p.partition, Since: p.since, Committed: p.committed.Load(),
-			Unfinished: p.pending.Load(), Watermark: -1, HighWatermark: -1}
+			Unfinished: p.pending.Load(), Waiting: p.waiting.Load(), Watermark: -1, HighWatermark: -1}
 		p.mu.Lock()
 		if next, _, ok := p.tr.watermark(); ok {
 			st.Watermark = next
@@ -601,7 +627,17 @@ func (r *Receiver) notify() {
 	case r.room <- struct{}{}:
 	default:
 	}
+	if wake := r.pollWake.Load(); wake != nil {
+		(*wake)()
+	}
 }
+
+// canceledCtx is a context canceled from the start.
+var canceledCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // release returns one slot of the window.
 func (r *Receiver) release() {
@@ -630,22 +666,6 @@ func (r *Receiver) reserve(n int64) int64 {
 			return take
 		}
 	}
-}
-
-// pollRoom is the most records the next poll may take so that no unpaused
-// partition goes past its share of the window by more than a batch.
-func (r *Receiver) pollRoom() int64 {
-	limit := r.shareCap()
-	if limit >= r.window {
-		return r.window
-	}
-	var most int64
-	r.partsMu.RLock()
-	for _, p := range r.parts {
-		most = max(most, p.pending.Load())
-	}
-	r.partsMu.RUnlock()
-	return max(r.batch, limit-most)
 }
 
 func (r *Receiver) pollLoop(ctx context.Context) {
@@ -699,29 +719,82 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			}
 			continue
 		}
-		if r.paused.Load() {
+		// A poll takes everything the client buffered; what the window or
+		// a partition's share has no room for is held (partition.held)
+		// and goes in as room appears. Pausing a partition in the client
+		// instead drops what it buffered of it, which is then fetched and
+		// decompressed again: many times per record under load.
+		ready, held, total := r.heldState()
+		full := r.holdFull(held)
+		switch {
+		case full && !r.paused.Load():
+			// Enough held: the client fetches nothing more meanwhile
+			// (nothing is polled while it is paused, so nothing it
+			// buffered is dropped).
+			r.cl.PauseFetchTopics(r.topics...)
+			r.paused.Store(true)
+		case !full && r.paused.Load():
 			// Resume before polling, so nothing buffered is thrown away.
 			r.cl.ResumeFetchTopics(r.topics...)
 			r.paused.Store(false)
 		}
 		r.fitFetch()
-		fs := r.cl.PollRecords(ctx, int(min(free, r.pollRoom())))
+		var fs kgo.Fetches
+		switch {
+		case ready:
+			// Held records can go in now: enter a poll at once (admission
+			// runs between a poll and AllowRebalance, never alongside a
+			// rebalance callback), taking what is buffered unless enough
+			// is held already.
+			r.cl.PollRecords(r.doneCtx, 0)
+			if !full {
+				fs = r.cl.PollRecords(nil, 0)
+			}
+		case full:
+			// Enough is held and none of it can go in: wait for room. When
+			// it is memory that is short, the partitions holding records
+			// while at their share give theirs back first, so that the
+			// others are not held up behind them.
+			if r.shedStuck() {
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.room:
+			case <-idle.C:
+			}
+			continue
+		default:
+			pctx, cancel := ctx, context.CancelFunc(nil)
+			if len(r.holding) > 0 {
+				// Completions wake it (notify) when held records may go
+				// in; the timeout is the safety net of a missed wake-up.
+				pctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+				r.pollWake.Store(&cancel)
+			}
+			fs = r.cl.PollRecords(pctx, 0)
+			if cancel != nil {
+				r.pollWake.Store(nil)
+				cancel()
+			}
+		}
 		if fs.IsClientClosed() {
 			r.cl.AllowRebalance()
 			return
 		}
 		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				r.log.Warn("fetch error", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
 			}
 		})
-		// The window's room is taken for the records at once. The poll was
-		// sized by the room before it blocked; the ingest may have taken
-		// some since: records beyond what is left are not admitted, and
-		// their partitions are sent back to them.
-		budget := r.reserve(int64(fs.NumRecords()))
+		// The window's room is taken at once: held records first, in the
+		// order their partitions came to hold them, then the new ones.
+		budget := r.reserve(int64(total + fs.NumRecords()))
+		r.admitHeld(&budget)
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) { r.admit(fp, &budget) })
-		if budget > 0 { // records not admitted: not owned, stopping, rewound
+		r.pauseHolding()
+		if budget > 0 { // room not used: records held, not owned, stopping, rewound
 			r.inFlight.Add(-budget)
 			r.changed.Notify()
 		}
@@ -737,6 +810,12 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 // records it may hold. A change of less than an eighth is not applied: the
 // limits would follow every batch.
 func (r *Receiver) fitFetch() {
+	// What the receiver holds is left out of the client's part; and half
+	// of the rest too: the client fetches the next while the receiver
+	// holds what it took of the last, so each fetch gets half of what
+	// is left.
+	held := r.heldBytes.Load()
+	r.o.Fetch.Hold(held + max(0, r.o.Fetch.Part()-held)/2)
 	maxBytes, maxPart := r.o.Fetch.Limits(len(r.cl.DiscoveredBrokers()), int(r.shareCap()))
 	near := func(a, b int32) bool { d := a - b; return d < b/8 && -d < b/8 }
 	if r.fetchMax != 0 && near(maxBytes, r.fetchMax) && near(maxPart, r.fetchPart) {
@@ -752,11 +831,11 @@ func (r *Receiver) fitFetch() {
 // the polls by hand use this.)
 func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) { r.admit(fp, nil) }
 
-// admit hands one partition's polled records to the executor. With a
-// budget, the records' window slots are taken from it (they were reserved),
-// and records beyond it are not admitted: the partition is sent back to the
-// first of them. It runs between a poll and AllowRebalance: no rebalance
-// callback runs meanwhile.
+// admit takes one partition's polled records in. With a budget (the window
+// slots the poll loop reserved), they join the partition's held records
+// and as many go to the executor as the budget and the partition's share
+// allow; without one, all go. It runs between a poll and AllowRebalance:
+// no rebalance callback runs meanwhile.
 func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
 	if len(fp.Records) == 0 || r.stopping.Load() {
 		return // not admitted, not tracked: redelivered after restart
@@ -768,40 +847,225 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
 		r.log.Warn("records of a partition not owned", zap.String("topic", fp.Topic), zap.Int32("partition", fp.Partition))
 		return
 	}
+	first := fp.Records[0].Offset
+	if n := len(p.held); n > 0 && first <= p.held[n-1].Offset {
+		// The client went back over records it had delivered: they come
+		// again, so what is held from there on goes.
+		r.dropHeld(p, sort.Search(n, func(i int) bool { return p.held[i].Offset >= first }))
+	}
 	p.mu.Lock()
 	last, unfinished := p.tr.last, p.tr.firstUnfinished()
+	p.hwm = fp.HighWatermark
 	p.mu.Unlock()
-	if first := fp.Records[0].Offset; last >= 0 && first <= last {
+	if last >= 0 && first <= last {
 		if p = r.rewind(p, first, last, unfinished); p == nil {
 			return // the client goes back further first; these come again
 		}
+		p.mu.Lock()
+		p.hwm = fp.HighWatermark
+		p.mu.Unlock()
 	}
-	if budget != nil {
-		if k := min(int64(len(fp.Records)), *budget); k < int64(len(fp.Records)) {
-			next := fp.Records[k]
-			r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{next.Topic: {next.Partition: {Epoch: -1, Offset: next.Offset}}})
-			if fp.Records = fp.Records[:k]; k == 0 {
-				return
-			}
+	if budget == nil {
+		r.inFlight.Add(int64(len(fp.Records)))
+		r.admitRecords(p, fp.Records)
+		return
+	}
+	if len(p.held) == 0 {
+		r.holding = append(r.holding, p)
+		p.holding.Store(true)
+	}
+	p.held = append(p.held, fp.Records...)
+	p.waiting.Store(int64(len(p.held)))
+	p.fetchN = max(p.fetchN, len(fp.Records))
+	r.heldBytes.Add(recordBytes(fp.Records))
+	r.admitHeldOf(p, budget)
+}
+
+// heldState reports whether held records could go in now (the window has
+// room and a partition holding some is a batch below its share and not
+// paused for its span or its parked state), how many are held in
+// partitions that could take them in (a partition at its share holds its
+// own records up: they must not stop the others being fetched), and how
+// many in all. It forgets the partitions closed meanwhile and
+// those whose held records all went in.
+func (r *Receiver) heldState() (ready bool, active, total int) {
+	room := r.inFlight.Load() < r.window
+	share := r.shareCap()
+	kept := r.holding[:0]
+	for _, p := range r.holding {
+		if p.isClosed() {
+			r.dropHeld(p, 0)
+			continue
+		}
+		if len(p.held) == 0 {
+			continue // all of it went in
+		}
+		kept = append(kept, p)
+		p.mu.Lock()
+		paused := p.paused
+		p.mu.Unlock()
+		total += len(p.held)
+		can := paused&(pauseSpan|pauseLoading) == 0 && p.pending.Load() <= share-r.batch
+		if can && paused&pauseShare == 0 {
+			active += len(p.held)
+		}
+		if can && room {
+			ready = true
 		}
 	}
-	route := r.routes[fp.Topic]
-	n := int64(len(fp.Records))
-	p.pending.Add(n)
-	if budget != nil {
-		*budget -= n
-	} else {
-		r.inFlight.Add(n)
+	clear(r.holding[len(kept):])
+	r.holding = kept
+	return ready, active, total
+}
+
+// holdFull reports whether enough is held (active: records held in
+// partitions fetched on) for the poll loop to stop taking what the client
+// buffered: twice the window, or the client's part of the memory budget
+// in bytes. (The client then buffers one fetch per broker and waits; its
+// fetches are sized to the part less what is held.)
+func (r *Receiver) holdFull(active int) bool {
+	if part := r.o.Fetch.Part(); part > 0 && r.heldBytes.Load() >= part {
+		return true
 	}
-	// The partition's records go to the executor in one batch, in offset
-	// order; only the poll loop uses these buffers.
+	return active >= int(2*r.window)
+}
+
+// admitHeld admits held records of every partition holding some, as far
+// as budget and their shares go, starting each round with the partition
+// after the one that started the last.
+func (r *Receiver) admitHeld(budget *int64) {
+	n := len(r.holding)
+	if n == 0 || r.stopping.Load() {
+		return
+	}
+	ps := append(r.heldOrder[:0], r.holding...)
+	r.heldOrder = ps
+	start := r.heldTurn % n
+	r.heldTurn++
+	for i := range n {
+		if *budget <= 0 {
+			break
+		}
+		if p := ps[(start+i)%n]; !p.isClosed() {
+			r.admitHeldOf(p, budget)
+		}
+	}
+	clear(ps)
+}
+
+// admitHeldOf admits p's held records, as far as budget and p's share go.
+func (r *Receiver) admitHeldOf(p *partition, budget *int64) {
+	if len(p.held) == 0 {
+		return
+	}
+	p.mu.Lock()
+	paused := p.paused
+	p.mu.Unlock()
+	if paused&(pauseSpan|pauseLoading) != 0 {
+		return
+	}
+	k := min(int64(len(p.held)), *budget, r.shareCap()-p.pending.Load())
+	if k <= 0 {
+		return
+	}
+	*budget -= k
+	r.admitRecords(p, p.held[:k])
+	r.heldBytes.Add(-recordBytes(p.held[:k]))
+	clear(p.held[:k]) // the jobs copied them: the batches they came in may go
+	p.held = p.held[k:]
+	p.waiting.Store(int64(len(p.held)))
+	if len(p.held) == 0 {
+		p.held = nil
+		p.holding.Store(false) // stays in r.holding until the next heldState
+		p.mu.Lock()
+		r.unpauseLocked(p, pauseShare)
+		p.mu.Unlock()
+	}
+}
+
+// dropHeld drops p's held records from the i-th on (the client delivers
+// them again, or p is closed).
+func (r *Receiver) dropHeld(p *partition, i int) {
+	r.heldBytes.Add(-recordBytes(p.held[i:]))
+	clear(p.held[i:])
+	p.waiting.Store(int64(i))
+	if p.held = p.held[:i]; i == 0 {
+		p.held = nil
+		p.holding.Store(false)
+	}
+}
+
+// shedStuck gives back, when the held records fill the client's part of
+// the memory budget, those of the partitions at their share: they are
+// dropped, the client is sent back to the first of them and pauses the
+// partition until its unfinished records are down to half its share. It
+// reports whether it gave any back.
+func (r *Receiver) shedStuck() bool {
+	if part := r.o.Fetch.Part(); part <= 0 || r.heldBytes.Load() < part {
+		return false
+	}
+	r.cl.PollRecords(r.doneCtx, 0) // no rebalance callback meanwhile
+	defer r.cl.AllowRebalance()
+	share, shed := r.shareCap(), false
+	for _, p := range r.holding {
+		if len(p.held) == 0 || p.isClosed() || p.pending.Load() < share {
+			continue
+		}
+		first := p.held[0].Offset
+		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: -1, Offset: first}}})
+		r.dropHeld(p, 0)
+		p.mu.Lock()
+		r.pauseLocked(p, pauseShare)
+		p.mu.Unlock()
+		shed = true
+	}
+	return shed
+}
+
+// recordBytes sums the keys and values of recs.
+func recordBytes(recs []*kgo.Record) int64 {
+	var n int
+	for _, rec := range recs {
+		n += len(rec.Key) + len(rec.Value)
+	}
+	return int64(n)
+}
+
+// pauseHolding pauses in the client the partitions that hold their share of
+// the window and, waiting, two more shares and two of their largest polls
+// (fetching them more is pointless), and resumes the paused ones down to
+// half that. (When
+// it is the window that is full, not the partition's share, the poll loop
+// stops taking from the client instead, which drops nothing.)
+func (r *Receiver) pauseHolding() {
+	share := r.shareCap()
+	for _, p := range r.holding {
+		n := int64(len(p.held))
+		p.mu.Lock()
+		switch {
+		case p.paused&pauseShare == 0 && n >= 2*(share+int64(p.fetchN)) && p.pending.Load() > share-r.batch:
+			r.pauseLocked(p, pauseShare)
+			r.log.Debug("partition paused: it holds its share of the window, and more of its records wait (a slow or stuck aggregate with a backlog)",
+				zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int64("unfinished", p.pending.Load()), zap.Int64("held", n))
+		case p.paused&pauseShare != 0 && n <= share+int64(p.fetchN):
+			r.unpauseLocked(p, pauseShare)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// admitRecords hands records of p to the executor in one batch, in offset
+// order; their window slots are taken already.
+func (r *Receiver) admitRecords(p *partition, recs []*kgo.Record) {
+	route := r.routes[p.topic]
+	p.pending.Add(int64(len(recs)))
+	// Only the poll loop uses these buffers.
 	keys, tasks := r.keyBuf[:0], r.taskBuf[:0]
 	p.mu.Lock()
-	p.hwm = fp.HighWatermark
 	if p.first < 0 {
-		p.first = fp.Records[0].Offset
+		p.first = recs[0].Offset
 	}
-	for _, rec := range fp.Records {
+	for _, rec := range recs {
 		j := newJob(r, p, rec, p.tr.nextSeq())
 		p.tr.push(rec.Offset, rec.LeaderEpoch, j)
 		if route != nil && len(rec.Key) > 0 {
@@ -814,13 +1078,6 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
 		r.pauseLocked(p, pauseSpan)
 		r.log.Info("partition paused: a record holds its commit while later ones finish (a slow or hot aggregate)",
 			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("span", p.tr.span()))
-	}
-	if limit := r.shareCap(); limit < r.window && p.paused&pauseShare == 0 && p.pending.Load() >= limit {
-		r.pauseLocked(p, pauseShare)
-		// Debug: under load a partition reaches its share often and
-		// briefly (a real-broker benchmark logged 100 a second).
-		r.log.Debug("partition paused: it holds half the window while other partitions wait",
-			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int64("unfinished", p.pending.Load()))
 	}
 	p.mu.Unlock()
 	// Records no handler can take are finished here; the rest go to their
