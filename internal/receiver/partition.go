@@ -43,6 +43,7 @@ type partition struct {
 	holding atomic.Bool
 	waiting atomic.Int64 // len(held), for status readers
 	fetchN  int          // the most records one poll brought of the partition (the poll loop's)
+	listed  bool         // in Receiver.holding (the poll loop's)
 	// unwindowed: its records take no place in the receiver's window (the
 	// redriven messages of a parked aggregate, see actionPartition).
 	unwindowed bool

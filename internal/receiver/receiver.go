@@ -870,10 +870,11 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
 		r.admitRecords(p, fp.Records)
 		return
 	}
-	if len(p.held) == 0 {
+	if !p.listed {
 		r.holding = append(r.holding, p)
-		p.holding.Store(true)
+		p.listed = true
 	}
+	p.holding.Store(true)
 	p.held = append(p.held, fp.Records...)
 	p.waiting.Store(int64(len(p.held)))
 	p.fetchN = max(p.fetchN, len(fp.Records))
@@ -895,10 +896,12 @@ func (r *Receiver) heldState() (ready bool, active, total int) {
 	for _, p := range r.holding {
 		if p.isClosed() {
 			r.dropHeld(p, 0)
+			p.listed = false
 			continue
 		}
 		if len(p.held) == 0 {
-			continue // all of it went in
+			p.listed = false // all of it went in
+			continue
 		}
 		kept = append(kept, p)
 		p.mu.Lock()
@@ -996,7 +999,8 @@ func (r *Receiver) dropHeld(p *partition, i int) {
 }
 
 // shedStuck gives back, when the held records fill the client's part of
-// the memory budget, those of the partitions at their share: they are
+// the memory budget, those of the partitions that cannot take them in now
+// (at their share, or paused for their span or parked state): they are
 // dropped, the client is sent back to the first of them and pauses the
 // partition until its unfinished records are down to half its share. It
 // reports whether it gave any back.
@@ -1008,25 +1012,39 @@ func (r *Receiver) shedStuck() bool {
 	defer r.cl.AllowRebalance()
 	share, shed := r.shareCap(), false
 	for _, p := range r.holding {
-		if len(p.held) == 0 || p.isClosed() || p.pending.Load() < share {
+		if len(p.held) == 0 || p.isClosed() {
+			continue
+		}
+		p.mu.Lock()
+		can := p.paused&(pauseSpan|pauseLoading) == 0 && p.pending.Load() <= share-r.batch
+		if !can {
+			r.pauseLocked(p, pauseShare) // before its records go: completions from now on may lift it
+		}
+		p.mu.Unlock()
+		if can {
 			continue
 		}
 		first := p.held[0].Offset
 		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: -1, Offset: first}}})
 		r.dropHeld(p, 0)
 		p.mu.Lock()
-		r.pauseLocked(p, pauseShare)
+		if p.pending.Load() <= share/2 {
+			r.unpauseLocked(p, pauseShare) // finished meanwhile: no completion is left to lift it
+		}
 		p.mu.Unlock()
 		shed = true
 	}
 	return shed
 }
 
-// recordBytes sums the keys and values of recs.
+// recordBytes sums the keys, values and headers of recs.
 func recordBytes(recs []*kgo.Record) int64 {
 	var n int
 	for _, rec := range recs {
 		n += len(rec.Key) + len(rec.Value)
+		for _, h := range rec.Headers {
+			n += len(h.Key) + len(h.Value)
+		}
 	}
 	return int64(n)
 }
