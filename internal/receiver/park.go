@@ -316,12 +316,32 @@ func (r *Receiver) stateRead(key string, s *park.State) {
 	case isReq:
 		ps.requests[s.Key()] = s
 	default:
-		ps.seen[key] = s
+		ps.seen[key] = mergeParks(ps.seen[key], s)
 	}
 	ps.mu.Unlock()
 	if s != nil && isReq {
 		r.maybeAct(parkKey{s.Topic, s.Aggregate}, s.Partition)
 	}
+}
+
+// mergeParks returns the state to keep of an aggregate parked as old when
+// s is read. A state of the same parking (its first-parked time: a
+// redrive's progress, a head that failed again) replaces old. A second
+// parking without an unpark between comes from a member that lost the
+// partition without knowing it yet (see lease.go) and wrote late: both
+// parkings' messages are in the parked topic, so the state kept starts at
+// the earlier head, and counts as resolved only what both do; a redrive
+// passes the copies over that it already redrove.
+func mergeParks(old, s *park.State) *park.State {
+	if old == nil || old.Since.Equal(s.Since) || old.Head.Partition != s.Head.Partition {
+		return s
+	}
+	m := *s
+	if old.Head.Offset < m.Head.Offset {
+		m.Head, m.Since, m.Class, m.Reason, m.Attempts = old.Head, old.Since, old.Class, old.Reason, old.Attempts
+	}
+	m.Offset = min(old.Offset, s.Offset)
+	return &m
 }
 
 // maybeAct starts the pending request on an aggregate if the aggregate is
