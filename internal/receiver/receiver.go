@@ -203,7 +203,9 @@ type Receiver struct {
 	// heldOrder and heldTurn: scratch and turn of admitHeld (poll loop only).
 	heldOrder []*partition
 	heldTurn  int
-	heldBytes atomic.Int64 // keys and values of the held records (written by the poll loop)
+	heldBytes atomic.Int64              // keys and values of the held records (written by the poll loop)
+	recBytes  int64                     // a moving average of the bytes of a record taken (the poll loop's)
+	fpBuf     []kgo.FetchTopicPartition // scratch of the poll loop
 	// fetchMax is the fetch limit last given to the client (New, then the poll loop
 	// only; read by Snapshot through fetchMaxSeen).
 	fetchMax, fetchPart int32
@@ -748,7 +750,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			// is held already.
 			r.cl.PollRecords(r.doneCtx, 0)
 			if !full {
-				fs = r.cl.PollRecords(nil, 0)
+				fs = r.cl.PollRecords(nil, r.takeCap())
 			}
 		case full:
 			// Enough is held and none of it can go in: wait for room. When
@@ -773,7 +775,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 				pctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
 				r.pollWake.Store(&cancel)
 			}
-			fs = r.cl.PollRecords(pctx, 0)
+			fs = r.cl.PollRecords(pctx, r.takeCap())
 			if cancel != nil {
 				r.pollWake.Store(nil)
 				cancel()
@@ -792,7 +794,24 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		// order their partitions came to hold them, then the new ones.
 		budget := r.reserve(int64(total + fs.NumRecords()))
 		r.admitHeld(&budget)
-		fs.EachPartition(func(fp kgo.FetchTopicPartition) { r.admit(fp, &budget) })
+		// A poll can bring one partition twice (fetches of two brokers
+		// buffered across a leader move): admitted in offset order, not in
+		// the order of the brokers.
+		fps := r.fpBuf[:0]
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) > 0 {
+				fps = append(fps, fp)
+			}
+		})
+		slices.SortStableFunc(fps, func(a, b kgo.FetchTopicPartition) int {
+			return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition),
+				cmp.Compare(a.Records[0].Offset, b.Records[0].Offset))
+		})
+		for _, fp := range fps {
+			r.admit(fp, &budget)
+		}
+		clear(fps)
+		r.fpBuf = fps[:0]
 		r.pauseHolding()
 		if budget > 0 { // room not used: records held, not owned, stopping, rewound
 			r.inFlight.Add(-budget)
@@ -878,7 +897,13 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
 	p.held = append(p.held, fp.Records...)
 	p.waiting.Store(int64(len(p.held)))
 	p.fetchN = max(p.fetchN, len(fp.Records))
-	r.heldBytes.Add(recordBytes(fp.Records))
+	n := recordBytes(fp.Records)
+	r.heldBytes.Add(n)
+	if per := n / int64(len(fp.Records)); r.recBytes == 0 {
+		r.recBytes = per
+	} else {
+		r.recBytes += (per - r.recBytes) / 8
+	}
 	r.admitHeldOf(p, budget)
 }
 
@@ -919,6 +944,24 @@ func (r *Receiver) heldState() (ready bool, active, total int) {
 	clear(r.holding[len(kept):])
 	r.holding = kept
 	return ready, active, total
+}
+
+// takeCap is the most records a poll may take from the client: all of them
+// (0) without a memory budget; with one, about as many as the client's
+// part of it has room for besides what is held. What is not taken stays
+// in the client, whose fetches already count in that part: taking a whole
+// fetch whose first batch exceeded the limit (Kafka sends a partition's
+// first batch whole) while holding the rest would count it twice.
+func (r *Receiver) takeCap() int {
+	part := r.o.Fetch.Part()
+	if part <= 0 {
+		return 0
+	}
+	per := r.recBytes
+	if per <= 0 {
+		per = 1 << 10 // before the first record taken
+	}
+	return int(max(1, (part-r.heldBytes.Load())/per))
 }
 
 // holdFull reports whether enough is held (active: records held in
