@@ -42,7 +42,7 @@ const (
 	PauseWindowFull  = receiver.PausedWindowFull  // the receiver's window is full: every partition waits
 	PauseSinkBackoff = receiver.PausedSinkBackoff // most handler attempts fail: every partition waits
 	PauseSpanCap     = "span_cap"                 // one unfinished record holds the commit while later ones finished
-	PauseShareCap    = "share_cap"                // the partition holds half the window while others wait
+	PauseShareCap    = "share_cap"                // the partition holds half the window and more of its messages wait while others go on
 	PauseParkedCap   = receiver.PausedParkedCap   // max-parked aggregates parked: every partition waits for an unpark
 	PauseParkedState = "parked_state"             // newly assigned: waits until its parked aggregates are read
 )

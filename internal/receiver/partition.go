@@ -62,9 +62,10 @@ const (
 	// pauseSpan: the uncommitted span grew past spanCap (a record holds
 	// the commit while later ones finish).
 	pauseSpan pauseReason = 1 << iota
-	// pauseShare: the receiver holds two shares of the partition's
-	// records it cannot admit (the partition holds its share of the
-	// window: a stuck aggregate with a backlog), so fetching it more is
+	// pauseShare: the partition holds its share of the window (a stuck
+	// aggregate with a backlog) and the receiver holds enough of its
+	// records waiting (see Receiver.pauseHolding), or gave them back to
+	// the client for lack of memory (shedStuck), so fetching it more is
 	// pointless. The partition's share limits admission, not this pause:
 	// pausing a partition in the client drops what the client buffered of
 	// it, which is fetched and decompressed again later.

@@ -677,25 +677,16 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 	for {
 		if r.parkFull.Load() {
 			// max-parked reached: nothing new until an aggregate is unparked.
-			if !r.paused.Load() {
-				r.cl.PauseFetchTopics(r.topics...)
-				r.paused.Store(true)
-			}
-			select {
-			case <-ctx.Done():
+			r.pauseTopics()
+			if !r.waitRoom(ctx, idle.C) {
 				return
-			case <-r.room:
-			case <-idle.C:
 			}
 			continue
 		}
 		if hold, until := r.fails.hold(time.Now()); hold {
 			// A sink or dependency is down: fetch nothing new until the
 			// backoff delay passed, then probe with what comes.
-			if !r.paused.Load() {
-				r.cl.PauseFetchTopics(r.topics...)
-				r.paused.Store(true)
-			}
+			r.pauseTopics()
 			t := time.NewTimer(time.Until(until))
 			select {
 			case <-ctx.Done():
@@ -709,15 +700,9 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		}
 		free := r.window - r.inFlight.Load()
 		if free < r.batch {
-			if !r.paused.Load() {
-				r.cl.PauseFetchTopics(r.topics...)
-				r.paused.Store(true)
-			}
-			select {
-			case <-ctx.Done():
+			r.pauseTopics()
+			if !r.waitRoom(ctx, idle.C) {
 				return
-			case <-r.room:
-			case <-idle.C:
 			}
 			continue
 		}
@@ -726,22 +711,21 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		// and goes in as room appears. Pausing a partition in the client
 		// instead drops what it buffered of it, which is then fetched and
 		// decompressed again: many times per record under load.
-		ready, held, total := r.heldState()
-		full := r.holdFull(held)
-		switch {
-		case full && !r.paused.Load():
+		ready, active, total := r.heldState()
+		full := r.holdFull(active)
+		if full {
 			// Enough held: the client fetches nothing more meanwhile
 			// (nothing is polled while it is paused, so nothing it
 			// buffered is dropped).
-			r.cl.PauseFetchTopics(r.topics...)
-			r.paused.Store(true)
-		case !full && r.paused.Load():
+			r.pauseTopics()
+		} else if r.paused.Load() {
 			// Resume before polling, so nothing buffered is thrown away.
 			r.cl.ResumeFetchTopics(r.topics...)
 			r.paused.Store(false)
 		}
 		r.fitFetch()
 		var fs kgo.Fetches
+		ownTimeout := false // the poll ended on the safety-net timeout below, not on an error
 		switch {
 		case ready:
 			// Held records can go in now: enter a poll at once (admission
@@ -760,11 +744,8 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			if r.shedStuck() {
 				continue
 			}
-			select {
-			case <-ctx.Done():
+			if !r.waitRoom(ctx, idle.C) {
 				return
-			case <-r.room:
-			case <-idle.C:
 			}
 			continue
 		default:
@@ -777,6 +758,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			}
 			fs = r.cl.PollRecords(pctx, r.takeCap())
 			if cancel != nil {
+				ownTimeout = errors.Is(pctx.Err(), context.DeadlineExceeded)
 				r.pollWake.Store(nil)
 				cancel()
 			}
@@ -786,7 +768,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			return
 		}
 		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			if !errors.Is(err, context.Canceled) && !(ownTimeout && errors.Is(err, context.DeadlineExceeded)) {
 				r.log.Warn("fetch error", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
 			}
 		})
@@ -822,6 +804,29 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// pauseTopics pauses the receiver's topics in the client, if they are not.
+// Only the poll loop pauses and resumes them, and it never polls while they
+// are paused, so nothing the client buffered is dropped.
+func (r *Receiver) pauseTopics() {
+	if !r.paused.Load() {
+		r.cl.PauseFetchTopics(r.topics...)
+		r.paused.Store(true)
+	}
+}
+
+// waitRoom waits for a wake-up of the poll loop (notify) or the next tick
+// of idle, the safety net of a missed one. It reports false once ctx is
+// done.
+func (r *Receiver) waitRoom(ctx context.Context, idle <-chan time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-r.room:
+	case <-idle:
+	}
+	return true
 }
 
 // fitFetch sizes the client's fetches to the receiver's part of the memory
