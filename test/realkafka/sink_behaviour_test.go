@@ -199,8 +199,12 @@ func slowSink(t *testing.T, compressible bool, dispatchers int) {
 		slowObserve, samples, errs, window, peakInFlight, fullSamples, pausedSamples, peakRSS/1024, float64(hwm)/1024,
 		peakBufBytes/(1<<20), peakBufRecords, peakRecvBuf/(1<<20), lastFetchMax/1024, delivered, rate, s.maxActive.Load())
 
-	if samples < int(slowObserve/(100*time.Millisecond))/2 {
-		t.Errorf("only %d successful /metrics samples in %v", samples, slowObserve)
+	// The ticker asks every 100 ms, but a scrape of six receivers' metrics
+	// on a loaded 2-core machine can take longer, and the ticker then drops
+	// ticks. One sample a second still sees the window fill; what would
+	// make the bounds below meaningless is scrapes that fail.
+	if samples < int(slowObserve/time.Second) || errs > samples/10 {
+		t.Errorf("only %d successful /metrics samples in %v (%d failed)", samples, slowObserve, errs)
 	}
 	if window != float64(cfg.MaxInFlight) {
 		t.Errorf("wowd_receiver_max_in_flight = %v, want %d", window, cfg.MaxInFlight)
