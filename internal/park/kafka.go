@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -105,39 +104,35 @@ func Read(ctx context.Context, opts []kgo.Opt, topic string, from, to map[int32]
 	return nil
 }
 
-// ReadState returns the parked aggregates of a state topic by key, as of
-// now.
+// ReadState returns the parked aggregates of a state topic by
+// Key(topic, aggregate), as of now, with their pending requests.
 func ReadState(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic string) (map[string]*State, error) {
 	ends, err := Ends(ctx, adm, topic, true)
 	if err != nil {
 		return nil, err
 	}
-	states := make(map[string]*State)
-	requests := make(map[string]*Request) // by state key
+	book := NewBook()
 	var bad error
 	err = Read(ctx, opts, topic, nil, ends, func(r *kgo.Record) error {
-		key := string(r.Key)
-		if r.Value == nil {
-			delete(states, key)
-			delete(requests, strings.TrimPrefix(key, requestPrefix))
-			return nil
+		var s *State
+		if r.Value != nil {
+			var err error
+			if s, err = Unmarshal(r.Key, r.Value); err != nil {
+				bad = errors.Join(bad, err)
+				return nil
+			}
 		}
-		s, err := Unmarshal(r.Key, r.Value)
-		switch {
-		case err != nil:
-			bad = errors.Join(bad, err)
-		case s.Request != nil:
-			requests[s.Key()] = s.Request
-		default:
-			states[key] = s
-		}
+		bad = errors.Join(bad, book.Apply(string(r.Key), s))
 		return nil
 	})
 	// A request is pending on its aggregate; one on an aggregate that is
 	// not parked is stale, and not shown.
-	for k, req := range requests {
+	states := book.All()
+	for k, req := range book.AllRequests() {
 		if s := states[k]; s != nil {
-			s.Request = req
+			withReq := *s
+			withReq.Request = req.Request
+			states[k] = &withReq
 		}
 	}
 	return states, errors.Join(err, bad)

@@ -2,8 +2,9 @@
 // read back: the parked topic of a source topic, where an aggregate's failed
 // message and its later messages wait in order, and the state topic of a
 // dispatcher, a compacted topic with one record per parked aggregate (a
-// tombstone once it is unparked), on which operators also ask for a redrive,
-// skip or discard.
+// tombstone once it is unparked) and one per owned source partition (its
+// owner epoch, see Book), on which operators also ask for a redrive, skip
+// or discard.
 //
 // The receiver that owns an aggregate's source partition is the only writer
 // of the aggregate's parked messages and of its state, except for requests:
@@ -79,6 +80,10 @@ type State struct {
 	Class    string    `json:"class"`
 	Reason   string    `json:"reason"`
 	Attempts int       `json:"attempts"`
+	// Epoch is the owner epoch of the ownership of the source partition
+	// that wrote the state (see book.go); 0 for states written before
+	// epochs existed.
+	Epoch int64 `json:"epoch,omitempty"`
 	// Request is an operator's pending action, if any.
 	Request *Request `json:"request,omitempty"`
 }
@@ -91,8 +96,10 @@ type Request struct {
 	ID     string    `json:"id"` // tells two requests of the same action apart
 }
 
-// Key returns the state record's key: the source topic and the aggregate
-// ID (topic names cannot contain '/').
+// Key names the state's aggregate: its source topic and aggregate ID
+// (topic names cannot contain '/'). It is the key of requests on the
+// aggregate (after a prefix) and of states written before owner epochs;
+// RecordKey is the key of the state's record.
 func (s *State) Key() string { return Key(s.Topic, s.Aggregate) }
 
 // Key returns the state key of an aggregate of a source topic.
@@ -126,14 +133,19 @@ func Unmarshal(key, value []byte) (*State, error) {
 	if err := json.Unmarshal(value, &s); err != nil {
 		return nil, fmt.Errorf("parked state %q: %w", key, err)
 	}
-	want := s.Key()
-	if IsRequestKey(string(key)) {
+	var want string
+	switch {
+	case IsRequestKey(string(key)):
 		if s.Request == nil {
 			return nil, fmt.Errorf("parked-aggregate request %q: no request in it", key)
 		}
 		want = RequestKey(s.Topic, s.Aggregate)
-	} else {
+	case IsOwnerKey(string(key)):
+		s.Request = nil
+		want = OwnerKey(s.Topic, s.Partition)
+	default:
 		s.Request = nil // requests live under keys of their own
+		want = s.RecordKey()
 	}
 	if want != string(key) {
 		return nil, fmt.Errorf("parked state %q: value is of %q", key, want)

@@ -19,7 +19,9 @@ import (
 // at-least-once allows) and it could write parking state: a parked
 // aggregate's state written by such a zombie would overwrite the owner's
 // and lose the messages parked since. Parking writes are therefore started
-// only within the lease.
+// only within the lease. A write started within it that the client keeps
+// buffered through a cut can still land late; owner epochs (park.Book)
+// make readers pass such a state over.
 //
 // The coordinator drops a member a session timeout after the last
 // heartbeat it received; a heartbeat (or join, or sync) answered was

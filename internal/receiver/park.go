@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,15 +83,14 @@ const redriveChunk = 256
 
 // parkState is the receiver's parking state; nil without Options.Park.
 type parkState struct {
-	mu sync.RWMutex // guards parked, seen, requests and stopping. A leaf: no other lock is taken under it.
+	mu sync.RWMutex // guards parked, book, handParking and stopping. A leaf: no other lock is taken under it.
 	// parked are the parked aggregates of the owned partitions.
 	parked map[parkKey]*parkedAgg
-	// seen is the state topic as the tail read it, this dispatcher's
-	// parked aggregates by state key: where a newly assigned partition's
-	// parked aggregates are loaded from.
-	seen map[string]*park.State
-	// requests are the operators' pending requests, by state key.
-	requests map[string]*park.State
+	// book is this dispatcher's part of the state topic as the tail read
+	// it: the parked aggregates, where a newly assigned partition's are
+	// loaded from, the operators' pending requests, and the partitions'
+	// owner epochs.
+	book *park.Book
 	// handParking are the aggregates being parked by hand (a park action
 	// queued in their mailbox).
 	handParking map[parkKey]bool
@@ -150,15 +148,14 @@ func (r *Receiver) parkedAnywhere(topic, key string) bool {
 	}
 	ps.mu.RLock()
 	defer ps.mu.RUnlock()
-	return ps.seen[park.Key(topic, key)] != nil
+	return ps.book.Parked(topic, key) != nil
 }
 
 // newParking makes the tail of the state topic; New calls it before making
 // the receiver's client, which may join the group (and be assigned
 // partitions, which wait for the tail) before Start.
 func (r *Receiver) newParking() error {
-	ps := &parkState{parked: make(map[parkKey]*parkedAgg), seen: make(map[string]*park.State),
-		requests: make(map[string]*park.State), handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
+	ps := &parkState{parked: make(map[parkKey]*parkedAgg), book: park.NewBook(), handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
 	tail, err := park.NewTail(r.parkClientOpts(), r.o.Park.StateTopic, r.stateRead, func(err error) {
 		r.log.Warn("reading the parked aggregates' state topic", zap.String("topic", r.o.Park.StateTopic), zap.Error(err))
 	})
@@ -299,49 +296,23 @@ func (r *Receiver) ensureParkingTopics(ctx context.Context) {
 }
 
 // stateRead takes a record of the state topic from the tail: it keeps the
-// dispatcher's parked aggregates and the operators' requests, and starts
-// the action asked for on an aggregate parked in an owned partition.
+// dispatcher's parked aggregates, owner epochs and the operators' requests,
+// and starts the action asked for on an aggregate parked in an owned
+// partition.
 func (r *Receiver) stateRead(key string, s *park.State) {
 	ps := r.park
-	isReq := park.IsRequestKey(key)
 	if s != nil && (s.Dispatcher != r.o.Dispatcher || s.Service != r.o.Service || r.routes[s.Topic] == nil) {
 		return
 	}
 	ps.mu.Lock()
-	switch {
-	case s == nil && isReq:
-		delete(ps.requests, strings.TrimPrefix(key, "!request/"))
-	case s == nil:
-		delete(ps.seen, key)
-	case isReq:
-		ps.requests[s.Key()] = s
-	default:
-		ps.seen[key] = mergeParks(ps.seen[key], s)
-	}
+	err := ps.book.Apply(key, s)
 	ps.mu.Unlock()
-	if s != nil && isReq {
+	if err != nil {
+		r.log.Warn("reading the parked aggregates' state topic", zap.String("topic", r.o.Park.StateTopic), zap.Error(err))
+	}
+	if s != nil && park.IsRequestKey(key) {
 		r.maybeAct(parkKey{s.Topic, s.Aggregate}, s.Partition)
 	}
-}
-
-// mergeParks returns the state to keep of an aggregate parked as old when
-// s is read. A state of the same parking (its first-parked time: a
-// redrive's progress, a head that failed again) replaces old. A second
-// parking without an unpark between comes from a member that lost the
-// partition without knowing it yet (see lease.go) and wrote late: both
-// parkings' messages are in the parked topic, so the state kept starts at
-// the earlier head, and counts as resolved only what both do; a redrive
-// passes the copies over that it already redrove.
-func mergeParks(old, s *park.State) *park.State {
-	if old == nil || old.Since.Equal(s.Since) || old.Head.Partition != s.Head.Partition {
-		return s
-	}
-	m := *s
-	if old.Head.Offset < m.Head.Offset {
-		m.Head, m.Since, m.Class, m.Reason, m.Attempts = old.Head, old.Since, old.Class, old.Reason, old.Attempts
-	}
-	m.Offset = min(old.Offset, s.Offset)
-	return &m
 }
 
 // maybeAct starts the pending request on an aggregate if the aggregate is
@@ -363,7 +334,7 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 		return // loadParked looks at the requests once loaded
 	}
 	ps.mu.Lock()
-	req := ps.requests[park.Key(k.topic, k.key)]
+	req := ps.book.Request(k.topic, k.key)
 	a := ps.parked[k]
 	var act *park.Request
 	byHand := req != nil && req.Request.Action == park.Park
@@ -411,6 +382,10 @@ func (r *Receiver) loadParked(p *partition) {
 			zap.Error(err))
 	}
 	ps.caughtUp.Store(true)
+	adopted, err := r.takeOwnership(p)
+	if err != nil {
+		return // p.ctx ended: the partition is gone
+	}
 	var keys []parkKey
 	ps.mu.Lock()
 	if p.isClosed() {
@@ -422,16 +397,13 @@ func (r *Receiver) loadParked(p *partition) {
 			delete(ps.parked, k)
 		}
 	}
-	for _, s := range ps.seen {
-		if s.Topic != p.topic || s.Partition != p.partition {
-			continue
-		}
+	for _, s := range adopted {
 		k := parkKey{s.Topic, s.Aggregate}
-		ps.parked[k] = &parkedAgg{state: *s}
+		ps.parked[k] = &parkedAgg{state: s}
 		keys = append(keys, k)
 	}
-	for _, req := range ps.requests {
-		if req.Topic == p.topic && req.Partition == p.partition && ps.parked[parkKey{req.Topic, req.Aggregate}] == nil {
+	for _, req := range ps.book.Requests(p.topic, p.partition) {
+		if ps.parked[parkKey{req.Topic, req.Aggregate}] == nil {
 			keys = append(keys, parkKey{req.Topic, req.Aggregate}) // to park by hand, or stale: maybeAct decides
 		}
 	}
@@ -445,6 +417,48 @@ func (r *Receiver) loadParked(p *partition) {
 	for _, k := range keys {
 		r.maybeAct(k, p.partition)
 	}
+}
+
+// takeOwnership gives the new incarnation of p an owner epoch above every
+// one the state topic holds for p (see park.Book), adopts p's parked
+// aggregates at that epoch and writes p's owner record, all durably, then
+// deletes the records of p the epoch leaves behind. From then on, a
+// parking write that a member which lost p delivers late is passed over by
+// every reader. It returns the adopted states, or p.ctx's error.
+func (r *Receiver) takeOwnership(p *partition) ([]park.State, error) {
+	ps := r.park
+	_, generation := r.cl.GroupMetadata()
+	ps.mu.RLock()
+	parked, old := ps.book.Partition(p.topic, p.partition)
+	epoch := ps.book.NextEpoch(p.topic, p.partition, int64(generation))
+	ps.mu.RUnlock()
+	adopted := make([]park.State, 0, len(parked))
+	recs := make([]*kgo.Record, 0, len(parked))
+	for _, s := range parked {
+		a := *s
+		a.Epoch = epoch
+		adopted = append(adopted, a)
+		recs = append(recs, stateRecord(r.o.Park.StateTopic, &a))
+		old = append(old, s.RecordKey())
+	}
+	// The adopted states before the owner record: a reader that sees the
+	// owner record sees them too.
+	if err := r.produceDurably(p.ctx, recs...); err != nil {
+		return nil, err
+	}
+	owner := park.OwnerRecord(r.o.Park.StateTopic, r.o.Service, r.o.Dispatcher, p.topic, p.partition, epoch)
+	if err := r.produceDurably(p.ctx, owner); err != nil {
+		return nil, err
+	}
+	// Deleting what no reader keeps any more only tidies the topic: a
+	// delete lost (or late) changes nothing.
+	for _, k := range old {
+		r.cl.Produce(p.ctx, &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(k)}, func(*kgo.Record, error) {})
+	}
+	p.parkEpoch.Store(epoch)
+	r.log.Debug("partition's parking owner epoch taken", zap.String("topic", p.topic), zap.Int32("partition", p.partition),
+		zap.Int64("epoch", epoch), zap.Int("adopted", len(adopted)), zap.Int("deleted", len(old)))
+	return adopted, nil
 }
 
 // assignedParking pauses the newly assigned partitions until their parked
@@ -584,6 +598,7 @@ func (j *job) park() {
 				Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: src.Topic, Partition: src.Partition, Offset: src.Offset,
 				Aggregate: k.key, Head: park.Position{Partition: w.Partition, Offset: w.Offset},
 				Since: since, Class: f.class, Reason: truncate(f.reason, maxErrorHeader), Attempts: f.attempts,
+				Epoch: j.p.parkEpoch.Load(),
 			}
 			j.tries = 0
 			// Not from within this promise: a produce there may wait for
@@ -646,7 +661,7 @@ func (j *job) writeParked(st *park.State) {
 }
 
 func stateRecord(topic string, st *park.State) *kgo.Record {
-	return &kgo.Record{Topic: topic, Key: []byte(st.Key()), Value: st.Marshal()}
+	return &kgo.Record{Topic: topic, Key: []byte(st.RecordKey()), Value: st.Marshal()}
 }
 
 func truncate(s string, n int) string {
@@ -839,7 +854,7 @@ func (t *parkAction) run() {
 		}
 	}
 	// Every parked message is handled (or dead-lettered): unpark.
-	tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(park.Key(k.topic, k.key))}
+	tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(st.RecordKey())}
 	if err := r.produceDurably(p.ctx, tomb); err != nil {
 		r.actionCanceled(k, req.Action, at)
 		return
@@ -859,7 +874,7 @@ func (t *parkAction) run() {
 func (r *Receiver) endRequest(p *partition, k parkKey, req park.Request) {
 	ps := r.park
 	ps.mu.RLock()
-	cur := ps.requests[park.Key(k.topic, k.key)]
+	cur := ps.book.Request(k.topic, k.key)
 	ps.mu.RUnlock()
 	if cur == nil || cur.Request.ID == req.ID {
 		tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(park.RequestKey(k.topic, k.key))}
@@ -908,20 +923,23 @@ func (j *job) waitLease(fn func()) {
 // lease ended (see lease.go).
 var errLeaseEnded = errors.New("no answer from the group coordinator for most of a session: the partition may be another member's already")
 
-// produceDurably writes rec, retrying with backoff until the broker
-// acknowledges it or ctx ends. Each attempt starts only within the
+// produceDurably writes recs, retrying with backoff until the broker
+// acknowledges them all or ctx ends. Each attempt starts only within the
 // member's lease (see lease.go).
-func (r *Receiver) produceDurably(ctx context.Context, rec *kgo.Record) error {
+func (r *Receiver) produceDurably(ctx context.Context, recs ...*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
 	for attempt := 1; ; attempt++ {
 		err := errLeaseEnded
 		if r.lease.holds() {
-			err = r.cl.ProduceSync(ctx, rec).FirstErr()
+			err = r.cl.ProduceSync(ctx, recs...).FirstErr()
 		}
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
 		wait := r.holdBackoff(attempt)
-		r.log.Error("parking write failed; retrying", zap.String("topic", rec.Topic), zap.Int("attempt", attempt),
+		r.log.Error("parking write failed; retrying", zap.String("topic", recs[0].Topic), zap.Int("attempt", attempt),
 			zap.Duration("wait", wait), zap.Error(err))
 		t := time.NewTimer(wait)
 		select {
@@ -1016,7 +1034,7 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, req park.Request) {
 	st := park.State{
 		Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: k.topic, Partition: p.partition, Offset: -1,
 		Aggregate: k.key, Head: park.Position{Partition: int32(head), Offset: ends[int32(head)]},
-		Since: time.Now(), Class: "by-hand", Reason: "parked by hand by " + req.By,
+		Since: time.Now(), Class: "by-hand", Reason: "parked by hand by " + req.By, Epoch: p.parkEpoch.Load(),
 	}
 	if err := r.produceDurably(p.ctx, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
 		r.actionCanceled(k, req.Action, at)

@@ -481,3 +481,84 @@ func TestNoParkingWriteOutsideTheLease(t *testing.T) {
 		stop(t, r)
 	})
 }
+
+// TestLateWriteOfAnEarlierOwnerIsPassedOver: a member cut off from Kafka
+// can have its client deliver parking writes long after another member
+// took its partition over. Written by hand here, as the first owner would
+// have: a late progress of the parked agg-1 (its head moved past its
+// parked messages), a late delete of agg-1's state, and a late parking of
+// agg-0. The next owners pass all three over: agg-0's messages are
+// handled, and agg-1's redrive hands over every parked message in order.
+func TestLateWriteOfAnEarlierOwnerIsPassedOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-fence"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 20, 2) // agg-0 and agg-1, #0..#9 each
+		var broken atomic.Bool
+		broken.Store(true)
+		sink := newParkSink(func(key string, seq uint64) bool { return broken.Load() && key == "agg-1" && seq == 3 })
+		r := h.receiver(group, sink, 16, parking)
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
+		first := h.parkedState("agg-1")
+		if first == nil || first.Epoch < 1 {
+			t.Fatalf("agg-1's state %+v: want it parked with an owner epoch", first)
+		}
+		stop(t, r)
+
+		r = h.receiver(group, sink, 16, parking)
+		var adopted *park.State
+		testwait.For(t, 30*time.Second, "agg-1 adopted by the next owner", func() bool {
+			adopted = h.parkedState("agg-1")
+			return adopted != nil && adopted.Epoch > first.Epoch
+		})
+		if adopted.Head != first.Head || adopted.Offset != first.Offset {
+			t.Fatalf("adopted %+v, want the head and offset of %+v", adopted, first)
+		}
+
+		// The first owner's late writes.
+		cl, err := kgo.NewClient(brokers(h.c)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		progress := *first
+		progress.Head.Offset, progress.Offset = 1000, 1000
+		agg0 := *first
+		agg0.Aggregate, agg0.Offset, agg0.Head.Offset = "agg-0", 0, 0
+		late := []*kgo.Record{
+			{Topic: testStateTopic, Key: []byte(first.RecordKey())},
+			stateRecord(testStateTopic, &progress),
+			stateRecord(testStateTopic, &agg0),
+		}
+		if err := cl.ProduceSync(context.Background(), late...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if st := h.parkedState("agg-1"); st == nil || st.Head != adopted.Head || st.Offset != adopted.Offset {
+			t.Fatalf("agg-1's state after the late writes: %+v, want %+v", st, adopted)
+		}
+		if st := h.parkedState("agg-0"); st != nil {
+			t.Fatalf("agg-0 parked by a late write: %+v", st)
+		}
+		stop(t, r)
+
+		// A third owner loads the topic with the late writes in it.
+		r = h.receiver(group, sink, 16, parking)
+		values := map[string]uint64{"agg-0": 10, "agg-1": 10}
+		produceValues(t, h.c, testTopic, 4, 2, func(k int) []byte {
+			key := "agg-" + strconv.Itoa(k)
+			values[key]++
+			return binary.BigEndian.AppendUint64(nil, values[key]-1)
+		})
+		testwait.For(t, 30*time.Second, "the new records finished", func() bool { return h.committedAtEnd(group) })
+		if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 12)) {
+			t.Fatalf("agg-0 handled %v, want %v", got, seqs(0, 12))
+		}
+		broken.Store(false)
+		h.ask("agg-1", park.Redrive)
+		testwait.For(t, 30*time.Second, "agg-1 unparked", func() bool { return h.parkedState("agg-1") == nil && r.Snapshot().ParkedAggregates == 0 })
+		if got := sink.of("agg-1"); !slices.Equal(got, seqs(0, 12)) {
+			t.Fatalf("agg-1 handled %v, want %v", got, seqs(0, 12))
+		}
+		stop(t, r)
+	})
+}

@@ -33,6 +33,10 @@ type partition struct {
 
 	pending atomic.Int64 // records pushed, not finished or dropped
 
+	// parkEpoch is the owner epoch of this incarnation's parking writes
+	// (see park.Book), set by loadParked before the partition is handled.
+	parkEpoch atomic.Int64
+
 	// held are records the poll loop took from the client but has not
 	// admitted yet, in offset order: the window or the partition's share
 	// was full. They are not tracked (nothing commits past them) and are

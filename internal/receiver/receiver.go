@@ -1197,6 +1197,7 @@ func (r *Receiver) rewind(p *partition, first, last, unfinished int64) *partitio
 		zap.Int64("client_resumed_at", first), zap.Int64("delivering_from", to))
 	r.m.Rewind()
 	np := newPartition(p.topic, p.partition)
+	np.parkEpoch.Store(p.parkEpoch.Load()) // the same ownership: its parked aggregates stay
 	r.commitMu.lock()
 	r.partsMu.Lock()
 	r.parts[tp{p.topic, p.partition}] = np

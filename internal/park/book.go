@@ -1,0 +1,227 @@
+package park
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Owner epochs fence the writes of a member that lost a partition without
+// knowing it yet: cut off from Kafka, its client may deliver a parking
+// write it started long before, after another member took the partition
+// over. A state topic record carries the epoch of the ownership that wrote
+// it, and a partition's owner, before it handles anything, writes an owner
+// record with an epoch above every one the topic holds for the partition
+// (see Book.NextEpoch). Readers keep an aggregate's state only at the
+// epoch of the partition's latest owner record or above; a state written
+// late from an earlier ownership is passed over. So that the states the
+// new owner takes over stay valid, it writes them again at its epoch
+// (adopts them) before its owner record.
+//
+// The epoch is part of a state's key (StateKey), so that a late tombstone
+// of an earlier ownership deletes that ownership's record only, never the
+// current one. States written before epochs existed have epoch 0 and the
+// key Key(topic, aggregate).
+
+// ownerPrefix starts the key of an owner record; '!' is in no topic name.
+const ownerPrefix = "!owner/"
+
+// OwnerKey returns the key of the owner record of a source partition.
+func OwnerKey(topic string, partition int32) string {
+	return ownerPrefix + topic + "/" + strconv.Itoa(int(partition))
+}
+
+// IsOwnerKey reports whether a state-topic key is an owner record's.
+func IsOwnerKey(key string) bool { return strings.HasPrefix(key, ownerPrefix) }
+
+// owner is the value of an owner record; it decodes as a State with no
+// aggregate.
+type owner struct {
+	Service    string `json:"service"`
+	Dispatcher string `json:"dispatcher"`
+	Topic      string `json:"topic"`
+	Partition  int32  `json:"partition"`
+	Epoch      int64  `json:"epoch"`
+}
+
+// OwnerRecord returns the owner record, for the state topic stateTopic,
+// of a source partition taken at epoch.
+func OwnerRecord(stateTopic, service, dispatcher, topic string, partition int32, epoch int64) *kgo.Record {
+	v, err := json.Marshal(owner{service, dispatcher, topic, partition, epoch})
+	if err != nil {
+		panic(err) // plain fields: cannot fail
+	}
+	return &kgo.Record{Topic: stateTopic, Key: []byte(OwnerKey(topic, partition)), Value: v}
+}
+
+// StateKey returns the key of an aggregate's state written at epoch.
+func StateKey(topic string, epoch int64, aggregate string) string {
+	if epoch == 0 {
+		return Key(topic, aggregate)
+	}
+	return topic + "#" + strconv.FormatInt(epoch, 10) + "/" + aggregate
+}
+
+// RecordKey returns the key of the state's record: StateKey of its topic,
+// epoch and aggregate.
+func (s *State) RecordKey() string { return StateKey(s.Topic, s.Epoch, s.Aggregate) }
+
+// ParseStateKey splits the key of a state record (not a request's or an
+// owner record's) into its source topic, epoch and aggregate ID.
+func ParseStateKey(key string) (topic string, epoch int64, aggregate string, err error) {
+	head, aggregate, ok := strings.Cut(key, "/")
+	if !ok || head == "" {
+		return "", 0, "", errors.New("parked state key " + key + ": want <topic>[#<epoch>]/<aggregate id>")
+	}
+	topic, e, hasEpoch := strings.Cut(head, "#")
+	if hasEpoch {
+		if epoch, err = strconv.ParseInt(e, 10, 64); err != nil || epoch <= 0 {
+			return "", 0, "", errors.New("parked state key " + key + ": the epoch is not a positive number")
+		}
+	}
+	return topic, epoch, aggregate, nil
+}
+
+// partKey names a source partition.
+type partKey struct {
+	topic     string
+	partition int32
+}
+
+// Book is what a state topic says once read in order: the parked
+// aggregates, the operators' pending requests and the partitions' owner
+// epochs. It is not safe for concurrent use.
+type Book struct {
+	// states are the records of each aggregate by Key(topic, aggregate),
+	// then by epoch: one, or two while a new owner adopts it.
+	states   map[string]map[int64]*State
+	requests map[string]*State // by Key(topic, aggregate)
+	fences   map[partKey]int64 // the latest owner record's epoch
+	highest  map[partKey]int64 // the highest epoch of any record of the partition
+}
+
+// NewBook returns an empty book.
+func NewBook() *Book {
+	return &Book{states: make(map[string]map[int64]*State), requests: make(map[string]*State),
+		fences: make(map[partKey]int64), highest: make(map[partKey]int64)}
+}
+
+// Apply reads the next record of the state topic: key and its decoded
+// value (nil for a tombstone). It returns an error for a tombstone whose
+// key it cannot read.
+func (b *Book) Apply(key string, s *State) error {
+	switch {
+	case IsRequestKey(key):
+		if s == nil {
+			delete(b.requests, strings.TrimPrefix(key, requestPrefix))
+		} else {
+			b.requests[s.Key()] = s
+		}
+		return nil
+	case IsOwnerKey(key):
+		if s != nil {
+			pk := partKey{s.Topic, s.Partition}
+			b.fences[pk] = s.Epoch
+			b.highest[pk] = max(b.highest[pk], s.Epoch)
+		}
+		return nil
+	case s == nil:
+		topic, epoch, aggregate, err := ParseStateKey(key)
+		if err != nil {
+			return err
+		}
+		k := Key(topic, aggregate)
+		delete(b.states[k], epoch)
+		if len(b.states[k]) == 0 {
+			delete(b.states, k)
+		}
+		return nil
+	}
+	k := s.Key()
+	if b.states[k] == nil {
+		b.states[k] = make(map[int64]*State, 1)
+	}
+	b.states[k][s.Epoch] = s
+	pk := partKey{s.Topic, s.Partition}
+	b.highest[pk] = max(b.highest[pk], s.Epoch)
+	return nil
+}
+
+// valid returns the aggregate's current state: of the highest epoch at or
+// above its partition's owner epoch, or nil.
+func (b *Book) valid(records map[int64]*State) *State {
+	var cur *State
+	for e, s := range records {
+		if e >= b.fences[partKey{s.Topic, s.Partition}] && (cur == nil || e > cur.Epoch) {
+			cur = s
+		}
+	}
+	return cur
+}
+
+// Parked returns the state of the aggregate of topic, or nil when it is
+// not parked.
+func (b *Book) Parked(topic, aggregate string) *State {
+	return b.valid(b.states[Key(topic, aggregate)])
+}
+
+// All returns the parked aggregates by Key(topic, aggregate).
+func (b *Book) All() map[string]*State {
+	out := make(map[string]*State, len(b.states))
+	for k, records := range b.states {
+		if s := b.valid(records); s != nil {
+			out[k] = s
+		}
+	}
+	return out
+}
+
+// Partition returns the parked aggregates of a source partition, and the
+// keys of its records that are not current: of earlier epochs, or written
+// late by an earlier owner. The partition's next owner adopts the first
+// and deletes the second.
+func (b *Book) Partition(topic string, partition int32) (parked []*State, old []string) {
+	for _, records := range b.states {
+		cur := b.valid(records)
+		for _, s := range records {
+			if s.Topic != topic || s.Partition != partition {
+				break // an aggregate's records are all of one partition
+			}
+			if s == cur {
+				parked = append(parked, s)
+			} else {
+				old = append(old, s.RecordKey())
+			}
+		}
+	}
+	return parked, old
+}
+
+// NextEpoch returns the epoch the next owner of a source partition takes:
+// above every epoch the book holds for it, and at least generation (the
+// consumer group's generation that assigned it, so that two members that
+// both read the topic before either wrote still take different epochs).
+func (b *Book) NextEpoch(topic string, partition int32, generation int64) int64 {
+	return max(generation, b.highest[partKey{topic, partition}]+1)
+}
+
+// Request returns the pending request on the aggregate of topic, or nil.
+func (b *Book) Request(topic, aggregate string) *State { return b.requests[Key(topic, aggregate)] }
+
+// Requests returns the pending requests on aggregates of a source
+// partition.
+func (b *Book) Requests(topic string, partition int32) []*State {
+	var out []*State
+	for _, req := range b.requests {
+		if req.Topic == topic && req.Partition == partition {
+			out = append(out, req)
+		}
+	}
+	return out
+}
+
+// AllRequests returns the pending requests by Key(topic, aggregate).
+func (b *Book) AllRequests() map[string]*State { return b.requests }

@@ -1,0 +1,159 @@
+package park
+
+import (
+	"maps"
+	"slices"
+	"testing"
+)
+
+func st(aggregate string, partition int32, epoch, head int64) *State {
+	return &State{Service: "svc", Dispatcher: "d", Topic: "t", Partition: partition, Aggregate: aggregate, Epoch: epoch, Head: Position{Offset: head}}
+}
+
+// apply feeds the book a record as the tail would: encoded and decoded
+// (nil: a tombstone of key).
+func apply(t *testing.T, b *Book, key string, s *State) {
+	t.Helper()
+	if s != nil {
+		var err error
+		if s, err = Unmarshal([]byte(key), s.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Apply(key, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ownerAt(t *testing.T, b *Book, partition int32, epoch int64) {
+	t.Helper()
+	rec := OwnerRecord("state", "svc", "d", "t", partition, epoch)
+	s, err := Unmarshal(rec.Key, rec.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Apply(string(rec.Key), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func heads(b *Book) map[string]int64 {
+	out := make(map[string]int64)
+	for k, s := range b.All() {
+		out[k] = s.Head.Offset
+	}
+	return out
+}
+
+// TestBookPassesOverLateWritesOfEarlierOwners: the owner epochs of book.go,
+// in the order a state topic can hold them.
+func TestBookPassesOverLateWritesOfEarlierOwners(t *testing.T) {
+	b := NewBook()
+	// Written before epochs existed, then adopted by the first owner.
+	legacy := st("a", 0, 0, 10)
+	apply(t, b, legacy.RecordKey(), legacy)
+	if got := b.Parked("t", "a"); got == nil || got.Head.Offset != 10 {
+		t.Fatalf("a legacy state: %+v", got)
+	}
+	if e := b.NextEpoch("t", 0, 3); e != 3 {
+		t.Fatalf("next epoch %d, want the generation 3", e)
+	}
+	adopted := st("a", 0, 3, 10)
+	apply(t, b, adopted.RecordKey(), adopted)
+	ownerAt(t, b, 0, 3)
+	parked, old := b.Partition("t", 0)
+	if len(parked) != 1 || parked[0].Epoch != 3 || !slices.Equal(old, []string{"t/a"}) {
+		t.Fatalf("partition 0: parked %+v, old %v; want a at epoch 3 and the legacy key to delete", parked, old)
+	}
+	apply(t, b, "t/a", nil)
+
+	// Epoch 3's owner lost the partition; epoch 4's took it over and
+	// parked b. Epoch 3's late writes: a's progress, a's unpark, and a
+	// parking of c.
+	adopted4 := st("a", 0, 4, 10)
+	apply(t, b, adopted4.RecordKey(), adopted4)
+	ownerAt(t, b, 0, 4)
+	b4 := st("b", 0, 4, 20)
+	apply(t, b, b4.RecordKey(), b4)
+	lateProgress := st("a", 0, 3, 99)
+	apply(t, b, lateProgress.RecordKey(), lateProgress)
+	apply(t, b, adopted.RecordKey(), nil) // a late unpark of epoch 3
+	lateC := st("c", 0, 3, 30)
+	apply(t, b, lateC.RecordKey(), lateC)
+	if got, want := heads(b), map[string]int64{"t/a": 10, "t/b": 20}; !maps.Equal(got, want) {
+		t.Fatalf("parked heads %v, want %v", got, want)
+	}
+	if b.Parked("t", "c") != nil {
+		t.Fatal("c parked by a late write")
+	}
+	// Another partition's owner epoch fences nothing of partition 0.
+	ownerAt(t, b, 1, 9)
+	if b.Parked("t", "a") == nil {
+		t.Fatal("a fenced by partition 1's owner")
+	}
+	if e := b.NextEpoch("t", 0, 2); e != 5 {
+		t.Fatalf("next epoch %d, want 5: above every epoch of the partition, whatever the generation", e)
+	}
+	parked, old = b.Partition("t", 0)
+	slices.Sort(old)
+	if len(parked) != 2 || !slices.Equal(old, []string{"t#3/c"}) {
+		t.Fatalf("partition 0: parked %d, old %v; want a and b, and c's late key to delete", len(parked), old)
+	}
+	// The current owner unparks b.
+	apply(t, b, b4.RecordKey(), nil)
+	if b.Parked("t", "b") != nil {
+		t.Fatal("b still parked after its delete")
+	}
+}
+
+// TestBookRequests: requests have keys of their own, and are deleted by
+// theirs.
+func TestBookRequests(t *testing.T) {
+	b := NewBook()
+	req := st("a", 2, 1, 0)
+	req.Request = &Request{Action: Redrive, By: "me", ID: "1"}
+	apply(t, b, RequestKey("t", "a"), req)
+	if got := b.Request("t", "a"); got == nil || got.Request.ID != "1" {
+		t.Fatalf("request %+v", got)
+	}
+	if got := b.Requests("t", 2); len(got) != 1 {
+		t.Fatalf("requests of partition 2: %v", got)
+	}
+	if b.Parked("t", "a") != nil {
+		t.Fatal("a request parked its aggregate")
+	}
+	apply(t, b, RequestKey("t", "a"), nil)
+	if b.Request("t", "a") != nil {
+		t.Fatal("request still pending after its delete")
+	}
+}
+
+func TestStateKeys(t *testing.T) {
+	for _, c := range []struct {
+		topic     string
+		epoch     int64
+		aggregate string
+	}{{"t", 0, "a"}, {"t.x-y", 12, "a/b#c"}, {"t", 1, ""}} {
+		key := StateKey(c.topic, c.epoch, c.aggregate)
+		topic, epoch, aggregate, err := ParseStateKey(key)
+		if err != nil || topic != c.topic || epoch != c.epoch || aggregate != c.aggregate {
+			t.Fatalf("%q: %q %d %q %v, want %+v", key, topic, epoch, aggregate, err, c)
+		}
+	}
+	for _, bad := range []string{"t", "/a", "t#x/a", "t#0/a", "t#-1/a"} {
+		if _, _, _, err := ParseStateKey(bad); err == nil {
+			t.Fatalf("%q parsed", bad)
+		}
+	}
+	if err := NewBook().Apply("t#x/a", nil); err == nil {
+		t.Fatal("a tombstone with a bad key was taken")
+	}
+	o := OwnerRecord("state", "svc", "d", "t", 3, 7)
+	if _, err := Unmarshal([]byte(OwnerKey("t", 4)), o.Value); err == nil {
+		t.Fatal("an owner record under another partition's key was taken")
+	}
+	s := st("a", 0, 5, 0)
+	if _, err := Unmarshal([]byte(StateKey("t", 4, "a")), s.Marshal()); err == nil {
+		t.Fatal("a state under another epoch's key was taken")
+	}
+}
