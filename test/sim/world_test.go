@@ -309,10 +309,13 @@ func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 type memberNet struct {
 	vn *kfake.VirtualNetwork
 
-	mu    sync.Mutex // guards cut, cutAt and conns
+	mu    sync.Mutex // guards cut, cutAt, healed and conns
 	cut   bool
 	cutAt time.Time // when the current cut began
-	conns []net.Conn
+	// healed is closed when the current cut ends: a dial waiting in it
+	// goes through then, as a retransmitted connection attempt would.
+	healed chan struct{}
+	conns  []net.Conn
 }
 
 var errCut = errors.New("network cut")
@@ -332,7 +335,7 @@ func (dialTimeout) Unwrap() error   { return errCut }
 
 func (n *memberNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	n.mu.Lock()
-	cut := n.cut
+	cut, healed := n.cut, n.healed
 	n.mu.Unlock()
 	if cut {
 		// A cut network drops the connection attempt: the dial hangs until
@@ -340,13 +343,20 @@ func (n *memberNet) dial(ctx context.Context, network, addr string) (net.Conn, e
 		// its producer ID in a loop that never sleeps — franz-go backs off
 		// on a produce response, not on a failed InitProducerID — and in
 		// the virtual clock that loop stops time.)
+		// A dial still waiting when the cut ends goes through: waiting
+		// out its timeout instead would leave kgo's metadata loop behind
+		// it, and franz-go's fetch loop, given leader hints (KIP-951) it
+		// applies only after a metadata update, spins meanwhile, which in
+		// the virtual clock stops time for good.
 		t := time.NewTimer(cutDialTimeout)
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
+			return nil, &net.OpError{Op: "dial", Net: network, Err: dialTimeout{}}
 		case <-t.C:
+			return nil, &net.OpError{Op: "dial", Net: network, Err: dialTimeout{}}
+		case <-healed:
 		}
-		return nil, &net.OpError{Op: "dial", Net: network, Err: dialTimeout{}}
 	}
 	c, err := n.vn.DialContext(ctx, network, addr)
 	if err != nil {
@@ -365,8 +375,12 @@ func (n *memberNet) dial(ctx context.Context, network, addr string) (net.Conn, e
 func (n *memberNet) setCut(cut bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if cut && !n.cut {
+	switch {
+	case cut && !n.cut:
 		n.cutAt = time.Now()
+		n.healed = make(chan struct{})
+	case !cut && n.cut:
+		close(n.healed)
 	}
 	n.cut = cut
 	if cut {
