@@ -16,22 +16,40 @@ import (
 // it, and a partition's owner, before it handles anything, writes an owner
 // record with an epoch above every one the topic holds for the partition
 // (see Book.NextEpoch). Readers keep an aggregate's state only at the
-// epoch of the partition's latest owner record or above; a state written
-// late from an earlier ownership is passed over. So that the states the
-// new owner takes over stay valid, it writes them again at its epoch
-// (adopts them) before its owner record.
+// highest owner epoch of its partition or above; a state written late from
+// an earlier ownership is passed over. So that the states the new owner
+// takes over stay valid, it writes them again at its epoch (adopts them)
+// before its owner record.
 //
-// The epoch is part of a state's key (StateKey), so that a late tombstone
-// of an earlier ownership deletes that ownership's record only, never the
-// current one. States written before epochs existed have epoch 0 and the
-// key Key(topic, aggregate).
+// The epoch is part of the keys of states (StateKey) and of owner records
+// (OwnerKey), so that a late record of an earlier ownership, a tombstone
+// included, replaces only that ownership's record, never the current one,
+// however the topic is compacted. States written before epochs existed have
+// epoch 0 and the key Key(topic, aggregate).
 
 // ownerPrefix starts the key of an owner record; '!' is in no topic name.
 const ownerPrefix = "!owner/"
 
-// OwnerKey returns the key of the owner record of a source partition.
-func OwnerKey(topic string, partition int32) string {
-	return ownerPrefix + topic + "/" + strconv.Itoa(int(partition))
+// OwnerKey returns the key of the owner record of a source partition at
+// epoch.
+func OwnerKey(topic string, partition int32, epoch int64) string {
+	return ownerPrefix + topic + "/" + strconv.Itoa(int(partition)) + "#" + strconv.FormatInt(epoch, 10)
+}
+
+// parseOwnerKey splits the key of an owner record.
+func parseOwnerKey(key string) (partKey, int64, error) {
+	rest := strings.TrimPrefix(key, ownerPrefix)
+	i, j := strings.LastIndexByte(rest, '/'), strings.LastIndexByte(rest, '#')
+	bad := errors.New("parking owner record key " + key + ": want " + ownerPrefix + "<topic>/<partition>#<epoch>")
+	if i <= 0 || j < i {
+		return partKey{}, 0, bad
+	}
+	p, perr := strconv.ParseInt(rest[i+1:j], 10, 32)
+	e, eerr := strconv.ParseInt(rest[j+1:], 10, 64)
+	if perr != nil || eerr != nil || p < 0 || e <= 0 {
+		return partKey{}, 0, bad
+	}
+	return partKey{rest[:i], int32(p)}, e, nil
 }
 
 // IsOwnerKey reports whether a state-topic key is an owner record's.
@@ -54,7 +72,7 @@ func OwnerRecord(stateTopic, service, dispatcher, topic string, partition int32,
 	if err != nil {
 		panic(err) // plain fields: cannot fail
 	}
-	return &kgo.Record{Topic: stateTopic, Key: []byte(OwnerKey(topic, partition)), Value: v}
+	return &kgo.Record{Topic: stateTopic, Key: []byte(OwnerKey(topic, partition, epoch)), Value: v}
 }
 
 // StateKey returns the key of an aggregate's state written at epoch.
@@ -99,14 +117,16 @@ type Book struct {
 	// then by epoch: one, or two while a new owner adopts it.
 	states   map[string]map[int64]*State
 	requests map[string]*State // by Key(topic, aggregate)
-	fences   map[partKey]int64 // the latest owner record's epoch
-	highest  map[partKey]int64 // the highest epoch of any record of the partition
+	// owners are the epochs of each partition's owner records; the
+	// highest fences the partition's states.
+	owners  map[partKey]map[int64]bool
+	highest map[partKey]int64 // the highest epoch of any record of the partition
 }
 
 // NewBook returns an empty book.
 func NewBook() *Book {
 	return &Book{states: make(map[string]map[int64]*State), requests: make(map[string]*State),
-		fences: make(map[partKey]int64), highest: make(map[partKey]int64)}
+		owners: make(map[partKey]map[int64]bool), highest: make(map[partKey]int64)}
 }
 
 // Apply reads the next record of the state topic: key and its decoded
@@ -122,11 +142,19 @@ func (b *Book) Apply(key string, s *State) error {
 		}
 		return nil
 	case IsOwnerKey(key):
-		if s != nil {
-			pk := partKey{s.Topic, s.Partition}
-			b.fences[pk] = s.Epoch
-			b.highest[pk] = max(b.highest[pk], s.Epoch)
+		pk, epoch, err := parseOwnerKey(key)
+		if err != nil {
+			return err
 		}
+		if s == nil {
+			delete(b.owners[pk], epoch)
+			return nil
+		}
+		if b.owners[pk] == nil {
+			b.owners[pk] = make(map[int64]bool, 1)
+		}
+		b.owners[pk][epoch] = true
+		b.highest[pk] = max(b.highest[pk], epoch)
 		return nil
 	case s == nil:
 		topic, epoch, aggregate, err := ParseStateKey(key)
@@ -150,12 +178,21 @@ func (b *Book) Apply(key string, s *State) error {
 	return nil
 }
 
+// fence returns the highest owner epoch of a partition (0 without one).
+func (b *Book) fence(pk partKey) int64 {
+	var f int64
+	for e := range b.owners[pk] {
+		f = max(f, e)
+	}
+	return f
+}
+
 // valid returns the aggregate's current state: of the highest epoch at or
-// above its partition's owner epoch, or nil.
+// above its partition's fence, or nil.
 func (b *Book) valid(records map[int64]*State) *State {
 	var cur *State
 	for e, s := range records {
-		if e >= b.fences[partKey{s.Topic, s.Partition}] && (cur == nil || e > cur.Epoch) {
+		if e >= b.fence(partKey{s.Topic, s.Partition}) && (cur == nil || e > cur.Epoch) {
 			cur = s
 		}
 	}
@@ -180,21 +217,27 @@ func (b *Book) All() map[string]*State {
 }
 
 // Partition returns the parked aggregates of a source partition, and the
-// keys of its records that are not current: of earlier epochs, or written
-// late by an earlier owner. The partition's next owner adopts the first
-// and deletes the second.
+// keys of its records that are not current: states of earlier epochs or
+// written late by an earlier owner, and owner records below the highest.
+// The partition's next owner adopts the first and, once its own owner
+// record is written, deletes the second.
 func (b *Book) Partition(topic string, partition int32) (parked []*State, old []string) {
 	for _, records := range b.states {
 		cur := b.valid(records)
 		for _, s := range records {
-			if s.Topic != topic || s.Partition != partition {
-				break // an aggregate's records are all of one partition
-			}
-			if s == cur {
+			switch {
+			case s.Topic != topic || s.Partition != partition:
+			case s == cur:
 				parked = append(parked, s)
-			} else {
+			default:
 				old = append(old, s.RecordKey())
 			}
+		}
+	}
+	pk := partKey{topic, partition}
+	for e := range b.owners[pk] {
+		if e < b.fence(pk) {
+			old = append(old, OwnerKey(topic, partition, e))
 		}
 	}
 	return parked, old

@@ -86,6 +86,11 @@ func TestBookPassesOverLateWritesOfEarlierOwners(t *testing.T) {
 	if b.Parked("t", "c") != nil {
 		t.Fatal("c parked by a late write")
 	}
+	// Epoch 3's owner record, late too, does not lower the fence.
+	ownerAt(t, b, 0, 3)
+	if b.Parked("t", "c") != nil {
+		t.Fatal("c parked once epoch 3's late owner record came")
+	}
 	// Another partition's owner epoch fences nothing of partition 0.
 	ownerAt(t, b, 1, 9)
 	if b.Parked("t", "a") == nil {
@@ -96,8 +101,16 @@ func TestBookPassesOverLateWritesOfEarlierOwners(t *testing.T) {
 	}
 	parked, old = b.Partition("t", 0)
 	slices.Sort(old)
-	if len(parked) != 2 || !slices.Equal(old, []string{"t#3/c"}) {
-		t.Fatalf("partition 0: parked %d, old %v; want a and b, and c's late key to delete", len(parked), old)
+	if want := []string{"!owner/t/0#3", "t#3/c"}; len(parked) != 2 || !slices.Equal(old, want) {
+		t.Fatalf("partition 0: parked %d, old %v; want a and b, and %v to delete", len(parked), old, want)
+	}
+	// The next owner deletes them; a delete of epoch 3's owner record (or
+	// a late one) does not lift epoch 4's fence.
+	apply(t, b, OwnerKey("t", 0, 3), nil)
+	apply(t, b, "t#3/c", nil)
+	apply(t, b, lateC.RecordKey(), lateC)
+	if b.Parked("t", "c") != nil {
+		t.Fatal("c parked after epoch 3's owner record was deleted")
 	}
 	// The current owner unparks b.
 	apply(t, b, b4.RecordKey(), nil)
@@ -145,11 +158,13 @@ func TestStateKeys(t *testing.T) {
 			t.Fatalf("%q parsed", bad)
 		}
 	}
-	if err := NewBook().Apply("t#x/a", nil); err == nil {
-		t.Fatal("a tombstone with a bad key was taken")
+	for _, bad := range []string{"t#x/a", "!owner/t/1", "!owner/t/x#1", "!owner/t/1#0", "!owner//1#2"} {
+		if err := NewBook().Apply(bad, nil); err == nil {
+			t.Fatalf("a tombstone with the bad key %q was taken", bad)
+		}
 	}
 	o := OwnerRecord("state", "svc", "d", "t", 3, 7)
-	if _, err := Unmarshal([]byte(OwnerKey("t", 4)), o.Value); err == nil {
+	if _, err := Unmarshal([]byte(OwnerKey("t", 4, 7)), o.Value); err == nil {
 		t.Fatal("an owner record under another partition's key was taken")
 	}
 	s := st("a", 0, 5, 0)

@@ -142,7 +142,7 @@ func Unmarshal(key, value []byte) (*State, error) {
 		want = RequestKey(s.Topic, s.Aggregate)
 	case IsOwnerKey(string(key)):
 		s.Request = nil
-		want = OwnerKey(s.Topic, s.Partition)
+		want = OwnerKey(s.Topic, s.Partition, s.Epoch)
 	default:
 		s.Request = nil // requests live under keys of their own
 		want = s.RecordKey()

@@ -35,13 +35,14 @@ type lease struct {
 
 var _ kgo.HookBrokerE2E = (*lease)(nil)
 
-// OnBrokerE2E extends the lease on every answered heartbeat, join or sync.
+// OnBrokerE2E extends the lease on every answered heartbeat, join or sync
+// (of the consumer protocol, KIP-848: its heartbeat).
 // An answer carrying an error code extends it too: the member was known
 // then, and an answer saying it is not (UNKNOWN_MEMBER_ID) makes kgo end
 // the session, which closes the partitions at once.
 func (l *lease) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
 	switch kmsg.Key(key) {
-	case kmsg.Heartbeat, kmsg.JoinGroup, kmsg.SyncGroup:
+	case kmsg.Heartbeat, kmsg.JoinGroup, kmsg.SyncGroup, kmsg.ConsumerGroupHeartbeat:
 	default:
 		return
 	}

@@ -328,7 +328,7 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 		return // not ours: the owner acts
 	}
 	p.mu.Lock()
-	loading := p.paused&pauseLoading != 0
+	loading := p.paused&pauseLoading != 0 || p.parkEpoch.Load() == 0
 	p.mu.Unlock()
 	if loading {
 		return // loadParked looks at the requests once loaded
@@ -402,11 +402,6 @@ func (r *Receiver) loadParked(p *partition) {
 		ps.parked[k] = &parkedAgg{state: s}
 		keys = append(keys, k)
 	}
-	for _, req := range ps.book.Requests(p.topic, p.partition) {
-		if ps.parked[parkKey{req.Topic, req.Aggregate}] == nil {
-			keys = append(keys, parkKey{req.Topic, req.Aggregate}) // to park by hand, or stale: maybeAct decides
-		}
-	}
 	r.nparked.Store(int32(len(ps.parked)))
 	ps.mu.Unlock()
 	p.mu.Lock()
@@ -414,6 +409,15 @@ func (r *Receiver) loadParked(p *partition) {
 	p.mu.Unlock()
 	r.parkRoom()
 	r.log.Debug("parked aggregates loaded", zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("parked", len(keys)))
+	// The requests are listed only now: one the tail read while p was
+	// loading found it loading and was left for here.
+	ps.mu.RLock()
+	for _, req := range ps.book.Requests(p.topic, p.partition) {
+		if ps.parked[parkKey{req.Topic, req.Aggregate}] == nil {
+			keys = append(keys, parkKey{req.Topic, req.Aggregate}) // to park by hand, or stale: maybeAct decides
+		}
+	}
+	ps.mu.RUnlock()
 	for _, k := range keys {
 		r.maybeAct(k, p.partition)
 	}
@@ -584,7 +588,7 @@ func (j *job) park() {
 		kgo.RecordHeader{Key: park.HeaderSince, Value: []byte(since.UTC().Format("2006-01-02T15:04:05.000Z07:00"))},
 	)
 	rec := &kgo.Record{Topic: park.Topic(src.Topic), Key: src.Key, Value: src.Value, Headers: hs, Timestamp: src.Timestamp}
-	if !r.lease.holds() {
+	if !r.lease.holds() || j.p.parkEpoch.Load() == 0 { // no epoch: not loaded, see loadParked
 		j.releasePark() // park reserves again
 		j.waitLease(j.park)
 		return
@@ -630,10 +634,18 @@ func (j *job) writeParked(st *park.State) {
 		switch {
 		case err == nil:
 			ps := r.park
-			ps.mu.Lock()
 			// A partition that went meanwhile is its next owner's: it loads
-			// this state from the topic.
+			// this state from the topic. One rewound meanwhile (a new
+			// incarnation of the same ownership, see rewind) keeps it.
+			// (A partition being revoked is still its own until closed.)
 			owned := !j.p.isClosed()
+			if !owned {
+				r.partsMu.RLock()
+				cur := r.parts[tp{st.Topic, st.Partition}]
+				r.partsMu.RUnlock()
+				owned = cur != nil && !cur.isClosed() && cur.parkEpoch.Load() == st.Epoch
+			}
+			ps.mu.Lock()
 			if owned {
 				ps.parked[parkKey{st.Topic, st.Aggregate}] = &parkedAgg{state: *st}
 				r.nparked.Store(int32(len(ps.parked)))

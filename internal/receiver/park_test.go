@@ -562,3 +562,26 @@ func TestLateWriteOfAnEarlierOwnerIsPassedOver(t *testing.T) {
 		stop(t, r)
 	})
 }
+
+// TestParkingUnderTheConsumerProtocol: with the consumer group protocol
+// (KIP-848), whose heartbeats are ConsumerGroupHeartbeats, the lease
+// holds, so a partition takes its owner epoch and a failed message parks.
+func TestParkingUnderTheConsumerProtocol(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-848"
+		h := newVirtualHarness(t, 2)
+		produce(t, h.c, testTopic, 40, 4)
+		sink := newParkSink(func(key string, seq uint64) bool { return key == "agg-1" && seq == 4 })
+		r := h.receiver(group, sink, 16, parking, func(o *Options) {
+			o.ClientOpts = append(o.ClientOpts, kgo.ServerSideBalancer())
+		})
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
+		if st := h.parkedState("agg-1"); st == nil || st.Epoch < 1 || st.Offset < 0 {
+			t.Fatalf("agg-1's state %+v: want it parked at an owner epoch", st)
+		}
+		if got := sink.of("agg-1"); !slices.Equal(got, seqs(0, 4)) {
+			t.Fatalf("agg-1 handled %v, want %v", got, seqs(0, 4))
+		}
+		stop(t, r)
+	})
+}
