@@ -1,6 +1,7 @@
 package wow
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/bits"
@@ -37,6 +38,9 @@ type Route struct {
 	processor   rspan
 	full        *Message // the decoded message when a routing string had escapes
 	useFull     bool
+	// plain: the value has no backslash, so a string ends at the next
+	// quote (one vectorized search per value spares a test per byte).
+	plain bool
 }
 
 // rspan is a value Route read: its type (see typeOf; 0 when absent) and,
@@ -74,6 +78,7 @@ func (r *Route) Scan(kind Kind, value []byte, events bool) error {
 	if len(value) > 1<<31-1 {
 		return r.decodeFull(value) // spans are 32-bit; Decode reads any size
 	}
+	r.plain = bytes.IndexByte(value, '\\') < 0
 	esc, err := r.scan(events)
 	if err != nil {
 		return err
@@ -116,7 +121,7 @@ func (r *Route) scan(events bool) (esc bool, err error) {
 		return false, r.routeSyntax(i, "empty value")
 	}
 	if d[i] != '{' {
-		end, ok := skipValue(d, i)
+		end, ok := skipValue(d, r.plain, i)
 		if !ok {
 			return false, r.routeSyntax(i, "unterminated value")
 		}
@@ -135,7 +140,7 @@ func (r *Route) scan(events bool) (esc bool, err error) {
 				return false, r.routeSyntax(i, "looking for the beginning of an object key")
 			}
 			ks := i + 1
-			ke, kesc, ok := skipString(d, ks)
+			ke, kesc, ok := skipString(d, r.plain, ks)
 			if !ok {
 				return false, r.routeSyntax(i, "unterminated string")
 			}
@@ -188,7 +193,7 @@ func (r *Route) scan(events bool) (esc bool, err error) {
 			case f >= 0:
 				v := rspan{typ: typeOf(d[i])}
 				if v.typ == '"' {
-					end, sesc, ok := skipString(d, i+1)
+					end, sesc, ok := skipString(d, r.plain, i+1)
 					if !ok {
 						return false, r.routeSyntax(i, "unterminated string")
 					}
@@ -196,7 +201,7 @@ func (r *Route) scan(events bool) (esc bool, err error) {
 					esc = esc || v.esc
 					i = end + 1
 				} else {
-					end, ok := skipValue(d, i)
+					end, ok := skipValue(d, r.plain, i)
 					if !ok {
 						return false, r.routeSyntax(i, "unterminated value")
 					}
@@ -204,7 +209,7 @@ func (r *Route) scan(events bool) (esc bool, err error) {
 				}
 				r.fields[f] = v
 			case f == -1:
-				end, ok := skipValue(d, i)
+				end, ok := skipValue(d, r.plain, i)
 				if !ok {
 					return false, r.routeSyntax(i, "unterminated value")
 				}
@@ -247,7 +252,7 @@ func (r *Route) scanHeader(i int) (int, bool) {
 	d := r.data
 	r.compensated, r.processor = false, rspan{} // a later header replaces an earlier one
 	if d[i] != '{' {
-		return skipValue(d, i)
+		return skipValue(d, r.plain, i)
 	}
 	i = skipWS(d, i+1)
 	if i < len(d) && d[i] == '}' {
@@ -258,7 +263,7 @@ func (r *Route) scanHeader(i int) (int, bool) {
 			return i, false
 		}
 		ks := i + 1
-		ke, kesc, ok := skipString(d, ks)
+		ke, kesc, ok := skipString(d, r.plain, ks)
 		if !ok {
 			return i, false
 		}
@@ -275,14 +280,14 @@ func (r *Route) scanHeader(i int) (int, bool) {
 		case kesc:
 			// An escaped header key: which key it is needs decoding.
 			r.useFull = true
-			end, ok := skipValue(d, i)
+			end, ok := skipValue(d, r.plain, i)
 			if !ok {
 				return end, false
 			}
 			i = end
 		case string(key) == HeaderCompensationID:
 			r.compensated = true
-			end, ok := skipValue(d, i)
+			end, ok := skipValue(d, r.plain, i)
 			if !ok {
 				return end, false
 			}
@@ -290,7 +295,7 @@ func (r *Route) scanHeader(i int) (int, bool) {
 		case string(key) == HeaderCompensationProcessor:
 			v := rspan{typ: typeOf(d[i])}
 			if v.typ == '"' {
-				end, sesc, ok := skipString(d, i+1)
+				end, sesc, ok := skipString(d, r.plain, i+1)
 				if !ok {
 					return i, false
 				}
@@ -300,7 +305,7 @@ func (r *Route) scanHeader(i int) (int, bool) {
 				}
 				i = end + 1
 			} else {
-				end, ok := skipValue(d, i)
+				end, ok := skipValue(d, r.plain, i)
 				if !ok {
 					return end, false
 				}
@@ -308,7 +313,7 @@ func (r *Route) scanHeader(i int) (int, bool) {
 			}
 			r.processor = v
 		default:
-			end, ok := skipValue(d, i)
+			end, ok := skipValue(d, r.plain, i)
 			if !ok {
 				return end, false
 			}
@@ -333,7 +338,7 @@ func (r *Route) scanBody(i int) (int, bool, bool) {
 	d := r.data
 	r.events = r.events[:0] // a later body replaces an earlier one
 	if d[i] != '[' {
-		end, ok := skipValue(d, i)
+		end, ok := skipValue(d, r.plain, i)
 		return end, false, ok
 	}
 	esc := false
@@ -347,7 +352,7 @@ func (r *Route) scanBody(i int) (int, bool, bool) {
 		}
 		if d[i] != '{' {
 			r.events = append(r.events, rspan{typ: notObject, start: int32(typeOf(d[i]))}) // Decode rejects it
-			end, ok := skipValue(d, i)
+			end, ok := skipValue(d, r.plain, i)
 			if !ok {
 				return end, false, false
 			}
@@ -363,7 +368,7 @@ func (r *Route) scanBody(i int) (int, bool, bool) {
 						return i, false, false
 					}
 					ks := i + 1
-					ke, kesc, ok := skipString(d, ks)
+					ke, kesc, ok := skipString(d, r.plain, ks)
 					if !ok {
 						return i, false, false
 					}
@@ -379,7 +384,7 @@ func (r *Route) scanBody(i int) (int, bool, bool) {
 					if string(d[ks:ke]) == "name" {
 						name = rspan{typ: typeOf(d[i])}
 						if name.typ == '"' {
-							end, sesc, ok := skipString(d, i+1)
+							end, sesc, ok := skipString(d, r.plain, i+1)
 							if !ok {
 								return i, false, false
 							}
@@ -387,14 +392,14 @@ func (r *Route) scanBody(i int) (int, bool, bool) {
 							esc = esc || name.esc
 							i = end + 1
 						} else {
-							end, ok := skipValue(d, i)
+							end, ok := skipValue(d, r.plain, i)
 							if !ok {
 								return end, false, false
 							}
 							i = end
 						}
 					} else {
-						end, ok := skipValue(d, i)
+						end, ok := skipValue(d, r.plain, i)
 						if !ok {
 							return end, false, false
 						}
@@ -567,8 +572,13 @@ const (
 
 // skipString finds the closing quote of a string whose contents start at i.
 // It returns its position, whether the string has escapes, and false when
-// the string does not end.
-func skipString(d []byte, i int) (end int, esc bool, ok bool) {
+// the string does not end. plain says the value has no backslash at all:
+// the next quote ends the string.
+func skipString(d []byte, plain bool, i int) (end int, esc bool, ok bool) {
+	if plain {
+		i = nextQuote(d, i)
+		return i, false, i < len(d)
+	}
 	for {
 		i = nextQuoteOrBackslash(d, i)
 		if i >= len(d) {
@@ -580,6 +590,23 @@ func skipString(d []byte, i int) (end int, esc bool, ok bool) {
 		esc = true
 		i += 2 // the backslash and the byte it escapes
 	}
+}
+
+// nextQuote returns the position of the first '"' at or after i, or
+// len(d); see nextQuoteOrBackslash.
+func nextQuote(d []byte, i int) int {
+	for ; i+8 <= len(d); i += 8 {
+		q := binary.LittleEndian.Uint64(d[i:]) ^ (ones * '"')
+		if t := (q - ones) &^ q & highs; t != 0 {
+			return i + bits.TrailingZeros64(t)>>3
+		}
+	}
+	for ; i < len(d); i++ {
+		if d[i] == '"' {
+			return i
+		}
+	}
+	return i
 }
 
 // nextQuoteOrBackslash returns the position of the first '"' or '\\' at or
@@ -634,13 +661,13 @@ func nextStructural(d []byte, i int) int {
 // skipValue returns the position after the value at i, following only its
 // structure: strings, and the nesting of objects and arrays. It reports
 // false when the value does not end.
-func skipValue(d []byte, i int) (int, bool) {
+func skipValue(d []byte, plain bool, i int) (int, bool) {
 	if i >= len(d) {
 		return i, false
 	}
 	switch d[i] {
 	case '"':
-		end, _, ok := skipString(d, i+1)
+		end, _, ok := skipString(d, plain, i+1)
 		return end + 1, ok
 	case '{', '[':
 		depth := 1
@@ -651,7 +678,7 @@ func skipValue(d []byte, i int) (int, bool) {
 			}
 			switch d[i] {
 			case '"':
-				end, _, ok := skipString(d, i+1)
+				end, _, ok := skipString(d, plain, i+1)
 				if !ok {
 					return end, false
 				}
