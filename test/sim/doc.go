@@ -15,7 +15,10 @@
 // refused dead-letter writes, fetch errors, coordinators and leaders
 // moving), in half of the seeds parking (on-failure park) with an operator
 // asking for redrives, skips and discards of parked aggregates at random
-// and redriving every one left once the faults stop, and bursts of local records admitted to a member's receiver the
+// and redriving every one left once the faults stop, and late state writes
+// of a partition's earlier ownership (a parked aggregate's head moved past
+// its messages, as a member that lost the partition could still deliver),
+// and bursts of local records admitted to a member's receiver the
 // way the ingest endpoint does (Admit), taking room in its window while it
 // polls. The handler's choices depend only on the seed and the message's
 // position and attempt, not on the order in which goroutines run.

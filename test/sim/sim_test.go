@@ -231,8 +231,12 @@ func run(t *testing.T, seed uint64) {
 				t.Error(err)
 			}
 		case a < 97 && w.park:
-			action := []string{park.Redrive, park.Redrive, park.Redrive, park.Skip, park.Discard}[rng.IntN(5)]
+			action := []string{park.Redrive, park.Redrive, park.Redrive, park.Skip, park.Discard, "late"}[rng.IntN(6)]
 			pick := rng.Uint64()
+			if action == "late" {
+				w.bg.Go(func() { w.lateStateWrite(t, pick) })
+				break
+			}
 			w.bg.Go(func() { w.operator(t, action, pick) })
 		case len(ms) > 0:
 			m := ms[rng.IntN(len(ms))]
@@ -759,6 +763,44 @@ func (w *world) operator(t *testing.T, action string, pick uint64) {
 		return
 	}
 	w.event("operator: %s of %s (partition %d, parked at offset %d)", action, s.Aggregate, s.Partition, s.Offset)
+}
+
+// lateStateWrite writes what a member that lost a partition without
+// knowing it could still deliver late (see internal/park's owner epochs):
+// for one of the parked aggregates (pick chooses which), its state as the
+// partition's previous ownership, with the head moved past every parked
+// message, and that ownership's delete of it before. Readers must pass
+// both over: were the late state taken, the aggregate would stay parked
+// once redriven (its current record deleted, the late one left), or a
+// redrive from the late head would skip its parked messages; the
+// invariants report either.
+func (w *world) lateStateWrite(t *testing.T, pick uint64) {
+	cl := w.operatorClient(t)
+	defer cl.Close()
+	states := w.parkedStates(t, cl)
+	if len(states) == 0 {
+		return
+	}
+	keys := sortedKeys(states)
+	s := *states[keys[pick%uint64(len(keys))]]
+	if s.Epoch <= 1 {
+		return // no earlier ownership with an epoch
+	}
+	s.Request = nil
+	s.Epoch--
+	s.Head.Offset += 1 << 20
+	s.Offset += 1 << 20
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	recs := []*kgo.Record{
+		{Topic: stateTopic, Key: []byte(s.RecordKey())},
+		{Topic: stateTopic, Key: []byte(s.RecordKey()), Value: s.Marshal()},
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		w.event("a late state write of %s: %v", s.Aggregate, err)
+		return
+	}
+	w.event("a late state write of %s (partition %d) from its ownership at epoch %d: head moved past its parked messages", s.Aggregate, s.Partition, s.Epoch)
 }
 
 // operatorRedriveAll asks for a redrive of every parked aggregate without a
