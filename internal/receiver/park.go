@@ -814,6 +814,13 @@ func (t *parkAction) run() {
 				r.log.Debug("parked aggregate: a duplicate parked copy passed over", append(at, zap.Int64("offset", src.Offset))...)
 				continue
 			}
+			// Nothing of the aggregate is handed over outside the lease:
+			// past it, another member may own the partition and redrive
+			// the aggregate too.
+			if err := r.awaitLease(p.ctx, at); err != nil {
+				r.actionCanceled(k, req.Action, at)
+				return
+			}
 			deadLetter := req.Action == park.Discard || (req.Action == park.Skip && n == 0)
 			n++
 			if err != nil {
@@ -929,6 +936,26 @@ func (j *job) waitLease(fn func()) {
 		zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
 		zap.Int("attempt", j.tries), zap.Duration("wait", wait))
 	j.after(wait, fn)
+}
+
+// awaitLease returns once the member's lease holds (see lease.go), or
+// ctx's error: an action on a parked aggregate goes on only while no other
+// member can own its partition.
+func (r *Receiver) awaitLease(ctx context.Context, at []zap.Field) error {
+	for attempt := 1; !r.lease.holds(); attempt++ {
+		wait := r.holdBackoff(attempt)
+		if attempt == 1 {
+			r.log.Warn("parked aggregate: action held, no answer from the group coordinator for most of a session; the partition may be another member's already", at...)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // errLeaseEnded is the error of a parking write not made: the member's

@@ -585,3 +585,85 @@ func TestParkingUnderTheConsumerProtocol(t *testing.T) {
 		stop(t, r)
 	})
 }
+
+// TestNoRedriveOutsideTheLease: a redrive hands the parked messages over
+// only while the member's lease holds, so that a member cut off from the
+// coordinator, whose partition may be another's by now, does not redrive
+// the aggregate alongside the new owner. Here the lease ends while the
+// handler holds the first redriven message; the next ones, already read,
+// wait. Once the member is back, the redrive runs again from its head: the
+// aggregate's messages in order (the first twice, as at-least-once allows).
+func TestNoRedriveOutsideTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-lease-redrive"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 8, 2) // agg-0 and agg-1, #0..#3 each
+		var (
+			broken, gate atomic.Bool
+			mu           sync.Mutex
+			handled      []uint64
+		)
+		broken.Store(true)
+		held, release := make(chan struct{}), make(chan struct{})
+		hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+			seq := binary.BigEndian.Uint64(m.Value)
+			if m.AggregateID != "agg-1" {
+				ack.Done(nil)
+				return
+			}
+			if broken.Load() && seq == 0 {
+				ack.Done(handler.Classed(handler.Permanent, errors.New("sink rejects it")))
+				return
+			}
+			if gate.CompareAndSwap(true, false) {
+				close(held)
+				<-release
+			}
+			mu.Lock()
+			handled = append(handled, seq)
+			mu.Unlock()
+			ack.Done(nil)
+		})
+		got := func() []uint64 {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(handled)
+		}
+		r := h.receiver(group, hd, 8, parking, func(o *Options) {
+			o.ClientOpts = append(o.ClientOpts, kgo.SessionTimeout(8*time.Second))
+		})
+		testwait.For(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
+		if st := h.parkedState("agg-1"); st == nil {
+			t.Fatal("agg-1 not parked")
+		}
+		broken.Store(false)
+		gate.Store(true)
+		h.ask("agg-1", park.Redrive)
+		<-held // the redrive read agg-1's parked messages and hands over #0
+
+		var cut atomic.Bool
+		cut.Store(true)
+		h.c.ControlKey(int16(kmsg.Heartbeat), func(kmsg.Request) (kmsg.Response, error, bool) {
+			h.c.KeepControl()
+			if !cut.Load() {
+				return nil, nil, false
+			}
+			return nil, nil, true // no answer: the heartbeat waits for its timeout
+		})
+		time.Sleep(7 * time.Second) // past three quarters of the session
+		if r.lease.holds() {
+			t.Fatal("the lease holds with every heartbeat failing for 7 s of an 8 s session")
+		}
+		close(release)
+		time.Sleep(500 * time.Millisecond)
+		if g := got(); !slices.Equal(g, []uint64{0}) {
+			t.Fatalf("agg-1 handled %v outside the lease, want only the #0 handed over before it ended", g)
+		}
+		cut.Store(false)
+		testwait.For(t, 60*time.Second, "agg-1 unparked", func() bool { return h.parkedState("agg-1") == nil && r.Snapshot().ParkedAggregates == 0 })
+		if g, want := got(), []uint64{0, 0, 1, 2, 3}; !slices.Equal(g, want) {
+			t.Fatalf("agg-1 handled %v, want %v", g, want)
+		}
+		stop(t, r)
+	})
+}
