@@ -638,14 +638,13 @@ func (j *job) writeParked(st *park.State) {
 			// this state from the topic. One rewound meanwhile (a new
 			// incarnation of the same ownership, see rewind) keeps it.
 			// (A partition being revoked is still its own until closed.)
-			owned := !j.p.isClosed()
-			if !owned {
-				r.partsMu.RLock()
-				cur := r.parts[tp{st.Topic, st.Partition}]
-				r.partsMu.RUnlock()
-				owned = cur != nil && !cur.isClosed() && cur.parkEpoch.Load() == st.Epoch
-			}
+			// Checked under ps.mu: a partition closes before unloadParked
+			// takes ps.mu to forget its aggregates.
+			r.partsMu.RLock()
+			cur := r.parts[tp{st.Topic, st.Partition}]
+			r.partsMu.RUnlock()
 			ps.mu.Lock()
+			owned := !j.p.isClosed() || (cur != nil && !cur.isClosed() && cur.parkEpoch.Load() == st.Epoch)
 			if owned {
 				ps.parked[parkKey{st.Topic, st.Aggregate}] = &parkedAgg{state: *st}
 				r.nparked.Store(int32(len(ps.parked)))
@@ -908,6 +907,11 @@ func (r *Receiver) endRequest(p *partition, k parkKey, req park.Request) {
 // aggregate stays parked, the request pending, so the next owner does it
 // again from the last progress recorded, at least once.
 func (r *Receiver) actionCanceled(k parkKey, action string, at []zap.Field) {
+	r.park.mu.Lock()
+	if a := r.park.parked[k]; a != nil {
+		a.lastReq = "" // still parked here (the partition was rewound): its request is acted on again
+	}
+	r.park.mu.Unlock()
 	r.m.ParkAction(action, "canceled")
 	r.log.Info("parked aggregate: action cut short by the partition going; its next owner starts it again", at...)
 	r.parkIdle(k)

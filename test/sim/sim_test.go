@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -297,6 +298,7 @@ func run(t *testing.T, seed uint64) {
 			if len(live()) == 0 {
 				startMember()
 			}
+			kickGhosts(t, w, members) // a parked aggregate needs its partition's owner
 			left := w.operatorRedriveAll(t)
 			if left == 0 {
 				w.event("no aggregate parked")
@@ -769,11 +771,14 @@ func (w *world) operator(t *testing.T, action string, pick uint64) {
 // knowing it could still deliver late (see internal/park's owner epochs):
 // for one of the parked aggregates (pick chooses which), its state as the
 // partition's previous ownership, with the head moved past every parked
-// message, and that ownership's delete of it before. Readers must pass
-// both over: were the late state taken, the aggregate would stay parked
-// once redriven (its current record deleted, the late one left), or a
-// redrive from the late head would skip its parked messages; the
-// invariants report either.
+// message, and that ownership's delete of it before; that ownership's
+// owner record; and its parking of an aggregate of the partition that is
+// not parked, with the aggregate's records below a far offset. Readers
+// must pass all of it over: were a late state taken, the aggregate would
+// stay parked once redriven (its current record deleted, the late one
+// left), a redrive from the late head would skip its parked messages, or
+// the other aggregate's records would be skipped as resolved; the
+// invariants report each.
 func (w *world) lateStateWrite(t *testing.T, pick uint64) {
 	cl := w.operatorClient(t)
 	defer cl.Close()
@@ -795,12 +800,31 @@ func (w *world) lateStateWrite(t *testing.T, pick uint64) {
 	recs := []*kgo.Record{
 		{Topic: stateTopic, Key: []byte(s.RecordKey())},
 		{Topic: stateTopic, Key: []byte(s.RecordKey()), Value: s.Marshal()},
+		park.OwnerRecord(stateTopic, s.Service, s.Dispatcher, s.Topic, s.Partition, s.Epoch),
+	}
+	// And a parking, by the same ownership, of an aggregate of the
+	// partition that is not parked, with every record of it below its
+	// offset: taken, it would have them skipped as resolved.
+	w.mu.Lock()
+	var others []string
+	for key := range w.nextFirst {
+		k, err := strconv.Atoi(strings.TrimPrefix(key, "agg-"))
+		if err == nil && int32(k)%w.parts == s.Partition && states[park.Key(s.Topic, key)] == nil {
+			others = append(others, key) // produced to the partition (produce), not parked
+		}
+	}
+	w.mu.Unlock()
+	if len(others) > 0 {
+		slices.Sort(others)
+		other := s
+		other.Aggregate = others[(pick>>8)%uint64(len(others))]
+		recs = append(recs, &kgo.Record{Topic: stateTopic, Key: []byte(other.RecordKey()), Value: other.Marshal()})
 	}
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		w.event("a late state write of %s: %v", s.Aggregate, err)
 		return
 	}
-	w.event("a late state write of %s (partition %d) from its ownership at epoch %d: head moved past its parked messages", s.Aggregate, s.Partition, s.Epoch)
+	w.event("late state writes of partition %d's ownership at epoch %d: %s's head moved past its parked messages, its owner record, and %d parking", s.Partition, s.Epoch, s.Aggregate, len(recs)-3)
 }
 
 // operatorRedriveAll asks for a redrive of every parked aggregate without a
