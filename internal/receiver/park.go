@@ -251,13 +251,21 @@ func (r *Receiver) catchUp(ctx context.Context) error {
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		t := time.NewTimer(min(50*time.Millisecond<<min(attempt, 6), 2*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if sleepCtx(ctx, min(50*time.Millisecond<<min(attempt, 6), 2*time.Second)) != nil {
 			return err
-		case <-t.C:
 		}
+	}
+}
+
+// sleepCtx waits for d, or returns ctx's error once it ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -947,16 +955,11 @@ func (j *job) waitLease(fn func()) {
 // member can own its partition.
 func (r *Receiver) awaitLease(ctx context.Context, at []zap.Field) error {
 	for attempt := 1; !r.lease.holds(); attempt++ {
-		wait := r.holdBackoff(attempt)
 		if attempt == 1 {
 			r.log.Warn("parked aggregate: action held, no answer from the group coordinator for most of a session; the partition may be another member's already", at...)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := sleepCtx(ctx, r.holdBackoff(attempt)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -984,12 +987,8 @@ func (r *Receiver) produceDurably(ctx context.Context, recs ...*kgo.Record) erro
 		wait := r.holdBackoff(attempt)
 		r.log.Error("parking write failed; retrying", zap.String("topic", recs[0].Topic), zap.Int("attempt", attempt),
 			zap.Duration("wait", wait), zap.Error(err))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := sleepCtx(ctx, wait); err != nil {
+			return err
 		}
 	}
 }

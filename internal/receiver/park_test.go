@@ -451,19 +451,7 @@ func TestNoParkingWriteOutsideTheLease(t *testing.T) {
 		if !r.lease.holds() {
 			t.Fatal("no lease while in the group")
 		}
-		var cut atomic.Bool
-		cut.Store(true)
-		h.c.ControlKey(int16(kmsg.Heartbeat), func(kmsg.Request) (kmsg.Response, error, bool) {
-			h.c.KeepControl()
-			if !cut.Load() {
-				return nil, nil, false
-			}
-			return nil, nil, true // no answer: the heartbeat waits for its timeout
-		})
-		time.Sleep(7 * time.Second) // past three quarters of the session
-		if r.lease.holds() {
-			t.Fatal("the lease holds with every heartbeat failing for 7 s of an 8 s session")
-		}
+		heal := h.endLease(r)
 		close(release)
 		time.Sleep(500 * time.Millisecond) // the failure is final at once; its parking write would be made now
 		if st := h.parkedState("agg-A"); st != nil {
@@ -472,7 +460,7 @@ func TestNoParkingWriteOutsideTheLease(t *testing.T) {
 		// kgo gives the session up (its heartbeats fail for a session),
 		// which closes the partition and drops the held write; the member
 		// joins again and the record comes again.
-		cut.Store(false)
+		heal()
 		testwait.For(t, 60*time.Second, "agg-A parked", func() bool { return h.parkedState("agg-A") != nil })
 		testwait.For(t, 30*time.Second, "its record finished", func() bool { return h.committedAtEnd("g-lease") })
 		if n := len(dlqRecords(t, h.c, park.Topic(testTopic), 0)); n != 2 {
@@ -641,29 +629,38 @@ func TestNoRedriveOutsideTheLease(t *testing.T) {
 		h.ask("agg-1", park.Redrive)
 		<-held // the redrive read agg-1's parked messages and hands over #0
 
-		var cut atomic.Bool
-		cut.Store(true)
-		h.c.ControlKey(int16(kmsg.Heartbeat), func(kmsg.Request) (kmsg.Response, error, bool) {
-			h.c.KeepControl()
-			if !cut.Load() {
-				return nil, nil, false
-			}
-			return nil, nil, true // no answer: the heartbeat waits for its timeout
-		})
-		time.Sleep(7 * time.Second) // past three quarters of the session
-		if r.lease.holds() {
-			t.Fatal("the lease holds with every heartbeat failing for 7 s of an 8 s session")
-		}
+		heal := h.endLease(r)
 		close(release)
 		time.Sleep(500 * time.Millisecond)
 		if g := got(); !slices.Equal(g, []uint64{0}) {
 			t.Fatalf("agg-1 handled %v outside the lease, want only the #0 handed over before it ended", g)
 		}
-		cut.Store(false)
+		heal()
 		testwait.For(t, 60*time.Second, "agg-1 unparked", func() bool { return h.parkedState("agg-1") == nil && r.Snapshot().ParkedAggregates == 0 })
 		if g, want := got(), []uint64{0, 0, 1, 2, 3}; !slices.Equal(g, want) {
 			t.Fatalf("agg-1 handled %v, want %v", g, want)
 		}
 		stop(t, r)
 	})
+}
+
+// endLease leaves the heartbeats of r (whose session is 8 s) unanswered
+// for 7 s, past three quarters of the session, and checks that its lease
+// ended. heal answers them again.
+func (h *harness) endLease(r *Receiver) (heal func()) {
+	h.t.Helper()
+	var cut atomic.Bool
+	cut.Store(true)
+	h.c.ControlKey(int16(kmsg.Heartbeat), func(kmsg.Request) (kmsg.Response, error, bool) {
+		h.c.KeepControl()
+		if !cut.Load() {
+			return nil, nil, false
+		}
+		return nil, nil, true // no answer: the heartbeat waits for its timeout
+	})
+	time.Sleep(7 * time.Second)
+	if r.lease.holds() {
+		h.t.Fatal("the lease holds with every heartbeat failing for 7 s of an 8 s session")
+	}
+	return func() { cut.Store(false) }
 }

@@ -753,11 +753,10 @@ func (w *world) operator(t *testing.T, action string, pick uint64) {
 	cl := w.operatorClient(t)
 	defer cl.Close()
 	states := w.parkedStates(t, cl)
-	if len(states) == 0 {
+	s := pickParked(states, pick)
+	if s == nil {
 		return
 	}
-	keys := sortedKeys(states)
-	s := states[keys[pick%uint64(len(keys))]]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := park.Ask(ctx, cl, stateTopic, s, action, "sim"); err != nil {
@@ -783,11 +782,11 @@ func (w *world) lateStateWrite(t *testing.T, pick uint64) {
 	cl := w.operatorClient(t)
 	defer cl.Close()
 	states := w.parkedStates(t, cl)
-	if len(states) == 0 {
+	picked := pickParked(states, pick)
+	if picked == nil {
 		return
 	}
-	keys := sortedKeys(states)
-	s := *states[keys[pick%uint64(len(keys))]]
+	s := *picked
 	if s.Epoch <= 1 {
 		return // no earlier ownership with an epoch
 	}
@@ -825,6 +824,16 @@ func (w *world) lateStateWrite(t *testing.T, pick uint64) {
 		return
 	}
 	w.event("late state writes of partition %d's ownership at epoch %d: %s's head moved past its parked messages, its owner record, and %d parking", s.Partition, s.Epoch, s.Aggregate, len(recs)-3)
+}
+
+// pickParked returns one of the parked aggregates (pick chooses which), or
+// nil when none is.
+func pickParked(states map[string]*park.State, pick uint64) *park.State {
+	if len(states) == 0 {
+		return nil
+	}
+	keys := sortedKeys(states)
+	return states[keys[pick%uint64(len(keys))]]
 }
 
 // operatorRedriveAll asks for a redrive of every parked aggregate without a
