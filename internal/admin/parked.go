@@ -50,7 +50,13 @@ type ParkedAggregate struct {
 	Reason    string    `json:"reason"` // the failure, as the handler reported it
 	Attempts  int       `json:"attempts"`
 	Since     time.Time `json:"since"`
-	// Busy says an action on it is under way.
+	// Owned says the aggregate's partition is this instance's: its parked
+	// messages are redriven here. The list has the dispatcher's parked
+	// aggregates in every partition, as its state topic says; an action
+	// on one owned elsewhere is carried out by its owner.
+	Owned bool `json:"owned"`
+	// Busy says an action on it is under way, or asked for and not yet
+	// taken up by the partition's owner.
 	Busy bool `json:"busy"`
 }
 

@@ -77,8 +77,9 @@ func (s adminSource) Outcomes(dispatcher, context string) map[string]float64 {
 }
 
 // adminParked is the parked-aggregate store of the admin API: the
-// aggregates parked in the partitions this instance owns, and requests
-// written to the dispatchers' state topics, as `wowd parked` writes them.
+// aggregates the dispatchers parked, in every partition of their topics
+// (those this instance owns marked), and requests written to the
+// dispatchers' state topics, as `wowd parked` writes them.
 type adminParked struct{ rt *Daemon }
 
 func (p adminParked) List(context.Context) ([]admin.ParkedAggregate, error) {
@@ -88,7 +89,7 @@ func (p adminParked) List(context.Context) ([]admin.ParkedAggregate, error) {
 			out = append(out, admin.ParkedAggregate{
 				Dispatcher: r.Dispatcher(), Context: pa.Context, Aggregate: pa.AggregateType, ID: pa.Aggregate,
 				Topic: pa.Topic, Partition: pa.Partition, Offset: pa.Offset, Class: pa.Class, Reason: pa.Reason,
-				Attempts: pa.Attempts, Since: pa.Since, Busy: pa.Busy,
+				Attempts: pa.Attempts, Since: pa.Since, Owned: pa.Owned, Busy: pa.Busy,
 			})
 		}
 	}
@@ -130,8 +131,8 @@ func (p adminParked) Discard(ctx context.Context, d, id string) error {
 	return p.ask(ctx, d, id, park.Discard)
 }
 
-// ask requests action on aggregate id of dispatcher d, wherever this
-// instance has it parked.
+// ask requests action on aggregate id of dispatcher d, wherever the
+// dispatcher has it parked; each partition's owner carries it out.
 func (p adminParked) ask(ctx context.Context, d, id, action string) error {
 	if _, ok := p.rt.cfg.Dispatchers[d]; !ok {
 		return fmt.Errorf("dispatcher %q: %w", d, admin.ErrNotFound)
@@ -148,7 +149,7 @@ func (p adminParked) ask(ctx context.Context, d, id, action string) error {
 		}
 	}
 	if n == 0 {
-		return fmt.Errorf("aggregate %q of dispatcher %s is not parked on this instance: %w", id, d, admin.ErrNotFound)
+		return fmt.Errorf("aggregate %q of dispatcher %s is not parked: %w", id, d, admin.ErrNotFound)
 	}
 	return nil
 }

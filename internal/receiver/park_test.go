@@ -664,3 +664,78 @@ func (h *harness) endLease(r *Receiver) (heal func()) {
 	}
 	return func() { cut.Store(false) }
 }
+
+// TestEveryMemberListsTheDispatchersParked: with the partitions shared by
+// two members, each lists every aggregate the dispatcher parked, its own
+// marked owned, and an action asked through the member that does not own
+// the aggregate's partition is carried out by the one that does.
+func TestEveryMemberListsTheDispatchersParked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const keys, perKey, group = 10, 6, "g-park-list"
+		h := newVirtualHarness(t, 2)
+		var broken atomic.Bool
+		broken.Store(true)
+		sink := newParkSink(func(_ string, seq uint64) bool { return broken.Load() && seq == 2 })
+		r1 := h.receiver(group, sink, 32, parking)
+		r2 := h.receiver(group, sink, 32, parking)
+		owns := func(r *Receiver) []int32 {
+			var ps []int32
+			r.partsMu.RLock()
+			for k, p := range r.parts {
+				if !p.isClosed() && p.parkEpoch.Load() != 0 {
+					ps = append(ps, k.partition)
+				}
+			}
+			r.partsMu.RUnlock()
+			return ps
+		}
+		testwait.For(t, 30*time.Second, "a partition each", func() bool { return len(owns(r1)) == 1 && len(owns(r2)) == 1 })
+		produce(t, h.c, testTopic, keys*perKey, keys)
+		testwait.For(t, 30*time.Second, "every aggregate parked at #2, every partition committed", func() bool {
+			return h.committedAtEnd(group) && len(r1.Parked()) == keys && len(r2.Parked()) == keys
+		})
+		byID := map[string]int32{} // aggregate → its partition
+		for _, r := range []*Receiver{r1, r2} {
+			mine := owns(r)[0]
+			for _, pa := range r.Parked() {
+				if pa.Owned != (pa.Partition == mine) {
+					t.Fatalf("member of partition %d lists %s of partition %d with owned %v", mine, pa.Aggregate, pa.Partition, pa.Owned)
+				}
+				if pa.Offset < 0 || pa.Class != "permanent" || pa.AggregateType != "cart" {
+					t.Fatalf("listed %+v", pa)
+				}
+				byID[pa.Aggregate] = pa.Partition
+			}
+		}
+		if len(byID) != keys {
+			t.Fatalf("listed %d aggregates: %v", len(byID), byID)
+		}
+		// Ask r1 for an aggregate r2 owns: r2 redrives it.
+		var id string
+		for agg, p := range byID {
+			if p == owns(r2)[0] {
+				id = agg
+				break
+			}
+		}
+		broken.Store(false)
+		if n, err := r1.AskParked(context.Background(), id, park.Redrive, "test"); err != nil || n != 1 {
+			t.Fatalf("asking r1 to redrive %s (r2's): %d asked, %v", id, n, err)
+		}
+		testwait.For(t, 30*time.Second, id+" redriven by its owner and unparked everywhere", func() bool {
+			return len(sink.of(id)) == perKey && len(r1.Parked()) == keys-1 && len(r2.Parked()) == keys-1
+		})
+		if got := sink.of(id); !slices.Equal(got, seqs(0, perKey)) {
+			t.Fatalf("%s handled %v, want %v", id, got, seqs(0, perKey))
+		}
+		for _, r := range []*Receiver{r1, r2} {
+			for _, pa := range r.Parked() {
+				if pa.Aggregate == id {
+					t.Fatalf("%s still listed: %+v", id, pa)
+				}
+			}
+		}
+		stop(t, r1)
+		stop(t, r2)
+	})
+}

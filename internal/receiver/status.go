@@ -209,31 +209,64 @@ func (r *Receiver) oldest(n int) []AggregateAge {
 	return out
 }
 
-// ParkedAggregate is an aggregate parked in a partition the receiver owns.
+// ParkedAggregate is an aggregate the receiver's dispatcher parked in one
+// of the receiver's topics.
 type ParkedAggregate struct {
 	park.State
 	Context       string // the receiver's bounded context
 	AggregateType string // the aggregate of its source topic
-	// Busy says an action (redrive, skip, discard) is under way.
+	// Owned says its partition is the receiver's: its parked messages are
+	// redriven here. The others are in partitions of other members of the
+	// group (or of none, between assignments), as the state topic says.
+	Owned bool
+	// Busy says an action (redrive, skip, discard) is under way, or asked
+	// for and not yet taken up by the partition's owner.
 	Busy bool
 }
 
-// Parked returns the aggregates parked in the partitions the receiver
-// owns, longest parked first; nil without parking. It holds the parking
-// lock (a leaf) while it copies them.
+// Parked returns the aggregates the dispatcher parked in the receiver's
+// topics, in every partition, longest parked first; nil without parking.
+// Those of the owned partitions, once loaded, are the receiver's own
+// (current to the last write); the others are as the state topic's tail
+// read them, so they are listed only once it read the whole topic. It
+// takes partsMu (read) to list the owned partitions, then the parking lock
+// (a leaf) while it copies the aggregates.
 func (r *Receiver) Parked() []ParkedAggregate {
 	ps := r.park
 	if ps == nil {
 		return nil
 	}
+	type ownership struct{ owned, loaded bool }
+	mine := map[tp]ownership{}
+	r.partsMu.RLock()
+	for k, p := range r.parts {
+		if !p.isClosed() {
+			mine[k] = ownership{owned: true, loaded: p.parkEpoch.Load() != 0}
+		}
+	}
+	r.partsMu.RUnlock()
 	ps.mu.RLock()
 	out := make([]ParkedAggregate, 0, len(ps.parked))
-	for k, a := range ps.parked {
-		pa := ParkedAggregate{State: a.state, Context: r.o.Context, Busy: a.busy}
-		if rt := r.routes[k.topic]; rt != nil {
+	add := func(st park.State, owned, busy bool) {
+		pa := ParkedAggregate{State: st, Context: r.o.Context, Owned: owned, Busy: busy}
+		if rt := r.routes[st.Topic]; rt != nil {
 			pa.AggregateType = rt.Aggregate
 		}
 		out = append(out, pa)
+	}
+	asked := func(topic, key string) bool {
+		req := ps.book.Request(topic, key)
+		return req != nil && req.Request != nil && req.Request.Action != park.Park
+	}
+	for k, a := range ps.parked {
+		add(a.state, true, a.busy || asked(k.topic, k.key))
+	}
+	if ps.caughtUp.Load() {
+		for _, st := range ps.book.All() {
+			if o := mine[tp{st.Topic, st.Partition}]; !o.loaded {
+				add(*st, o.owned, asked(st.Topic, st.Aggregate))
+			}
+		}
 	}
 	ps.mu.RUnlock()
 	slices.SortFunc(out, func(a, b ParkedAggregate) int {
@@ -243,10 +276,10 @@ func (r *Receiver) Parked() []ParkedAggregate {
 }
 
 // AskParked asks for action (park.Redrive, park.Skip or park.Discard) on
-// each aggregate with ID id parked in the receiver's partitions (one per
-// source topic it is parked on), by writing the request to the state
-// topic, as `wowd parked` does; the partition's owner, this receiver, acts
-// on it when its tail reads it. It returns how many it asked for.
+// each aggregate with ID id that Parked lists (one per source topic it is
+// parked on), by writing the request to the state topic, as `wowd parked`
+// does; the partition's owner, this receiver or another member, acts on it
+// when its tail reads it. It returns how many it asked for.
 func (r *Receiver) AskParked(ctx context.Context, id, action, by string) (int, error) {
 	n := 0
 	for _, pa := range r.Parked() {
