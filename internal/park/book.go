@@ -3,6 +3,7 @@ package park
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -115,17 +116,27 @@ type partKey struct {
 type Book struct {
 	// states are the records of each aggregate by Key(topic, aggregate),
 	// then by epoch: one, or two while a new owner adopts it.
-	states   map[string]map[int64]*State
-	requests map[string]*State // by Key(topic, aggregate)
+	states map[string]map[int64]*State
+	// requests are the pending requests of each aggregate by Key(topic,
+	// aggregate), in the order the topic holds them: the last is the one
+	// to act on. requestOf names the aggregate of each request's key.
+	requests  map[string][]request
+	requestOf map[string]string
 	// owners are the epochs of each partition's owner records; the
 	// highest fences the partition's states.
 	owners  map[partKey]map[int64]bool
 	highest map[partKey]int64 // the highest epoch of any record of the partition
 }
 
+// request is a pending request and the key of its record.
+type request struct {
+	key string
+	s   *State
+}
+
 // NewBook returns an empty book.
 func NewBook() *Book {
-	return &Book{states: make(map[string]map[int64]*State), requests: make(map[string]*State),
+	return &Book{states: make(map[string]map[int64]*State), requests: make(map[string][]request), requestOf: make(map[string]string),
 		owners: make(map[partKey]map[int64]bool), highest: make(map[partKey]int64)}
 }
 
@@ -135,10 +146,10 @@ func NewBook() *Book {
 func (b *Book) Apply(key string, s *State) error {
 	switch {
 	case IsRequestKey(key):
-		if s == nil {
-			delete(b.requests, strings.TrimPrefix(key, requestPrefix))
-		} else {
-			b.requests[s.Key()] = s
+		b.dropRequest(key)
+		if s != nil {
+			b.requests[s.Key()] = append(b.requests[s.Key()], request{key, s})
+			b.requestOf[key] = s.Key()
 		}
 		return nil
 	case IsOwnerKey(key):
@@ -251,20 +262,69 @@ func (b *Book) NextEpoch(topic string, partition int32, generation int64) int64 
 	return max(generation, b.highest[partKey{topic, partition}]+1)
 }
 
-// Request returns the pending request on the aggregate of topic, or nil.
-func (b *Book) Request(topic, aggregate string) *State { return b.requests[Key(topic, aggregate)] }
+// dropRequest forgets the request of a record key, if the book has it.
+func (b *Book) dropRequest(key string) {
+	agg, ok := b.requestOf[key]
+	if !ok {
+		return
+	}
+	delete(b.requestOf, key)
+	rs := slices.DeleteFunc(b.requests[agg], func(r request) bool { return r.key == key })
+	if len(rs) == 0 {
+		delete(b.requests, agg)
+	} else {
+		b.requests[agg] = rs
+	}
+}
 
-// Requests returns the pending requests on aggregates of a source
-// partition.
+// Request returns the pending request on the aggregate of topic, the last
+// written of them, or nil.
+func (b *Book) Request(topic, aggregate string) *State {
+	rs := b.requests[Key(topic, aggregate)]
+	if len(rs) == 0 {
+		return nil
+	}
+	return rs[len(rs)-1].s
+}
+
+// RequestKeys returns the record keys of the pending requests on the
+// aggregate of topic up to the one with ID id, in the order the topic
+// holds them: those the request id answers (it and the ones it followed),
+// and nil when it is not pending. Deleted in that order, no request
+// written before the last one deleted can become the aggregate's pending
+// request again.
+func (b *Book) RequestKeys(topic, aggregate, id string) []string {
+	rs := b.requests[Key(topic, aggregate)]
+	for i, r := range rs {
+		if r.s.Request != nil && r.s.Request.ID == id {
+			keys := make([]string, 0, i+1)
+			for _, r := range rs[:i+1] {
+				keys = append(keys, r.key)
+			}
+			return keys
+		}
+	}
+	return nil
+}
+
+// Requests returns the pending request of each aggregate of a source
+// partition that has one.
 func (b *Book) Requests(topic string, partition int32) []*State {
 	var out []*State
-	for _, req := range b.requests {
-		if req.Topic == topic && req.Partition == partition {
+	for _, rs := range b.requests {
+		if req := rs[len(rs)-1].s; req.Topic == topic && req.Partition == partition {
 			out = append(out, req)
 		}
 	}
 	return out
 }
 
-// AllRequests returns the pending requests by Key(topic, aggregate).
-func (b *Book) AllRequests() map[string]*State { return b.requests }
+// AllRequests returns the pending request of each aggregate that has one,
+// by Key(topic, aggregate).
+func (b *Book) AllRequests() map[string]*State {
+	out := make(map[string]*State, len(b.requests))
+	for k, rs := range b.requests {
+		out[k] = rs[len(rs)-1].s
+	}
+	return out
+}

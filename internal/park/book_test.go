@@ -120,24 +120,79 @@ func TestBookPassesOverLateWritesOfEarlierOwners(t *testing.T) {
 }
 
 // TestBookRequests: requests have keys of their own, and are deleted by
-// theirs.
+// theirs: a delete of one acted on, however late, leaves a request written
+// after it pending. Requests of an earlier version (one key per aggregate)
+// are read and deleted by that key.
 func TestBookRequests(t *testing.T) {
 	b := NewBook()
-	req := st("a", 2, 1, 0)
-	req.Request = &Request{Action: Redrive, By: "me", ID: "1"}
-	apply(t, b, RequestKey("t", "a"), req)
-	if got := b.Request("t", "a"); got == nil || got.Request.ID != "1" {
-		t.Fatalf("request %+v", got)
+	ask := func(id, action string) *State {
+		req := st("a", 2, 1, 0)
+		req.Request = &Request{Action: action, By: "me", ID: id}
+		return req
 	}
-	if got := b.Requests("t", 2); len(got) != 1 {
+	legacy := ask("0", Redrive)
+	apply(t, b, RequestKey("t", "a", ""), legacy)
+	if got := b.Request("t", "a"); got == nil || got.Request.ID != "0" {
+		t.Fatalf("request of an earlier version %+v", got)
+	}
+	apply(t, b, RequestKey("t", "a", "1"), ask("1", Redrive))
+	apply(t, b, RequestKey("t", "a", "2"), ask("2", Skip))
+	if got := b.Request("t", "a"); got == nil || got.Request.ID != "2" {
+		t.Fatalf("request %+v, want the last written, 2", got)
+	}
+	if got := b.Requests("t", 2); len(got) != 1 || got[0].Request.ID != "2" {
 		t.Fatalf("requests of partition 2: %v", got)
+	}
+	if got := b.AllRequests(); len(got) != 1 || got[Key("t", "a")].Request.ID != "2" {
+		t.Fatalf("all requests: %v", got)
 	}
 	if b.Parked("t", "a") != nil {
 		t.Fatal("a request parked its aggregate")
 	}
-	apply(t, b, RequestKey("t", "a"), nil)
-	if b.Request("t", "a") != nil {
-		t.Fatal("request still pending after its delete")
+	// The owner acted on 1: it deletes 1 and the request before it, never 2.
+	keys := b.RequestKeys("t", "a", "1")
+	if want := []string{RequestKey("t", "a", ""), RequestKey("t", "a", "1")}; !slices.Equal(keys, want) {
+		t.Fatalf("keys answered by 1: %q, want %q", keys, want)
+	}
+	for _, k := range keys {
+		apply(t, b, k, nil)
+	}
+	if got := b.Request("t", "a"); got == nil || got.Request.ID != "2" {
+		t.Fatalf("after 1's delete the pending request is %+v, want 2", got)
+	}
+	// A late delete of 1 changes nothing; 2 is asked a third time.
+	apply(t, b, RequestKey("t", "a", "1"), nil)
+	apply(t, b, RequestKey("t", "a", "3"), ask("3", Discard))
+	if got := b.Request("t", "a"); got == nil || got.Request.ID != "3" {
+		t.Fatalf("pending %+v, want 3", got)
+	}
+	if keys := b.RequestKeys("t", "a", "9"); keys != nil {
+		t.Fatalf("keys answered by a request not pending: %q", keys)
+	}
+	for _, k := range b.RequestKeys("t", "a", "3") {
+		apply(t, b, k, nil)
+	}
+	if got := b.Request("t", "a"); got != nil || len(b.AllRequests()) != 0 {
+		t.Fatalf("request still pending after the deletes: %+v", got)
+	}
+}
+
+// TestRequestKeys: the key of a request names its aggregate and request,
+// and a request decodes only under its own key (or, written by an earlier
+// version, its aggregate's).
+func TestRequestKeys(t *testing.T) {
+	s := &State{Topic: "t.x-y", Aggregate: "a/b#c", Request: &Request{Action: Redrive, ID: "k3x"}}
+	for _, key := range []string{RequestKey(s.Topic, s.Aggregate, "k3x"), RequestKey(s.Topic, s.Aggregate, "")} {
+		topic, _, agg, err := parseRequestKey(key)
+		if err != nil || topic != s.Topic || agg != s.Aggregate {
+			t.Fatalf("%q parsed as %q, %q, %v", key, topic, agg, err)
+		}
+		if got, err := Unmarshal([]byte(key), s.Marshal()); err != nil || got.Request.ID != "k3x" {
+			t.Fatalf("request under %q: %+v, %v", key, got, err)
+		}
+	}
+	if _, err := Unmarshal([]byte(RequestKey(s.Topic, s.Aggregate, "other")), s.Marshal()); err == nil {
+		t.Fatal("a request decoded under another request's key")
 	}
 }
 

@@ -346,7 +346,7 @@ func Ask(ctx context.Context, cl *kgo.Client, stateTopic string, s *State, actio
 	}
 	asked := *s
 	asked.Request = &Request{Action: action, By: by, At: time.Now().UTC(), ID: strconv.FormatInt(time.Now().UnixNano(), 36)}
-	rec := &kgo.Record{Topic: stateTopic, Key: []byte(RequestKey(s.Topic, s.Aggregate)), Value: asked.Marshal()}
+	rec := &kgo.Record{Topic: stateTopic, Key: []byte(RequestKey(s.Topic, s.Aggregate, asked.Request.ID)), Value: asked.Marshal()}
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("asking for %s of %s: %w", action, asked.Key(), err)
 	}

@@ -109,10 +109,35 @@ func Key(topic, aggregate string) string { return topic + "/" + aggregate }
 // name, so a request never shares a key with a state. Requests have keys of
 // their own so that one written after its aggregate was unparked (a stale
 // `wowd parked` run) cannot park the aggregate again.
+//
+// Each request has a key of its own too, with its ID
+// (`!request/<topic>#<id>/<aggregate>`), so that the owner's delete of a
+// request it acted on removes that request only: with one key per
+// aggregate, a delete written (or delivered late) after an operator asked
+// again removed the newer request, which was then never acted on. Requests
+// written before had the key `!request/<topic>/<aggregate>` (id "").
 const requestPrefix = "!request/"
 
-// RequestKey returns the key of a request on an aggregate of a source topic.
-func RequestKey(topic, aggregate string) string { return requestPrefix + Key(topic, aggregate) }
+// RequestKey returns the key of the request id on an aggregate of a source
+// topic; id "" gives the key of requests written before requests had their
+// own keys. An id has no '/' (Ask makes it of letters and digits).
+func RequestKey(topic, aggregate, id string) string {
+	if id == "" {
+		return requestPrefix + Key(topic, aggregate)
+	}
+	return requestPrefix + topic + "#" + id + "/" + aggregate
+}
+
+// parseRequestKey splits the key of a request into its source topic, its
+// request ID ("" in the key of an earlier version) and aggregate ID.
+func parseRequestKey(key string) (topic, id, aggregate string, err error) {
+	head, aggregate, ok := strings.Cut(strings.TrimPrefix(key, requestPrefix), "/")
+	topic, id, _ = strings.Cut(head, "#")
+	if !ok || topic == "" {
+		return "", "", "", errors.New("parked-aggregate request key " + key + ": want " + requestPrefix + "<topic>[#<id>]/<aggregate id>")
+	}
+	return topic, id, aggregate, nil
+}
 
 // IsRequestKey reports whether a state-topic key is a request's.
 func IsRequestKey(key string) bool { return strings.HasPrefix(key, requestPrefix) }
@@ -139,7 +164,10 @@ func Unmarshal(key, value []byte) (*State, error) {
 		if s.Request == nil {
 			return nil, fmt.Errorf("parked-aggregate request %q: no request in it", key)
 		}
-		want = RequestKey(s.Topic, s.Aggregate)
+		want = RequestKey(s.Topic, s.Aggregate, s.Request.ID)
+		if _, id, _, err := parseRequestKey(string(key)); err == nil && id == "" {
+			want = RequestKey(s.Topic, s.Aggregate, "") // written before requests had keys of their own
+		}
 	case IsOwnerKey(string(key)):
 		s.Request = nil
 		want = OwnerKey(s.Topic, s.Partition, s.Epoch)

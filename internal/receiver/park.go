@@ -360,7 +360,12 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	case stale && r.lease.holds(): // a member cut off leaves it to the owner
 		r.log.Info("request on an aggregate that is not parked (or, to park it, already is); deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
 			zap.String("action", req.Request.Action), zap.String("by", req.Request.By))
-		r.cl.Produce(p.ctx, &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(park.RequestKey(k.topic, k.key))}, func(*kgo.Record, error) {})
+		ps.mu.RLock()
+		keys := ps.book.RequestKeys(k.topic, k.key, req.Request.ID)
+		ps.mu.RUnlock()
+		for _, key := range keys {
+			r.cl.Produce(p.ctx, &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(key)}, func(*kgo.Record, error) {})
+		}
 	}
 }
 
@@ -895,17 +900,20 @@ func (t *parkAction) run() {
 	r.endRequest(p, k, req)
 }
 
-// endRequest deletes the request acted on from the state topic, unless a
-// newer one came meanwhile, and lets the aggregate take the next.
+// endRequest deletes the request acted on from the state topic, with the
+// requests written before it (it answered them too), oldest first, and
+// lets the aggregate take the next. Each request has a key of its own, so
+// one written meanwhile stays pending, however late a delete lands.
 func (r *Receiver) endRequest(p *partition, k parkKey, req park.Request) {
 	ps := r.park
 	ps.mu.RLock()
-	cur := ps.book.Request(k.topic, k.key)
+	keys := ps.book.RequestKeys(k.topic, k.key, req.ID)
 	ps.mu.RUnlock()
-	if cur == nil || cur.Request.ID == req.ID {
-		tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(park.RequestKey(k.topic, k.key))}
+	for _, key := range keys {
+		tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(key)}
 		if err := r.produceDurably(p.ctx, tomb); err != nil {
 			r.log.Warn("deleting a request acted on; the next owner of the partition acts on it again", zap.String("aggregate", k.key), zap.Error(err))
+			break
 		}
 	}
 	r.parkIdle(k)

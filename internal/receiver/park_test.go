@@ -739,3 +739,58 @@ func TestEveryMemberListsTheDispatchersParked(t *testing.T) {
 		stop(t, r2)
 	})
 }
+
+// TestLateRequestDeleteLeavesANewerRequest: the delete of a request acted
+// on, delivered after the operator asked again (written late by an earlier
+// owner, or after a request the owner's tail had not read yet), removes
+// that request only: the newer one is acted on. With one request key per
+// aggregate, the late delete removed the newer request, and the aggregate
+// stayed parked with nothing pending.
+func TestLateRequestDeleteLeavesANewerRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-late-req"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 6, 1) // agg-0: seq 0..5
+		var broken atomic.Bool
+		broken.Store(true)
+		sink := newParkSink(func(_ string, seq uint64) bool { return broken.Load() && seq == 2 })
+		r := h.receiver(group, sink, 16, parking)
+		testwait.For(t, 30*time.Second, "agg-0 parked and committed", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		cl, err := kgo.NewClient(brokers(h.c)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		askAs := func(id string) {
+			st := h.parkedState("agg-0")
+			st.Request = &park.Request{Action: park.Redrive, By: "test", ID: id}
+			if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: testStateTopic,
+				Key: []byte(park.RequestKey(testTopic, "agg-0", id)), Value: st.Marshal()}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		askAs("first") // fails again: answered, and deleted by the owner
+		testwait.For(t, 30*time.Second, "the first request answered", func() bool {
+			st := h.parkedState("agg-0")
+			return st != nil && st.Request == nil
+		})
+		stop(t, r)
+		broken.Store(false)
+		askAs("second")
+		// The first request's delete again, late.
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: testStateTopic,
+			Key: []byte(park.RequestKey(testTopic, "agg-0", "first"))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		r = h.receiver(group, sink, 16, parking)
+		testwait.For(t, 30*time.Second, "the second request acted on: agg-0 redriven and unparked", func() bool {
+			return h.parkedState("agg-0") == nil && len(sink.of("agg-0")) == 6
+		})
+		if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 6)) {
+			t.Fatalf("agg-0 handled %v, want %v", got, seqs(0, 6))
+		}
+		stop(t, r)
+	})
+}
