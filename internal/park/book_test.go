@@ -194,6 +194,12 @@ func TestRequestKeys(t *testing.T) {
 	if _, err := Unmarshal([]byte(RequestKey(s.Topic, s.Aggregate, "other")), s.Marshal()); err == nil {
 		t.Fatal("a request decoded under another request's key")
 	}
+	// An ID with '/' would make two requests share a key: "t#p/q/r" is
+	// ("q/r", ID "p") and ("r", ID "p/q").
+	odd := &State{Topic: "t", Aggregate: "r", Request: &Request{Action: Skip, ID: "p/q"}}
+	if _, err := Unmarshal([]byte(RequestKey(odd.Topic, odd.Aggregate, odd.Request.ID)), odd.Marshal()); err == nil {
+		t.Fatal("a request with '/' in its ID decoded")
+	}
 }
 
 func TestStateKeys(t *testing.T) {

@@ -39,6 +39,19 @@ func Ends(ctx context.Context, adm *kadm.Client, topic string, missingOK bool) (
 	return ends, nil
 }
 
+// stateEnds is Ends for a state topic, which must have one partition: its
+// readers rely on the order of its records (an owner's adopted states
+// before its owner record, an aggregate's requests and their deletes), and
+// Kafka orders records only within a partition. wowd creates it with one;
+// one created by hand with more is refused rather than read out of order.
+func stateEnds(ctx context.Context, adm *kadm.Client, topic string, missingOK bool) (map[int32]int64, error) {
+	ends, err := Ends(ctx, adm, topic, missingOK)
+	if err == nil && len(ends) > 1 {
+		return nil, fmt.Errorf("parking state topic %s has %d partitions: it must have exactly one (its readers rely on the order of its records); recreate it with one", topic, len(ends))
+	}
+	return ends, err
+}
+
 // Read calls fn with the records of topic from the offsets of from up to
 // (not including) the offsets of to, in offset order per partition, with a
 // client of its own made from opts (brokers, TLS, SASL). Partitions missing
@@ -107,7 +120,7 @@ func Read(ctx context.Context, opts []kgo.Opt, topic string, from, to map[int32]
 // ReadState returns the parked aggregates of a state topic by
 // Key(topic, aggregate), as of now, with their pending requests.
 func ReadState(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic string) (map[string]*State, error) {
-	ends, err := Ends(ctx, adm, topic, true)
+	ends, err := stateEnds(ctx, adm, topic, true)
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +315,7 @@ func (t *Tail) Run(ctx context.Context) {
 // CaughtUp returns once the tail has given fn every record the topic held
 // when it was called, or ctx's error.
 func (t *Tail) CaughtUp(ctx context.Context) error {
-	ends, err := Ends(ctx, t.adm, t.topic, false)
+	ends, err := stateEnds(ctx, t.adm, t.topic, false)
 	if err != nil {
 		return err
 	}

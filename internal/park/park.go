@@ -164,6 +164,9 @@ func Unmarshal(key, value []byte) (*State, error) {
 		if s.Request == nil {
 			return nil, fmt.Errorf("parked-aggregate request %q: no request in it", key)
 		}
+		if strings.ContainsAny(s.Request.ID, "/#") {
+			return nil, fmt.Errorf("parked-aggregate request %q: its ID %q has '/' or '#'", key, s.Request.ID)
+		}
 		want = RequestKey(s.Topic, s.Aggregate, s.Request.ID)
 		if _, id, _, err := parseRequestKey(string(key)); err == nil && id == "" {
 			want = RequestKey(s.Topic, s.Aggregate, "") // written before requests had keys of their own

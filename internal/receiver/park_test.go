@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"strings"
 
 	"fmt"
@@ -793,4 +794,42 @@ func TestLateRequestDeleteLeavesANewerRequest(t *testing.T) {
 		}
 		stop(t, r)
 	})
+}
+
+// TestParkedListsEachAggregateOnce: an aggregate of a partition that is
+// leaving (out of the receiver's partitions, still among its parked ones
+// until drained) or still loading is listed once, from the state topic, as
+// what it is; one of a loaded owned partition once, as owned. Found by
+// review: listed from both, an action asked through the list was written
+// twice (a skip done twice).
+func TestParkedListsEachAggregateOnce(t *testing.T) {
+	st := func(partition int32, agg string) park.State {
+		return park.State{Service: "svc", Dispatcher: "d", Topic: testTopic, Partition: partition, Aggregate: agg, Epoch: 1}
+	}
+	ps := &parkState{parked: make(map[parkKey]*parkedAgg), book: park.NewBook(), handParking: make(map[parkKey]bool)}
+	ps.caughtUp.Store(true)
+	r := &Receiver{park: ps, parts: make(map[tp]*partition), routes: map[string]*Route{testTopic: {Aggregate: "cart"}}}
+	loaded, loading := &partition{}, &partition{}
+	loaded.parkEpoch.Store(1)
+	r.parts[tp{testTopic, 0}], r.parts[tp{testTopic, 1}] = loaded, loading
+	for p, agg := range map[int32]string{0: "owned", 1: "loading", 2: "leaving", 3: "elsewhere"} {
+		s := st(p, agg)
+		if err := ps.book.Apply(s.RecordKey(), &s); err != nil {
+			t.Fatal(err)
+		}
+		if p <= 2 { // partition 2 was revoked: still among the parked until drained
+			ps.parked[parkKey{testTopic, agg}] = &parkedAgg{state: s}
+		}
+	}
+	got := map[string]bool{}
+	for _, pa := range r.Parked() {
+		if _, dup := got[pa.Aggregate]; dup {
+			t.Fatalf("%s listed twice: %+v", pa.Aggregate, r.Parked())
+		}
+		got[pa.Aggregate] = pa.Owned
+	}
+	want := map[string]bool{"owned": true, "loading": true, "leaving": false, "elsewhere": false}
+	if !maps.Equal(got, want) {
+		t.Fatalf("listed (aggregate: owned) %v, want %v", got, want)
+	}
 }

@@ -258,8 +258,14 @@ func (r *Receiver) Parked() []ParkedAggregate {
 		req := ps.book.Request(topic, key)
 		return req != nil && req.Request != nil && req.Request.Action != park.Park
 	}
+	// An owned partition's aggregates come from ps.parked once it is
+	// loaded (as mine saw it), every other partition's from the book: so
+	// each aggregate is listed once, also while a partition is being
+	// loaded, or revoked (out of parts, still in ps.parked until drained).
 	for k, a := range ps.parked {
-		add(a.state, true, a.busy || asked(k.topic, k.key))
+		if mine[tp{k.topic, a.state.Partition}].loaded {
+			add(a.state, true, a.busy || asked(k.topic, k.key))
+		}
 	}
 	if ps.caughtUp.Load() {
 		for _, st := range ps.book.All() {
@@ -282,10 +288,12 @@ func (r *Receiver) Parked() []ParkedAggregate {
 // when its tail reads it. It returns how many it asked for.
 func (r *Receiver) AskParked(ctx context.Context, id, action, by string) (int, error) {
 	n := 0
+	asked := map[string]bool{}
 	for _, pa := range r.Parked() {
-		if pa.Aggregate != id {
-			continue
+		if pa.Aggregate != id || asked[pa.Topic] {
+			continue // once per topic, whatever the list holds
 		}
+		asked[pa.Topic] = true
 		if err := park.Ask(ctx, r.cl, r.o.Park.StateTopic, &pa.State, action, by); err != nil {
 			return n, err
 		}
