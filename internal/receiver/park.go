@@ -83,7 +83,7 @@ const redriveChunk = 256
 
 // parkState is the receiver's parking state; nil without Options.Park.
 type parkState struct {
-	mu sync.RWMutex // guards parked, book, handParking and stopping. A leaf: no other lock is taken under it.
+	mu sync.RWMutex // guards parked, loaded, book, handParking and stopping. A leaf: no other lock is taken under it.
 	// parked are the parked aggregates of the owned partitions.
 	parked map[parkKey]*parkedAgg
 	// book is this dispatcher's part of the state topic as the tail read
@@ -91,6 +91,11 @@ type parkState struct {
 	// loaded from, the operators' pending requests, and the partitions'
 	// owner epochs.
 	book *park.Book
+	// loaded are the partitions whose parked aggregates are in parked:
+	// from loadParked's filling of it to unloadParked's emptying (so
+	// also while a revoked partition drains). Parked lists the others'
+	// from book.
+	loaded map[tp]bool
 	// handParking are the aggregates being parked by hand (a park action
 	// queued in their mailbox).
 	handParking map[parkKey]bool
@@ -155,7 +160,7 @@ func (r *Receiver) parkedAnywhere(topic, key string) bool {
 // the receiver's client, which may join the group (and be assigned
 // partitions, which wait for the tail) before Start.
 func (r *Receiver) newParking() error {
-	ps := &parkState{parked: make(map[parkKey]*parkedAgg), book: park.NewBook(), handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
+	ps := &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(), handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
 	tail, err := park.NewTail(r.parkClientOpts(), r.o.Park.StateTopic, r.stateRead, func(err error) {
 		r.log.Warn("reading the parked aggregates' state topic", zap.String("topic", r.o.Park.StateTopic), zap.Error(err))
 	})
@@ -415,6 +420,7 @@ func (r *Receiver) loadParked(p *partition) {
 		ps.parked[k] = &parkedAgg{state: s}
 		keys = append(keys, k)
 	}
+	ps.loaded[tp{p.topic, p.partition}] = true
 	r.nparked.Store(int32(len(ps.parked)))
 	ps.mu.Unlock()
 	p.mu.Lock()
@@ -514,6 +520,9 @@ func (r *Receiver) unloadParked(gone []*partition) {
 				delete(ps.parked, k)
 			}
 		}
+	}
+	for _, p := range gone {
+		delete(ps.loaded, tp{p.topic, p.partition})
 	}
 	r.nparked.Store(int32(len(ps.parked)))
 	ps.mu.Unlock()

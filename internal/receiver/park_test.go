@@ -796,28 +796,30 @@ func TestLateRequestDeleteLeavesANewerRequest(t *testing.T) {
 	})
 }
 
-// TestParkedListsEachAggregateOnce: an aggregate of a partition that is
-// leaving (out of the receiver's partitions, still among its parked ones
-// until drained) or still loading is listed once, from the state topic, as
-// what it is; one of a loaded owned partition once, as owned. Found by
-// review: listed from both, an action asked through the list was written
-// twice (a skip done twice).
+// TestParkedListsEachAggregateOnce: each aggregate is listed once: those
+// of a partition whose parked aggregates the receiver loaded from its own
+// set (marked owned while the partition is, not once it was revoked and
+// drains), the others from the state topic (marked owned while their
+// partition is being loaded). Found by review: listed from both while a
+// partition was revoked or loaded, an action asked through the list was
+// written twice (a skip done twice).
 func TestParkedListsEachAggregateOnce(t *testing.T) {
 	st := func(partition int32, agg string) park.State {
 		return park.State{Service: "svc", Dispatcher: "d", Topic: testTopic, Partition: partition, Aggregate: agg, Epoch: 1}
 	}
-	ps := &parkState{parked: make(map[parkKey]*parkedAgg), book: park.NewBook(), handParking: make(map[parkKey]bool)}
+	ps := &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(), handParking: make(map[parkKey]bool)}
 	ps.caughtUp.Store(true)
 	r := &Receiver{park: ps, parts: make(map[tp]*partition), routes: map[string]*Route{testTopic: {Aggregate: "cart"}}}
-	loaded, loading := &partition{}, &partition{}
-	loaded.parkEpoch.Store(1)
-	r.parts[tp{testTopic, 0}], r.parts[tp{testTopic, 1}] = loaded, loading
+	r.parts[tp{testTopic, 0}], r.parts[tp{testTopic, 1}] = &partition{}, &partition{}
+	ps.loaded[tp{testTopic, 0}] = true // owned and loaded
+	ps.loaded[tp{testTopic, 2}] = true // revoked: out of parts, draining
+	// Partition 1 is owned and loading; partition 3 is another member's.
 	for p, agg := range map[int32]string{0: "owned", 1: "loading", 2: "leaving", 3: "elsewhere"} {
 		s := st(p, agg)
 		if err := ps.book.Apply(s.RecordKey(), &s); err != nil {
 			t.Fatal(err)
 		}
-		if p <= 2 { // partition 2 was revoked: still among the parked until drained
+		if p <= 2 { // partition 1: what an earlier ownership left in the set
 			ps.parked[parkKey{testTopic, agg}] = &parkedAgg{state: s}
 		}
 	}

@@ -226,29 +226,30 @@ type ParkedAggregate struct {
 
 // Parked returns the aggregates the dispatcher parked in the receiver's
 // topics, in every partition, longest parked first; nil without parking.
-// Those of the owned partitions, once loaded, are the receiver's own
-// (current to the last write); the others are as the state topic's tail
-// read them, so they are listed only once it read the whole topic. It
-// takes partsMu (read) to list the owned partitions, then the parking lock
-// (a leaf) while it copies the aggregates.
+// Those of the partitions whose parked aggregates the receiver loaded
+// (parkState.loaded) are its own, current to its last write; the others
+// are as the state topic's tail read them, so they are listed only once it
+// read the whole topic. Both are chosen under the parking lock, so each
+// aggregate is listed once. It takes partsMu (read) to list the owned
+// partitions, then the parking lock (a leaf) while it copies the
+// aggregates.
 func (r *Receiver) Parked() []ParkedAggregate {
 	ps := r.park
 	if ps == nil {
 		return nil
 	}
-	type ownership struct{ owned, loaded bool }
-	mine := map[tp]ownership{}
+	owned := map[tp]bool{}
 	r.partsMu.RLock()
 	for k, p := range r.parts {
 		if !p.isClosed() {
-			mine[k] = ownership{owned: true, loaded: p.parkEpoch.Load() != 0}
+			owned[k] = true
 		}
 	}
 	r.partsMu.RUnlock()
 	ps.mu.RLock()
 	out := make([]ParkedAggregate, 0, len(ps.parked))
-	add := func(st park.State, owned, busy bool) {
-		pa := ParkedAggregate{State: st, Context: r.o.Context, Owned: owned, Busy: busy}
+	add := func(st park.State, busy bool) {
+		pa := ParkedAggregate{State: st, Context: r.o.Context, Owned: owned[tp{st.Topic, st.Partition}], Busy: busy}
 		if rt := r.routes[st.Topic]; rt != nil {
 			pa.AggregateType = rt.Aggregate
 		}
@@ -258,19 +259,15 @@ func (r *Receiver) Parked() []ParkedAggregate {
 		req := ps.book.Request(topic, key)
 		return req != nil && req.Request != nil && req.Request.Action != park.Park
 	}
-	// An owned partition's aggregates come from ps.parked once it is
-	// loaded (as mine saw it), every other partition's from the book: so
-	// each aggregate is listed once, also while a partition is being
-	// loaded, or revoked (out of parts, still in ps.parked until drained).
 	for k, a := range ps.parked {
-		if mine[tp{k.topic, a.state.Partition}].loaded {
-			add(a.state, true, a.busy || asked(k.topic, k.key))
+		if ps.loaded[tp{k.topic, a.state.Partition}] {
+			add(a.state, a.busy || asked(k.topic, k.key))
 		}
 	}
 	if ps.caughtUp.Load() {
 		for _, st := range ps.book.All() {
-			if o := mine[tp{st.Topic, st.Partition}]; !o.loaded {
-				add(*st, o.owned, asked(st.Topic, st.Aggregate))
+			if !ps.loaded[tp{st.Topic, st.Partition}] {
+				add(*st, asked(st.Topic, st.Aggregate))
 			}
 		}
 	}
