@@ -183,7 +183,7 @@ func TestBookRequests(t *testing.T) {
 func TestRequestKeys(t *testing.T) {
 	s := &State{Topic: "t.x-y", Aggregate: "a/b#c", Request: &Request{Action: Redrive, ID: "k3x"}}
 	for _, key := range []string{RequestKey(s.Topic, s.Aggregate, "k3x"), RequestKey(s.Topic, s.Aggregate, "")} {
-		topic, _, agg, err := parseRequestKey(key)
+		topic, _, agg, err := ParseRequestKey(key)
 		if err != nil || topic != s.Topic || agg != s.Aggregate {
 			t.Fatalf("%q parsed as %q, %q, %v", key, topic, agg, err)
 		}

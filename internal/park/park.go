@@ -128,9 +128,9 @@ func RequestKey(topic, aggregate, id string) string {
 	return requestPrefix + topic + "#" + id + "/" + aggregate
 }
 
-// parseRequestKey splits the key of a request into its source topic, its
+// ParseRequestKey splits the key of a request into its source topic, its
 // request ID ("" in the key of an earlier version) and aggregate ID.
-func parseRequestKey(key string) (topic, id, aggregate string, err error) {
+func ParseRequestKey(key string) (topic, id, aggregate string, err error) {
 	head, aggregate, ok := strings.Cut(strings.TrimPrefix(key, requestPrefix), "/")
 	topic, id, _ = strings.Cut(head, "#")
 	if !ok || topic == "" {
@@ -168,7 +168,7 @@ func Unmarshal(key, value []byte) (*State, error) {
 			return nil, fmt.Errorf("parked-aggregate request %q: its ID %q has '/' or '#'", key, s.Request.ID)
 		}
 		want = RequestKey(s.Topic, s.Aggregate, s.Request.ID)
-		if _, id, _, err := parseRequestKey(string(key)); err == nil && id == "" {
+		if _, id, _, err := ParseRequestKey(string(key)); err == nil && id == "" {
 			want = RequestKey(s.Topic, s.Aggregate, "") // written before requests had keys of their own
 		}
 	case IsOwnerKey(string(key)):

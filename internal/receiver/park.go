@@ -323,8 +323,22 @@ func (r *Receiver) stateRead(key string, s *park.State) {
 	if err != nil {
 		r.log.Warn("reading the parked aggregates' state topic", zap.String("topic", r.o.Park.StateTopic), zap.Error(err))
 	}
-	if s != nil && park.IsRequestKey(key) {
+	switch {
+	case s != nil && park.IsRequestKey(key):
 		r.maybeAct(parkKey{s.Topic, s.Aggregate}, s.Partition)
+	case s == nil && park.IsRequestKey(key):
+		// A request deleted: one written before it may be the pending one
+		// now (a park by hand deletes only itself, see parkByHand).
+		topic, _, agg, err := park.ParseRequestKey(key)
+		if err != nil {
+			return
+		}
+		ps.mu.RLock()
+		req := ps.book.Request(topic, agg)
+		ps.mu.RUnlock()
+		if req != nil {
+			r.maybeAct(parkKey{topic, agg}, req.Partition)
+		}
 	}
 }
 
@@ -368,6 +382,11 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 		ps.mu.RLock()
 		keys := ps.book.RequestKeys(k.topic, k.key, req.Request.ID)
 		ps.mu.RUnlock()
+		if byHand && len(keys) > 0 {
+			// To park an aggregate parked already: only this request is
+			// void; one asked before it (maybe running now) still counts.
+			keys = keys[len(keys)-1:]
+		}
 		for _, key := range keys {
 			r.cl.Produce(p.ctx, &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(key)}, func(*kgo.Record, error) {})
 		}
@@ -1066,7 +1085,19 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, req park.Request) {
 		ps.mu.Unlock()
 	}()
 	if _, parked := r.parkedAgg(k.topic, k.key); parked {
-		r.endRequest(p, k, req)
+		// Parked already: this request is void, but not the ones asked
+		// before it (a redrive asked while an action ran): it deletes only
+		// itself, and the tail, reading that, acts on the one before.
+		ps.mu.RLock()
+		keys := ps.book.RequestKeys(k.topic, k.key, req.ID)
+		ps.mu.RUnlock()
+		if len(keys) > 0 {
+			tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(keys[len(keys)-1])}
+			if err := r.produceDurably(p.ctx, tomb); err != nil {
+				r.log.Warn("deleting a request to park an aggregate parked already; the next owner of the partition looks at it again", zap.String("aggregate", k.key), zap.Error(err))
+			}
+		}
+		r.parkIdle(k)
 		return
 	}
 	if int(r.nparked.Load()+r.parkSlots.Load()) >= r.o.Park.Max {

@@ -835,3 +835,120 @@ func TestParkedListsEachAggregateOnce(t *testing.T) {
 		t.Fatalf("listed (aggregate: owned) %v, want %v", got, want)
 	}
 }
+
+// TestParkByHandOfAParkedAggregateKeepsTheRequestBefore: a request to park
+// by hand an aggregate that is parked already does nothing, and only it is
+// deleted: a redrive asked before it is still carried out. (Deleting every
+// request up to it dropped the redrive.)
+func TestParkByHandOfAParkedAggregateKeepsTheRequestBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-hand-twice"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 6, 1) // agg-0: seq 0..5
+		var broken atomic.Bool
+		broken.Store(true)
+		sink := newParkSink(func(_ string, seq uint64) bool { return broken.Load() && seq == 2 })
+		r := h.receiver(group, sink, 16, parking)
+		testwait.For(t, 30*time.Second, "agg-0 parked and committed", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		stop(t, r) // the requests wait for the next owner
+		cl, err := kgo.NewClient(brokers(h.c)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		for _, req := range []park.Request{{Action: park.Redrive, By: "test", ID: "r1"}, {Action: park.Park, By: "test", ID: "h1"}} {
+			st := h.parkedState("agg-0")
+			st.Request = &req
+			if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: testStateTopic,
+				Key: []byte(park.RequestKey(testTopic, "agg-0", req.ID)), Value: st.Marshal()}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		broken.Store(false)
+		r = h.receiver(group, sink, 16, parking)
+		testwait.For(t, 30*time.Second, "the redrive asked before the park carried out: agg-0 unparked", func() bool {
+			return h.parkedState("agg-0") == nil && len(sink.of("agg-0")) == 6
+		})
+		if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 6)) {
+			t.Fatalf("agg-0 handled %v, want %v", got, seqs(0, 6))
+		}
+		stop(t, r)
+	})
+}
+
+// TestRetakeAfterTheCoordinatorDroppedTheMember: when a new group session
+// comes with a new member ID (the coordinator had dropped the member) and
+// the client kept a partition, another member may have owned it meanwhile
+// and parked aggregates at a higher owner epoch. The receiver takes the
+// partition again as a new one: it loads the parked aggregates again, so
+// the aggregate the other member parked holds its next messages. (Handling
+// on from its stale parked set ran them past the parked ones: found by the
+// simulation, seed 4676.) The drop is simulated by changing the member ID
+// the receiver remembers before a rebalance; the other owner's parking by
+// writing its owner record and state.
+func TestRetakeAfterTheCoordinatorDroppedTheMember(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-retake"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 20, 2) // agg-0 and agg-1, #0..#9 each
+		sink := newParkSink(func(string, uint64) bool { return false })
+		r := h.receiver(group, sink, 16, parking)
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
+		var epoch int64
+		testwait.For(t, 10*time.Second, "an owner epoch", func() bool {
+			r.partsMu.RLock()
+			defer r.partsMu.RUnlock()
+			if p := r.parts[tp{testTopic, 0}]; p != nil {
+				epoch = p.parkEpoch.Load()
+			}
+			return epoch > 0
+		})
+
+		// Meanwhile, another owner of partition 0 parked agg-1 by hand.
+		cl, err := kgo.NewClient(brokers(h.c)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		other := park.State{Service: "svc", Dispatcher: "d", Topic: testTopic, Partition: 0, Offset: -1, Aggregate: "agg-1",
+			Head: park.Position{Partition: 0, Offset: 0}, Since: time.Now(), Class: "by-hand", Reason: "the other owner", Epoch: epoch + 10}
+		if err := cl.ProduceSync(context.Background(),
+			park.OwnerRecord(testStateTopic, "svc", "d", testTopic, 0, epoch+10),
+			stateRecord(testStateTopic, &other)).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		// The next session comes under a new member ID, the partition kept.
+		_, gen := r.cl.GroupMetadata()
+		r.member = "a member ID the coordinator dropped"
+		r.cl.ForceRebalance()
+		testwait.For(t, 30*time.Second, "the next session, partition 0 loaded", func() bool {
+			r.partsMu.RLock()
+			defer r.partsMu.RUnlock()
+			p := r.parts[tp{testTopic, 0}]
+			_, now := r.cl.GroupMetadata()
+			return now > gen && p != nil && p.parkEpoch.Load() != 0
+		})
+		values := map[string]uint64{"agg-0": 10, "agg-1": 10}
+		produceValues(t, h.c, testTopic, 6, 2, func(k int) []byte {
+			key := "agg-" + strconv.Itoa(k)
+			values[key]++
+			return binary.BigEndian.AppendUint64(nil, values[key]-1)
+		})
+		testwait.For(t, 30*time.Second, "the new records finished", func() bool { return h.committedAtEnd(group) })
+		if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 13)) {
+			t.Fatalf("agg-0 handled %v, want %v", got, seqs(0, 13))
+		}
+		if got := sink.of("agg-1"); !slices.Equal(got, seqs(0, 10)) {
+			t.Fatalf("agg-1, parked by the other owner, handled %v: want only %v, its next messages parked", got, seqs(0, 10))
+		}
+		r.partsMu.RLock()
+		e := r.parts[tp{testTopic, 0}].parkEpoch.Load()
+		r.partsMu.RUnlock()
+		if e <= epoch+10 {
+			t.Fatalf("partition 0 at owner epoch %d, want above the other owner's %d", e, epoch+10)
+		}
+		stop(t, r)
+	})
+}

@@ -2,7 +2,11 @@ package receiver
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 )
@@ -10,7 +14,8 @@ import (
 // onAssigned starts a new incarnation of every assigned partition. kgo calls
 // it before fetching the partitions, and with an empty map at the start of
 // every group session: the receiver is a member again.
-func (r *Receiver) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+func (r *Receiver) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	assigned = r.retake(ctx, cl, assigned) // while commits still wait (rebalancing)
 	r.joined.Store(true)
 	r.rebalancing.Store(false)
 	select {
@@ -38,6 +43,100 @@ func (r *Receiver) onAssigned(_ context.Context, cl *kgo.Client, assigned map[st
 		r.m.Assigned(n)
 		r.log.Info("partitions assigned", zap.Any("partitions", assigned))
 	}
+}
+
+// retake takes again the partitions kgo kept across a membership the
+// coordinator ended, and returns them with assigned.
+//
+// A member the coordinator dropped (its session expired while it was cut
+// off, or while a revoke of its took long) joins again under a new member
+// ID. With the cooperative protocol kgo may keep fetching the partitions
+// the member owned before, and report only the new ones as assigned, when
+// the session ended in a rebalance of its own and the dropped member's
+// error came while kgo waited for that revoke: its onLost is never
+// called. Yet another member may have owned those partitions meanwhile,
+// handled and committed their records and parked aggregates at a higher
+// owner epoch; what this member holds of them is stale (its parked
+// aggregates, its epoch, its records in flight), and handling on from it
+// let an aggregate parked meanwhile run past its parked messages (found by
+// the simulation, seed 4676). So they are let go as lost, without a
+// commit, and taken again as new ones: with the parked aggregates loaded
+// again, at a new epoch, from the lower of the group's committed offset
+// and this member's oldest unfinished record (nothing lost; what another
+// member finished meanwhile comes again, as at-least-once allows).
+func (r *Receiver) retake(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) map[string][]int32 {
+	member, _ := cl.GroupMetadata()
+	prev := r.member
+	r.member = member
+	if prev == "" || member == prev {
+		return assigned
+	}
+	kept := map[string][]int32{}
+	r.partsMu.RLock()
+	for k := range r.parts {
+		if !slices.Contains(assigned[k.topic], k.partition) {
+			kept[k.topic] = append(kept[k.topic], k.partition)
+		}
+	}
+	r.partsMu.RUnlock()
+	if len(kept) == 0 {
+		return assigned
+	}
+	r.log.Warn("the group coordinator had dropped this member, and the Kafka client kept partitions another member may have owned meanwhile: taking them again from the group's committed offsets",
+		zap.String("member_id", member), zap.String("previous_member_id", prev), zap.Any("partitions", kept))
+	r.commitMu.lock()
+	gone := r.take(kept)
+	from := make(map[string]map[int32]kgo.EpochOffset)
+	for _, p := range gone {
+		p.mu.Lock()
+		own := p.tr.firstUnfinished()
+		if next, _, ok := p.tr.watermark(); own < 0 && ok {
+			own = next
+		}
+		p.mu.Unlock()
+		if own >= 0 {
+			if from[p.topic] == nil {
+				from[p.topic] = make(map[int32]kgo.EpochOffset)
+			}
+			from[p.topic][p.partition] = kgo.EpochOffset{Epoch: -1, Offset: own}
+		}
+		r.closePartition(p)
+	}
+	r.unloadParked(gone)
+	r.commitMu.unlock()
+	r.m.Lost(len(gone))
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	committed, err := kadm.NewClient(cl).FetchOffsets(fctx, r.o.GroupID)
+	cancel()
+	if err == nil {
+		err = committed.Error()
+	}
+	if err != nil {
+		r.log.Warn("reading the group's committed offsets for the partitions taken again; they restart from this member's oldest unfinished record", zap.Error(err))
+	}
+	for topic, ps := range kept {
+		for _, p := range ps {
+			if o, ok := committed.Lookup(topic, p); ok && o.Err == nil && o.At >= 0 {
+				if from[topic] == nil {
+					from[topic] = make(map[int32]kgo.EpochOffset)
+				}
+				if cur, ok := from[topic][p]; !ok || o.At < cur.Offset {
+					from[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: o.At}
+				}
+			}
+		}
+	}
+	if len(from) > 0 {
+		cl.SetOffsets(from)
+	}
+	all := maps.Clone(assigned)
+	if all == nil {
+		all = make(map[string][]int32)
+	}
+	for topic, ps := range kept {
+		all[topic] = append(slices.Clone(all[topic]), ps...)
+	}
+	return all
 }
 
 // onRevoked drains the revoked partitions within RevokeTimeout, commits

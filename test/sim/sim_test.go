@@ -40,8 +40,11 @@ var (
 )
 
 // ciSeeds run in every `go test`: enough to cover every behaviour and fault
-// each time, well under CI's budget.
-var ciSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+// each time, well under CI's budget. After the first twelve come seeds
+// that found a defect, kept as regression cases: 4676 (a member dropped by
+// the coordinator during a revoke kept a partition across its new member
+// ID, and handled it from stale parked state; see Receiver.retake).
+var ciSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 4676}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
