@@ -57,13 +57,13 @@ func (r *Receiver) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[
 // called. Yet another member may have owned those partitions meanwhile,
 // handled and committed their records and parked aggregates at a higher
 // owner epoch; what this member holds of them is stale (its parked
-// aggregates, its epoch, its records in flight), and handling on from it
-// let an aggregate parked meanwhile run past its parked messages (found by
-// the simulation, seed 4676). So they are let go as lost, without a
-// commit, and taken again as new ones: with the parked aggregates loaded
-// again, at a new epoch, from the lower of the group's committed offset
-// and this member's oldest unfinished record (nothing lost; what another
-// member finished meanwhile comes again, as at-least-once allows).
+// aggregates, its epoch, its records in flight or held), and handling on
+// from it let an aggregate parked meanwhile run past its parked messages
+// (found by the simulation, seed 4676). So they are let go as lost,
+// without a commit, and taken again as new ones: with the parked
+// aggregates loaded again, at a new epoch, from the offset a new owner
+// starts at (see restartOffsets). (The partitions kgo revokes at the start
+// of such a session are let go the same way: see onRevoked.)
 func (r *Receiver) retake(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) map[string][]int32 {
 	member, _ := cl.GroupMetadata()
 	prev := r.member
@@ -86,47 +86,13 @@ func (r *Receiver) retake(ctx context.Context, cl *kgo.Client, assigned map[stri
 		zap.String("member_id", member), zap.String("previous_member_id", prev), zap.Any("partitions", kept))
 	r.commitMu.lock()
 	gone := r.take(kept)
-	from := make(map[string]map[int32]kgo.EpochOffset)
 	for _, p := range gone {
-		p.mu.Lock()
-		own := p.tr.firstUnfinished()
-		if next, _, ok := p.tr.watermark(); own < 0 && ok {
-			own = next
-		}
-		p.mu.Unlock()
-		if own >= 0 {
-			if from[p.topic] == nil {
-				from[p.topic] = make(map[int32]kgo.EpochOffset)
-			}
-			from[p.topic][p.partition] = kgo.EpochOffset{Epoch: -1, Offset: own}
-		}
 		r.closePartition(p)
 	}
 	r.unloadParked(gone)
 	r.commitMu.unlock()
 	r.m.Lost(len(gone))
-	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	committed, err := kadm.NewClient(cl).FetchOffsets(fctx, r.o.GroupID)
-	cancel()
-	if err == nil {
-		err = committed.Error()
-	}
-	if err != nil {
-		r.log.Warn("reading the group's committed offsets for the partitions taken again; they restart from this member's oldest unfinished record", zap.Error(err))
-	}
-	for topic, ps := range kept {
-		for _, p := range ps {
-			if o, ok := committed.Lookup(topic, p); ok && o.Err == nil && o.At >= 0 {
-				if from[topic] == nil {
-					from[topic] = make(map[int32]kgo.EpochOffset)
-				}
-				if cur, ok := from[topic][p]; !ok || o.At < cur.Offset {
-					from[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: o.At}
-				}
-			}
-		}
-	}
-	if len(from) > 0 {
+	if from := r.restartOffsets(ctx, cl, kept); len(from) > 0 {
 		cl.SetOffsets(from)
 	}
 	all := maps.Clone(assigned)
@@ -139,11 +105,89 @@ func (r *Receiver) retake(ctx context.Context, cl *kgo.Client, assigned map[stri
 	return all
 }
 
+// restartOffsets returns where the partitions taken again by retake
+// restart: at the group's committed offset, as for any new owner (what is
+// below it was finished, by this member or another); at the log's start
+// where the group committed nothing; and, where Kafka cannot say either,
+// at this member's last committed offset, which is below anything it held
+// unfinished. It reads for up to half a minute; a partition none of these
+// covers keeps its position, logged as an error.
+func (r *Receiver) restartOffsets(ctx context.Context, cl *kgo.Client, ps map[string][]int32) map[string]map[int32]kgo.EpochOffset {
+	from := make(map[string]map[int32]kgo.EpochOffset)
+	set := func(topic string, p int32, o int64) {
+		if from[topic] == nil {
+			from[topic] = make(map[int32]kgo.EpochOffset)
+		}
+		from[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+	}
+	adm := kadm.NewClient(cl)
+	var committed kadm.OffsetResponses
+	var starts kadm.ListedOffsets
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		committed, err = adm.FetchOffsets(actx, r.o.GroupID)
+		if err == nil {
+			err = committed.Error()
+		}
+		if err == nil {
+			starts, err = adm.ListStartOffsets(actx, slices.Collect(maps.Keys(ps))...)
+		}
+		if err == nil {
+			err = starts.Error()
+		}
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		r.log.Warn("reading where the partitions taken again restart; they restart from this member's last commit", zap.Error(err))
+		for topic, m := range cl.CommittedOffsets() {
+			for p, o := range m {
+				if slices.Contains(ps[topic], p) && o.Offset >= 0 {
+					set(topic, p, o.Offset)
+				}
+			}
+		}
+	} else {
+		for topic, parts := range ps {
+			for _, p := range parts {
+				if o, ok := committed.Lookup(topic, p); ok && o.At >= 0 {
+					set(topic, p, o.At)
+				} else if o, ok := starts.Lookup(topic, p); ok {
+					set(topic, p, o.Offset)
+				}
+			}
+		}
+	}
+	for topic, parts := range ps {
+		for _, p := range parts {
+			if _, ok := from[topic][p]; !ok {
+				r.log.Error("no offset to take a partition again from; it goes on from where the client is, and records this member held unfinished may be skipped",
+					zap.String("topic", topic), zap.Int32("partition", p))
+			}
+		}
+	}
+	return from
+}
+
 // onRevoked drains the revoked partitions within RevokeTimeout, commits
 // their watermarks and lets them go. Called with an empty map at the end of
 // a group session, where it flushes commits. kgo calls onAssigned after
 // every revoke but the one of leaving the group, even with nothing new.
-func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+func (r *Receiver) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	if member, _ := cl.GroupMetadata(); len(revoked) > 0 && r.member != "" && member != "" && member != r.member {
+		// kgo revokes, at the start of a session under a new member ID
+		// (the coordinator had dropped this member, see retake), what the
+		// dropped membership owned and the new one does not get: another
+		// member may have owned it meanwhile, so it is not drained and
+		// committed from this member's stale state, but let go as lost.
+		r.log.Warn("the group coordinator had dropped this member: partitions it still held are let go as lost",
+			zap.String("member_id", member), zap.String("previous_member_id", r.member))
+		r.onLost(ctx, cl, revoked)
+		return
+	}
 	// Set before taking commitMu: a periodic commit that takes it after
 	// this revoke returned must not run into the join that follows.
 	r.rebalancing.Store(true)

@@ -223,9 +223,9 @@ type Receiver struct {
 	room     chan struct{} // poll loop wake-up: window space or a partition to resume
 	paused   atomic.Bool   // topics paused because the window is full
 	joined   atomic.Bool   // a member of the group now: assigned since the last loss
-	// member is the group member ID of the last assignment (onAssigned
-	// only): a new one means the coordinator dropped the member (see
-	// retake).
+	// member is the group member ID of the last assignment: a new one
+	// means the coordinator dropped the member (see retake). Only kgo's
+	// rebalance callbacks use it, and kgo runs them one at a time.
 	member string
 	// rebalancing is set from a revoke or a loss until the next assignment:
 	// the group is (re)joining, and a commit would only wait for the join
