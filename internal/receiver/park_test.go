@@ -952,3 +952,42 @@ func TestRetakeAfterTheCoordinatorDroppedTheMember(t *testing.T) {
 		stop(t, r)
 	})
 }
+
+// TestRevokeUnderANewMemberIDIsALoss: what kgo revokes at the start of a
+// session under a new member ID (the coordinator had dropped the member)
+// is let go at once, as lost: another member may have owned it meanwhile,
+// so it is not drained from this member's stale state. Drained, the
+// partition would reach the member that joins only after the revoke
+// deadline (5 s here), its hanging record waited for. The drop is
+// simulated as in TestRetakeAfterTheCoordinatorDroppedTheMember.
+func TestRevokeUnderANewMemberIDIsALoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-revoke-dropped"
+		h := newVirtualHarness(t, 2)
+		release := make(chan struct{})
+		var hung atomic.Bool
+		hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
+			if m.Partition == 1 && hung.CompareAndSwap(false, true) {
+				<-release // the first record of partition 1 hangs
+			}
+			return nil
+		})
+		r1 := h.receiver(group, hd, 16)
+		produce(t, h.c, testTopic, 40, 4)
+		testwait.For(t, 30*time.Second, "partition 1's first record hanging", hung.Load)
+		r1.member = "a member ID the coordinator dropped"
+		start := time.Now()
+		r2 := h.receiver(group, hd, 16)
+		testwait.For(t, 30*time.Second, "a partition for the member that joined", func() bool {
+			r2.partsMu.RLock()
+			defer r2.partsMu.RUnlock()
+			return len(r2.parts) == 1
+		})
+		if d := time.Since(start); d >= 5*time.Second {
+			t.Fatalf("the partition reached the new member after %v: drained to the revoke deadline, not let go as lost", d)
+		}
+		close(release)
+		stop(t, r2)
+		stop(t, r1)
+	})
+}
