@@ -100,6 +100,32 @@ func (h *harness) ask(key, action string) {
 	}
 }
 
+// askAs writes req on key's parked aggregate to the state topic, under the
+// request's own key, as park.Ask does with an ID of the test's choosing.
+func (h *harness) askAs(key string, req park.Request) {
+	h.t.Helper()
+	st := h.parkedState(key)
+	if st == nil {
+		h.t.Fatalf("%s is not parked", key)
+	}
+	st.Request = &req
+	h.produceState(&kgo.Record{Topic: testStateTopic, Key: []byte(park.RequestKey(testTopic, key, req.ID)), Value: st.Marshal()})
+}
+
+// produceState writes recs to the state topic, as another member or an
+// operator would.
+func (h *harness) produceState(recs ...*kgo.Record) {
+	h.t.Helper()
+	cl, err := kgo.NewClient(brokers(h.c)...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // TestParkHoldsTheAggregateUntilRedriven: a message that fails for good
 // parks its aggregate: its later messages are not handled, the others are,
 // and every partition's commit reaches its end. A restarted receiver still
@@ -505,11 +531,6 @@ func TestLateWriteOfAnEarlierOwnerIsPassedOver(t *testing.T) {
 		}
 
 		// The first owner's late writes.
-		cl, err := kgo.NewClient(brokers(h.c)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
 		progress := *first
 		progress.Head.Offset, progress.Offset = 1000, 1000
 		agg0 := *first
@@ -519,9 +540,7 @@ func TestLateWriteOfAnEarlierOwnerIsPassedOver(t *testing.T) {
 			stateRecord(testStateTopic, &progress),
 			stateRecord(testStateTopic, &agg0),
 		}
-		if err := cl.ProduceSync(context.Background(), late...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		h.produceState(late...)
 		if st := h.parkedState("agg-1"); st == nil || st.Head != adopted.Head || st.Offset != adopted.Offset {
 			t.Fatalf("agg-1's state after the late writes: %+v, want %+v", st, adopted)
 		}
@@ -759,19 +778,7 @@ func TestLateRequestDeleteLeavesANewerRequest(t *testing.T) {
 		testwait.For(t, 30*time.Second, "agg-0 parked and committed", func() bool {
 			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
 		})
-		cl, err := kgo.NewClient(brokers(h.c)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		askAs := func(id string) {
-			st := h.parkedState("agg-0")
-			st.Request = &park.Request{Action: park.Redrive, By: "test", ID: id}
-			if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: testStateTopic,
-				Key: []byte(park.RequestKey(testTopic, "agg-0", id)), Value: st.Marshal()}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		askAs := func(id string) { h.askAs("agg-0", park.Request{Action: park.Redrive, By: "test", ID: id}) }
 		askAs("first") // fails again: answered, and deleted by the owner
 		testwait.For(t, 30*time.Second, "the first request answered", func() bool {
 			st := h.parkedState("agg-0")
@@ -781,10 +788,7 @@ func TestLateRequestDeleteLeavesANewerRequest(t *testing.T) {
 		broken.Store(false)
 		askAs("second")
 		// The first request's delete again, late.
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: testStateTopic,
-			Key: []byte(park.RequestKey(testTopic, "agg-0", "first"))}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		h.produceState(&kgo.Record{Topic: testStateTopic, Key: []byte(park.RequestKey(testTopic, "agg-0", "first"))})
 		r = h.receiver(group, sink, 16, parking)
 		testwait.For(t, 30*time.Second, "the second request acted on: agg-0 redriven and unparked", func() bool {
 			return h.parkedState("agg-0") == nil && len(sink.of("agg-0")) == 6
@@ -853,19 +857,8 @@ func TestParkByHandOfAParkedAggregateKeepsTheRequestBefore(t *testing.T) {
 			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
 		})
 		stop(t, r) // the requests wait for the next owner
-		cl, err := kgo.NewClient(brokers(h.c)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		for _, req := range []park.Request{{Action: park.Redrive, By: "test", ID: "r1"}, {Action: park.Park, By: "test", ID: "h1"}} {
-			st := h.parkedState("agg-0")
-			st.Request = &req
-			if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: testStateTopic,
-				Key: []byte(park.RequestKey(testTopic, "agg-0", req.ID)), Value: st.Marshal()}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		h.askAs("agg-0", park.Request{Action: park.Redrive, By: "test", ID: "r1"})
+		h.askAs("agg-0", park.Request{Action: park.Park, By: "test", ID: "h1"})
 		broken.Store(false)
 		r = h.receiver(group, sink, 16, parking)
 		testwait.For(t, 30*time.Second, "the redrive asked before the park carried out: agg-0 unparked", func() bool {
@@ -907,18 +900,9 @@ func TestRetakeAfterTheCoordinatorDroppedTheMember(t *testing.T) {
 		})
 
 		// Meanwhile, another owner of partition 0 parked agg-1 by hand.
-		cl, err := kgo.NewClient(brokers(h.c)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
 		other := park.State{Service: "svc", Dispatcher: "d", Topic: testTopic, Partition: 0, Offset: -1, Aggregate: "agg-1",
 			Head: park.Position{Partition: 0, Offset: 0}, Since: time.Now(), Class: "by-hand", Reason: "the other owner", Epoch: epoch + 10}
-		if err := cl.ProduceSync(context.Background(),
-			park.OwnerRecord(testStateTopic, "svc", "d", testTopic, 0, epoch+10),
-			stateRecord(testStateTopic, &other)).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		h.produceState(park.OwnerRecord(testStateTopic, "svc", "d", testTopic, 0, epoch+10), stateRecord(testStateTopic, &other))
 		// The next session comes under a new member ID, the partition kept.
 		_, gen := r.cl.GroupMetadata()
 		r.member = "a member ID the coordinator dropped"
