@@ -389,8 +389,8 @@ func (m *Message) checkHeader(data []byte) string {
 	if !slices.ContainsFunc(h, func(e headerEntry) bool { return e.typ != '"' }) {
 		return ""
 	}
-	seen := make(map[string]bool, len(h)) // keys whose last value was checked
-	bad, badKey := -1, ""                 // the first key whose last value is not a string
+	seen := make(map[string]bool) // keys whose last value was checked (no size hint: duplicates may be most of h)
+	bad, badKey := -1, ""         // the first key whose last value is not a string
 	for i := len(h) - 1; i >= 0; i-- {
 		key := string(appendUnquoted(nil, data[h[i].key.start:h[i].key.end]))
 		if !seen[key] {
