@@ -2,9 +2,7 @@ package wow
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
-	"math/bits"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -38,9 +36,18 @@ type Route struct {
 	processor   rspan
 	full        *Message // the decoded message when a routing string had escapes
 	useFull     bool
-	// plain: the value has no backslash, so a string ends at the next
-	// quote (one vectorized search per value spares a test per byte).
-	plain bool
+}
+
+// routeScan is one Scan: the Route it fills and how to read the value. It
+// lives on the scanning goroutine's stack, in that core's cache, rather
+// than with the Route, which a pooled job carries from core to core.
+type routeScan struct {
+	*Route
+	// ix, the value's structural index, finds the ends of strings and
+	// containers; with no backslash in the value (one vectorized search),
+	// no string has escapes.
+	ix        index
+	backslash bool
 }
 
 // rspan is a value Route read: its type (see typeOf; 0 when absent) and,
@@ -78,8 +85,9 @@ func (r *Route) Scan(kind Kind, value []byte, events bool) error {
 	if len(value) > 1<<31-1 {
 		return r.decodeFull(value) // spans are 32-bit; Decode reads any size
 	}
-	r.plain = bytes.IndexByte(value, '\\') < 0
-	esc, err := r.scan(events)
+	s := routeScan{Route: r, backslash: bytes.IndexByte(value, '\\') >= 0}
+	s.ix.reset(value)
+	esc, err := s.scan(events)
 	if err != nil {
 		return err
 	}
@@ -87,6 +95,35 @@ func (r *Route) Scan(kind Kind, value []byte, events bool) error {
 		return r.decodeFull(value)
 	}
 	return r.check()
+}
+
+// skipString is skipString for the value scanned, through its index.
+func (r *routeScan) skipString(i int) (end int, esc bool, ok bool) {
+	end = r.ix.stringEnd(i)
+	if end >= len(r.data) {
+		return end, false, false
+	}
+	return end, r.backslash && bytes.IndexByte(r.data[i:end], '\\') >= 0, true
+}
+
+// validUTF8 reports whether d[i:j] is valid UTF-8, without looking at it
+// when the index knows it is ASCII.
+func (r *routeScan) validUTF8(i, j int) bool {
+	return r.ix.ascii(i, j) || utf8.Valid(r.data[i:j])
+}
+
+// skipValue is skipValue for the value scanned, through its index.
+func (r *routeScan) skipValue(i int) (int, bool) {
+	if i < len(r.data) {
+		switch r.data[i] {
+		case '{', '[':
+			return r.ix.skipContainer(i)
+		case '"':
+			end := r.ix.stringEnd(i + 1)
+			return end + 1, end < len(r.data)
+		}
+	}
+	return skipScalar(r.data, i)
 }
 
 // Reset drops the Route's reference to the last value scanned, keeping its
@@ -114,14 +151,14 @@ func (r *Route) routeSyntax(pos int, what string) error {
 
 // scan reads the top-level object. It reports whether a routing string (or
 // a key) has escapes, in which case the caller decodes the value fully.
-func (r *Route) scan(events bool) (esc bool, err error) {
+func (r *routeScan) scan(events bool) (esc bool, err error) {
 	d := r.data
 	i := skipWS(d, 0)
 	if i >= len(d) {
 		return false, r.routeSyntax(i, "empty value")
 	}
 	if d[i] != '{' {
-		end, ok := skipValue(d, r.plain, i)
+		end, ok := r.skipValue(i)
 		if !ok {
 			return false, r.routeSyntax(i, "unterminated value")
 		}
@@ -140,7 +177,7 @@ func (r *Route) scan(events bool) (esc bool, err error) {
 				return false, r.routeSyntax(i, "looking for the beginning of an object key")
 			}
 			ks := i + 1
-			ke, kesc, ok := skipString(d, r.plain, ks)
+			ke, kesc, ok := r.skipString(ks)
 			if !ok {
 				return false, r.routeSyntax(i, "unterminated string")
 			}
@@ -193,15 +230,15 @@ func (r *Route) scan(events bool) (esc bool, err error) {
 			case f >= 0:
 				v := rspan{typ: typeOf(d[i])}
 				if v.typ == '"' {
-					end, sesc, ok := skipString(d, r.plain, i+1)
+					end, sesc, ok := r.skipString(i + 1)
 					if !ok {
 						return false, r.routeSyntax(i, "unterminated string")
 					}
-					v.start, v.end, v.esc = int32(i+1), int32(end), sesc || !utf8.Valid(d[i+1:end])
+					v.start, v.end, v.esc = int32(i+1), int32(end), sesc || !r.validUTF8(i+1, end)
 					esc = esc || v.esc
 					i = end + 1
 				} else {
-					end, ok := skipValue(d, r.plain, i)
+					end, ok := r.skipValue(i)
 					if !ok {
 						return false, r.routeSyntax(i, "unterminated value")
 					}
@@ -209,7 +246,7 @@ func (r *Route) scan(events bool) (esc bool, err error) {
 				}
 				r.fields[f] = v
 			case f == -1:
-				end, ok := skipValue(d, r.plain, i)
+				end, ok := r.skipValue(i)
 				if !ok {
 					return false, r.routeSyntax(i, "unterminated value")
 				}
@@ -248,11 +285,11 @@ func (r *Route) scan(events bool) (esc bool, err error) {
 
 // scanHeader reads a state event's header (i is at its value), noting the
 // compensation target; it returns the position after the value.
-func (r *Route) scanHeader(i int) (int, bool) {
+func (r *routeScan) scanHeader(i int) (int, bool) {
 	d := r.data
 	r.compensated, r.processor = false, rspan{} // a later header replaces an earlier one
 	if d[i] != '{' {
-		return skipValue(d, r.plain, i)
+		return r.skipValue(i)
 	}
 	i = skipWS(d, i+1)
 	if i < len(d) && d[i] == '}' {
@@ -263,7 +300,7 @@ func (r *Route) scanHeader(i int) (int, bool) {
 			return i, false
 		}
 		ks := i + 1
-		ke, kesc, ok := skipString(d, r.plain, ks)
+		ke, kesc, ok := r.skipString(ks)
 		if !ok {
 			return i, false
 		}
@@ -280,14 +317,14 @@ func (r *Route) scanHeader(i int) (int, bool) {
 		case kesc:
 			// An escaped header key: which key it is needs decoding.
 			r.useFull = true
-			end, ok := skipValue(d, r.plain, i)
+			end, ok := r.skipValue(i)
 			if !ok {
 				return end, false
 			}
 			i = end
 		case string(key) == HeaderCompensationID:
 			r.compensated = true
-			end, ok := skipValue(d, r.plain, i)
+			end, ok := r.skipValue(i)
 			if !ok {
 				return end, false
 			}
@@ -295,17 +332,17 @@ func (r *Route) scanHeader(i int) (int, bool) {
 		case string(key) == HeaderCompensationProcessor:
 			v := rspan{typ: typeOf(d[i])}
 			if v.typ == '"' {
-				end, sesc, ok := skipString(d, r.plain, i+1)
+				end, sesc, ok := r.skipString(i + 1)
 				if !ok {
 					return i, false
 				}
-				v.start, v.end, v.esc = int32(i+1), int32(end), sesc || !utf8.Valid(d[i+1:end])
+				v.start, v.end, v.esc = int32(i+1), int32(end), sesc || !r.validUTF8(i+1, end)
 				if v.esc {
 					r.useFull = true
 				}
 				i = end + 1
 			} else {
-				end, ok := skipValue(d, r.plain, i)
+				end, ok := r.skipValue(i)
 				if !ok {
 					return end, false
 				}
@@ -313,7 +350,7 @@ func (r *Route) scanHeader(i int) (int, bool) {
 			}
 			r.processor = v
 		default:
-			end, ok := skipValue(d, r.plain, i)
+			end, ok := r.skipValue(i)
 			if !ok {
 				return end, false
 			}
@@ -334,11 +371,11 @@ func (r *Route) scanHeader(i int) (int, bool) {
 // scanBody reads the body of an event stream or state event (i is at its
 // value), keeping each event's name; it returns the position after the
 // value and whether a name had escapes.
-func (r *Route) scanBody(i int) (int, bool, bool) {
+func (r *routeScan) scanBody(i int) (int, bool, bool) {
 	d := r.data
 	r.events = r.events[:0] // a later body replaces an earlier one
 	if d[i] != '[' {
-		end, ok := skipValue(d, r.plain, i)
+		end, ok := r.skipValue(i)
 		return end, false, ok
 	}
 	esc := false
@@ -352,7 +389,7 @@ func (r *Route) scanBody(i int) (int, bool, bool) {
 		}
 		if d[i] != '{' {
 			r.events = append(r.events, rspan{typ: notObject, start: int32(typeOf(d[i]))}) // Decode rejects it
-			end, ok := skipValue(d, r.plain, i)
+			end, ok := r.skipValue(i)
 			if !ok {
 				return end, false, false
 			}
@@ -368,7 +405,7 @@ func (r *Route) scanBody(i int) (int, bool, bool) {
 						return i, false, false
 					}
 					ks := i + 1
-					ke, kesc, ok := skipString(d, r.plain, ks)
+					ke, kesc, ok := r.skipString(ks)
 					if !ok {
 						return i, false, false
 					}
@@ -384,22 +421,22 @@ func (r *Route) scanBody(i int) (int, bool, bool) {
 					if string(d[ks:ke]) == "name" {
 						name = rspan{typ: typeOf(d[i])}
 						if name.typ == '"' {
-							end, sesc, ok := skipString(d, r.plain, i+1)
+							end, sesc, ok := r.skipString(i + 1)
 							if !ok {
 								return i, false, false
 							}
-							name.start, name.end, name.esc = int32(i+1), int32(end), sesc || !utf8.Valid(d[i+1:end])
+							name.start, name.end, name.esc = int32(i+1), int32(end), sesc || !r.validUTF8(i+1, end)
 							esc = esc || name.esc
 							i = end + 1
 						} else {
-							end, ok := skipValue(d, r.plain, i)
+							end, ok := r.skipValue(i)
 							if !ok {
 								return end, false, false
 							}
 							i = end
 						}
 					} else {
-						end, ok := skipValue(d, r.plain, i)
+						end, ok := r.skipValue(i)
 						if !ok {
 							return end, false, false
 						}
@@ -553,7 +590,7 @@ func (r *Route) Check(recordKey []byte, contextName, aggregateName string) error
 // skipWS returns the position of the first byte at or after i that is not
 // JSON whitespace.
 func skipWS(d []byte, i int) int {
-	for i < len(d) {
+	for i < len(d) && d[i] <= ' ' { // compact JSON has none: one test
 		switch d[i] {
 		case ' ', '\t', '\n', '\r':
 			i++
@@ -564,145 +601,16 @@ func skipWS(d []byte, i int) int {
 	return i
 }
 
-// SWAR constants: a byte repeated over a word.
-const (
-	ones  = 0x0101010101010101
-	highs = 0x8080808080808080
-)
-
-// skipString finds the closing quote of a string whose contents start at i.
-// It returns its position, whether the string has escapes, and false when
-// the string does not end. plain says the value has no backslash at all:
-// the next quote ends the string.
-func skipString(d []byte, plain bool, i int) (end int, esc bool, ok bool) {
-	if plain {
-		i = nextQuote(d, i)
-		return i, false, i < len(d)
-	}
-	for {
-		i = nextQuoteOrBackslash(d, i)
-		if i >= len(d) {
-			return i, esc, false
+// skipScalar returns the position after the number or literal at i (up
+// to the next delimiter), and false when it is empty.
+func skipScalar(d []byte, i int) (int, bool) {
+	start := i
+	for i < len(d) {
+		switch d[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r', ':', '"', '{', '[':
+			return i, i > start
 		}
-		if d[i] == '"' {
-			return i, esc, true
-		}
-		esc = true
-		i += 2 // the backslash and the byte it escapes
-	}
-}
-
-// nextQuote returns the position of the first '"' at or after i, or
-// len(d); see nextQuoteOrBackslash.
-func nextQuote(d []byte, i int) int {
-	for ; i+8 <= len(d); i += 8 {
-		q := binary.LittleEndian.Uint64(d[i:]) ^ (ones * '"')
-		if t := (q - ones) &^ q & highs; t != 0 {
-			return i + bits.TrailingZeros64(t)>>3
-		}
-	}
-	for ; i < len(d); i++ {
-		if d[i] == '"' {
-			return i
-		}
-	}
-	return i
-}
-
-// nextQuoteOrBackslash returns the position of the first '"' or '\\' at or
-// after i, or len(d).
-func nextQuoteOrBackslash(d []byte, i int) int {
-	// Eight bytes at a time: a byte equal to c makes x = w^(c*ones) zero
-	// there, and (x-ones)&^x&highs sets its high bit; the lowest bit set is
-	// the first match (borrows only disturb the bytes above it).
-	for ; i+8 <= len(d); i += 8 {
-		w := binary.LittleEndian.Uint64(d[i:])
-		q, b := w^(ones*'"'), w^(ones*'\\')
-		if t := ((q-ones)&^q | (b-ones)&^b) & highs; t != 0 {
-			return i + bits.TrailingZeros64(t)>>3
-		}
-	}
-	for ; i < len(d); i++ {
-		if d[i] == '"' || d[i] == '\\' {
-			return i
-		}
-	}
-	return i
-}
-
-// structural marks the bytes nextStructural looks for.
-var structural = func() (t [256]bool) {
-	for _, c := range `"{}[]` {
-		t[c] = true
-	}
-	return t
-}()
-
-// nextStructural returns the position of the first '"', '{', '}', '[' or
-// ']' at or after i, or len(d). With the 0x20 bit set, '[' and ']' become
-// '{' and '}', and no other byte does.
-func nextStructural(d []byte, i int) int {
-	for ; i+8 <= len(d); i += 8 {
-		w := binary.LittleEndian.Uint64(d[i:])
-		l := w | ones*0x20
-		q, o, c := w^(ones*'"'), l^(ones*'{'), l^(ones*'}')
-		if t := ((q-ones)&^q | (o-ones)&^o | (c-ones)&^c) & highs; t != 0 {
-			return i + bits.TrailingZeros64(t)>>3
-		}
-	}
-	for ; i < len(d); i++ {
-		if structural[d[i]] {
-			return i
-		}
-	}
-	return i
-}
-
-// skipValue returns the position after the value at i, following only its
-// structure: strings, and the nesting of objects and arrays. It reports
-// false when the value does not end.
-func skipValue(d []byte, plain bool, i int) (int, bool) {
-	if i >= len(d) {
-		return i, false
-	}
-	switch d[i] {
-	case '"':
-		end, _, ok := skipString(d, plain, i+1)
-		return end + 1, ok
-	case '{', '[':
-		depth := 1
 		i++
-		for {
-			if i = nextStructural(d, i); i >= len(d) {
-				return i, false
-			}
-			switch d[i] {
-			case '"':
-				end, _, ok := skipString(d, plain, i+1)
-				if !ok {
-					return end, false
-				}
-				i = end + 1
-				continue
-			case '{', '[':
-				depth++
-			default:
-				if depth--; depth == 0 {
-					return i + 1, true
-				}
-			}
-			i++
-		}
-	default:
-		// A number or a literal: up to the next delimiter.
-		start := i
-		for i < len(d) {
-			switch d[i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r', ':', '"', '{', '[':
-				return i, i > start
-			}
-			i++
-		}
-		return i, i > start
 	}
+	return i, i > start
 }

@@ -1,6 +1,8 @@
 package wow
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -25,6 +27,8 @@ var routeSeeds = []string{
 	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"k","body":[{"name":"e"}`,
 	`{"id":"i","contextName":"c \\" } ]","aggregateName":"a","aggregateId":"k","name":"n"}`,
 	`  {"id" : "i" , "contextName" : "c" , "aggregateName" : "a" , "aggregateId" : "k" , "name" : "n" }  `,
+	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"k","body":[{"name":"e","body":{"t":"say \"hi\" \\","u":"\\\"}]"}}]}`,
+	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"k\\","body":[{"name":"e\\\\"}]}`,
 	`[{"contextName":"c"}]`, `"x"`, `{}`, ``, `{"contextName":}`,
 }
 
@@ -158,6 +162,21 @@ func BenchmarkRoute(b *testing.B) {
 			}
 		})
 	}
+	// A state event's state is skipped: here 500 KB of it.
+	state, err := os.ReadFile(filepath.Join("testdata", "records", "state-large.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("scan/state-500KB", func(b *testing.B) {
+		b.SetBytes(int64(len(state)))
+		b.ReportAllocs()
+		var r Route
+		for b.Loop() {
+			if err := r.Scan(KindState, state, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("decode", func(b *testing.B) {
 		b.SetBytes(int64(len(value)))
 		b.ReportAllocs()

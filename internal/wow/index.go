@@ -1,0 +1,226 @@
+package wow
+
+import "math/bits"
+
+// index is the structural index of a value, built a window of blocks at a
+// time as a Route's scan moves forward: for each 64-byte block, a bit per
+// byte for the quotes that delimit strings (a quote after an unescaped
+// backslash does not), for the brackets outside strings, for backslashes
+// and for bytes that are not ASCII. Whether a byte is inside a string is
+// the parity of the delimiting quotes before it, so the scan finds a
+// string's end or a container's end from the masks instead of testing the
+// bytes one token at a time. It answers exactly what skipString and
+// skipValue answer for the same value, and whether a string is ASCII,
+// which spares validating its UTF-8.
+type index struct {
+	d     []byte
+	base  int    // the first block of the window
+	n     int    // blocks in the window
+	carry uint64 // all ones when the byte after the window is inside a string
+	// escaped: the first byte after the window is escaped (the window ends
+	// in an odd run of backslashes).
+	escaped uint64
+	m       [indexWindow]blockMask
+	tail    [64]byte
+}
+
+// blockMask is the index of one 64-byte block: bit j is byte j.
+type blockMask struct {
+	quotes  uint64 // '"'; after fill, only those that delimit strings
+	opens   uint64 // '{' and '['; after fill, only outside strings
+	closes  uint64 // '}' and ']'; after fill, only outside strings
+	highs   uint64 // bytes that are not ASCII
+	escapes uint64 // '\\'
+}
+
+// indexWindow is the number of blocks indexed at once: 1 KiB of value, so
+// that a routing message is indexed in one go and a large state in
+// windows that stay in the cache.
+const indexWindow = 16
+
+// reset starts indexing d from its first block.
+func (x *index) reset(d []byte) {
+	x.d, x.base, x.n, x.carry, x.escaped = d, 0, 0, 0, 0
+	x.fill()
+}
+
+// advance indexes the window after the current one; it reports false at
+// the end of the value.
+func (x *index) advance() bool {
+	x.base += x.n
+	x.n = 0
+	if x.base*64 >= len(x.d) {
+		return false
+	}
+	x.fill()
+	return true
+}
+
+// fill indexes the window that starts at block x.base.
+func (x *index) fill() {
+	from := x.base * 64
+	if from >= len(x.d) {
+		return
+	}
+	rest := x.d[from:]
+	full := min(len(rest)/64, indexWindow)
+	if full > 0 {
+		blockMasks(rest[:full*64], x.m[:full])
+	}
+	n := full
+	if full < indexWindow && len(rest) > full*64 {
+		// The value's last, partial block, padded with spaces.
+		t := &x.tail
+		*t = spaces
+		copy(t[:], rest[full*64:])
+		blockMasks(t[:], x.m[n:n+1])
+		n++
+	}
+	carry, escaped := x.carry, x.escaped
+	for k := range x.m[:n] {
+		b := &x.m[k]
+		if b.escapes|escaped != 0 {
+			var esc uint64
+			esc, escaped = escapedBytes(b.escapes, escaped)
+			b.quotes &^= esc
+		}
+		in := prefixXor(b.quotes) ^ carry
+		b.opens &^= in
+		b.closes &^= in
+		carry = uint64(int64(in) >> 63)
+	}
+	x.carry, x.escaped, x.n = carry, escaped, n
+}
+
+// escapedBytes returns the bytes of a block that a backslash escapes, given
+// its backslashes and whether its first byte is escaped by the block
+// before (bit 0 of in), and whether the block's last backslash escapes the
+// next block's first byte. An escaped backslash escapes nothing.
+func escapedBytes(backslashes, in uint64) (esc, out uint64) {
+	esc = in
+	for b := backslashes &^ in; b != 0; {
+		t := bits.TrailingZeros64(b)
+		if t == 63 {
+			return esc, 1
+		}
+		esc |= 1 << (t + 1)
+		b &^= 3 << t // this one, and the next if it is a backslash
+	}
+	return esc, 0
+}
+
+// spaces pads a value's last block; a space is none of what the index
+// marks.
+var spaces = [64]byte{
+	' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ',
+	' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ',
+	' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ',
+	' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ',
+}
+
+// prefixXor sets each bit to the parity of the bits at and below it: with
+// m the delimiting quotes of a block, the bytes from an opening quote up
+// to (not including) its closing quote.
+func prefixXor(m uint64) uint64 {
+	m ^= m << 1
+	m ^= m << 2
+	m ^= m << 4
+	m ^= m << 8
+	m ^= m << 16
+	m ^= m << 32
+	return m
+}
+
+// block returns the masks of the block of i, indexing forward as needed,
+// and false past the end of the value. Positions asked for only move
+// forward in a scan; one before the window starts the index again.
+func (x *index) block(i int) (*blockMask, bool) {
+	for {
+		k := i>>6 - x.base
+		if k < 0 {
+			x.reset(x.d)
+			continue
+		}
+		if k < x.n {
+			return &x.m[k], true
+		}
+		if !x.advance() {
+			return nil, false
+		}
+	}
+}
+
+// stringEnd returns the position of the quote that ends the string whose
+// contents start at i, or len(d). The common case, an end in the same
+// block, is inlined.
+func (x *index) stringEnd(i int) int {
+	if k := i>>6 - x.base; uint(k) < uint(x.n) {
+		if m := x.m[k&(indexWindow-1)].quotes >> (i & 63); m != 0 {
+			return i + bits.TrailingZeros64(m)
+		}
+	}
+	return x.stringEndFar(i)
+}
+
+// stringEndFar is stringEnd past the block of i.
+func (x *index) stringEndFar(i int) int {
+	for ; i < len(x.d); i = (i | 63) + 1 {
+		b, ok := x.block(i)
+		if !ok {
+			break
+		}
+		if m := b.quotes >> (i & 63); m != 0 {
+			return i + bits.TrailingZeros64(m)
+		}
+	}
+	return len(x.d)
+}
+
+// ascii reports whether d[i:j] is known to be ASCII; false when it is not
+// or when it is not in the window.
+func (x *index) ascii(i, j int) bool {
+	for i < j {
+		k := i>>6 - x.base
+		if uint(k) >= uint(x.n) {
+			return false
+		}
+		m := x.m[k].highs >> (i & 63)
+		if n := (i | 63) + 1 - i; j-i < n {
+			m &= 1<<(j-i) - 1
+		}
+		if m != 0 {
+			return false
+		}
+		i = (i | 63) + 1
+	}
+	return true
+}
+
+// skipContainer returns the position after the object or array that
+// starts at i, following only the nesting of brackets outside strings, and
+// false when it does not end (skipValue's answer).
+func (x *index) skipContainer(i int) (int, bool) {
+	depth := 1
+	for i++; i < len(x.d); i = (i | 63) + 1 {
+		b, ok := x.block(i)
+		if !ok {
+			break
+		}
+		sh := uint(i & 63)
+		o, c := b.opens>>sh, b.closes>>sh
+		if bits.OnesCount64(c) < depth {
+			// The nesting cannot come back to the top within this block.
+			depth += bits.OnesCount64(o) - bits.OnesCount64(c)
+			continue
+		}
+		for m := o | c; m != 0; m &= m - 1 {
+			t := bits.TrailingZeros64(m)
+			if o>>t&1 != 0 {
+				depth++
+			} else if depth--; depth == 0 {
+				return i + t + 1, true
+			}
+		}
+	}
+	return len(x.d), false
+}

@@ -1,0 +1,86 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// func blockMasks(d []byte, m []blockMask)
+//
+// For each 16 bytes: PMOVMSKB of the bytes themselves gives their high
+// bits; compared with '"', with '\\', and (with bit 0x20 set, which makes
+// '[' and ']' into '{' and '}' and no other byte into either) with '{' and
+// '}', PMOVMSKB turns each comparison into 16 bits of the block's masks.
+// A blockMask is five uint64s: quotes, opens, closes, highs, escapes.
+TEXT ·blockMasks(SB), NOSPLIT, $0-48
+	MOVQ d_base+0(FP), SI
+	MOVQ m_base+24(FP), R8
+	MOVQ m_len+32(FP), CX
+	TESTQ CX, CX
+	JZ done
+	IMULQ $40, CX
+	ADDQ R8, CX // the end of m
+
+	MOVQ $0x2222222222222222, AX
+	MOVQ AX, X8
+	PUNPCKLQDQ X8, X8
+	MOVQ $0x2020202020202020, AX
+	MOVQ AX, X9
+	PUNPCKLQDQ X9, X9
+	MOVQ $0x7b7b7b7b7b7b7b7b, AX
+	MOVQ AX, X10
+	PUNPCKLQDQ X10, X10
+	MOVQ $0x7d7d7d7d7d7d7d7d, AX
+	MOVQ AX, X11
+	PUNPCKLQDQ X11, X11
+	MOVQ $0x5c5c5c5c5c5c5c5c, AX
+	MOVQ AX, X12
+	PUNPCKLQDQ X12, X12
+
+block:
+	XORQ BX, BX  // quotes
+	XORQ DX, DX  // opens
+	XORQ R11, R11 // closes
+	XORQ R12, R12 // highs
+	XORQ R13, R13 // escapes
+
+#define CHUNK(off, shift) \
+	MOVOU off(SI), X0; \
+	PMOVMSKB X0, AX; \
+	SHLQ $shift, AX; \
+	ORQ AX, R12; \
+	MOVOU X0, X1; \
+	MOVOU X0, X3; \
+	PCMPEQB X8, X0; \
+	PMOVMSKB X0, AX; \
+	SHLQ $shift, AX; \
+	ORQ AX, BX; \
+	PCMPEQB X12, X3; \
+	PMOVMSKB X3, AX; \
+	SHLQ $shift, AX; \
+	ORQ AX, R13; \
+	POR X9, X1; \
+	MOVOU X1, X2; \
+	PCMPEQB X10, X1; \
+	PMOVMSKB X1, AX; \
+	SHLQ $shift, AX; \
+	ORQ AX, DX; \
+	PCMPEQB X11, X2; \
+	PMOVMSKB X2, AX; \
+	SHLQ $shift, AX; \
+	ORQ AX, R11
+
+	CHUNK(0, 0)
+	CHUNK(16, 16)
+	CHUNK(32, 32)
+	CHUNK(48, 48)
+
+	MOVQ BX, 0(R8)
+	MOVQ DX, 8(R8)
+	MOVQ R11, 16(R8)
+	MOVQ R12, 24(R8)
+	MOVQ R13, 32(R8)
+	ADDQ $64, SI
+	ADDQ $40, R8
+	CMPQ R8, CX
+	JNE block
+
+done:
+	RET

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package wow
+
+func blockMasks(d []byte, m []blockMask) {
+	blockMasksGeneric(d, m)
+}
