@@ -9,9 +9,9 @@ import "math/bits"
 // and for bytes that are not ASCII. Whether a byte is inside a string is
 // the parity of the delimiting quotes before it, so the scan finds a
 // string's end or a container's end from the masks instead of testing the
-// bytes one token at a time. It answers exactly what skipString and
-// skipValue answer for the same value, and whether a string is ASCII,
-// which spares validating its UTF-8.
+// bytes one token at a time, and whether a string is ASCII, which spares
+// validating its UTF-8. On a valid JSON value its answers are those of
+// reading it a byte at a time (the tests hold it to such a reading).
 type index struct {
 	d     []byte
 	base  int    // the first block of the window
@@ -198,7 +198,7 @@ func (x *index) ascii(i, j int) bool {
 
 // skipContainer returns the position after the object or array that
 // starts at i, following only the nesting of brackets outside strings, and
-// false when it does not end (skipValue's answer).
+// false when it does not end.
 func (x *index) skipContainer(i int) (int, bool) {
 	depth := 1
 	for i++; i < len(x.d); i = (i | 63) + 1 {

@@ -97,7 +97,9 @@ func (r *Route) Scan(kind Kind, value []byte, events bool) error {
 	return r.check()
 }
 
-// skipString is skipString for the value scanned, through its index.
+// skipString finds the closing quote of the string whose contents start at
+// i: its position, whether the string has escapes, and false when it does
+// not end.
 func (r *routeScan) skipString(i int) (end int, esc bool, ok bool) {
 	end = r.ix.stringEnd(i)
 	if end >= len(r.data) {
@@ -112,7 +114,9 @@ func (r *routeScan) validUTF8(i, j int) bool {
 	return r.ix.ascii(i, j) || utf8.Valid(r.data[i:j])
 }
 
-// skipValue is skipValue for the value scanned, through its index.
+// skipValue returns the position after the value at i, following only its
+// structure (strings, and the nesting of objects and arrays), and false
+// when it does not end.
 func (r *routeScan) skipValue(i int) (int, bool) {
 	if i < len(r.data) {
 		switch r.data[i] {
