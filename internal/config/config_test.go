@@ -703,3 +703,19 @@ func TestWriteYAMLRedactsURLPasswords(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyKey: a key without a name, written empty or null (a bare "?"),
+// is reported at its line, at the top of the file and inside it.
+func TestEmptyKey(t *testing.T) {
+	tests := map[string]string{
+		"?\n":                       "x.yaml:1:2: a key without a name",
+		`"": 1` + "\n":              "x.yaml:1:1: a key without a name",
+		minimalYAML + "  \"\": 1\n": ": wow.: a key without a name",
+	}
+	for data, want := range tests {
+		_, err := config.Parse([]byte(data), "x.yaml", testRegistry(), nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want a problem with %q", data, err, want)
+		}
+	}
+}

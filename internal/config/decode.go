@@ -55,15 +55,25 @@ func (d *decoder) errorf(path, format string, args ...any) {
 	e := Error{Path: path, Msg: fmt.Sprintf(format, args...)}
 	if v := d.source(path); v != "" {
 		e.Msg += " (set by " + v + ")"
-	} else {
-		for p := path; p != ""; p = parent(p) {
-			if at, ok := d.pos[p]; ok {
-				e.Line, e.Col = at.line, at.col
-				break
-			}
-		}
+	} else if at, ok := d.positionOf(path); ok {
+		e.Line, e.Col = at.line, at.col
 	}
 	d.errs = append(d.errs, e)
+}
+
+// positionOf returns where the key at path, or the nearest key above it, is
+// written. The empty path is an empty key at the top of the file.
+func (d *decoder) positionOf(path string) (position, bool) {
+	if path == "" {
+		at, ok := d.pos[""]
+		return at, ok
+	}
+	for p := path; p != ""; p = parent(p) {
+		if at, ok := d.pos[p]; ok {
+			return at, true
+		}
+	}
+	return position{}, false
 }
 
 // fail records a value that could not be decoded.
@@ -292,6 +302,10 @@ func childNames[T any](fields []field[T], rel string) []string {
 
 // unknownKey reports key, suggesting the known key closest to it.
 func (d *decoder) unknownKey(path, key string, known []string) {
+	if key == "" {
+		d.errorf(path, "a key without a name (an empty or null key)")
+		return
+	}
 	if k := closest(key, known); k != "" {
 		d.errorf(path, "unknown key (did you mean %q?)", k)
 		return
