@@ -770,14 +770,7 @@ func TestLateRequestDeleteLeavesANewerRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const group = "g-park-late-req"
 		h := newVirtualHarness(t, 1)
-		produce(t, h.c, testTopic, 6, 1) // agg-0: seq 0..5
-		var broken atomic.Bool
-		broken.Store(true)
-		sink := newParkSink(func(_ string, seq uint64) bool { return broken.Load() && seq == 2 })
-		r := h.receiver(group, sink, 16, parking)
-		testwait.For(t, 30*time.Second, "agg-0 parked and committed", func() bool {
-			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
-		})
+		sink, broken, r := parkAgg0(t, h, group)
 		askAs := func(id string) { h.askAs("agg-0", park.Request{Action: park.Redrive, By: "test", ID: id}) }
 		askAs("first") // fails again: answered, and deleted by the owner
 		testwait.For(t, 30*time.Second, "the first request answered", func() bool {
@@ -789,15 +782,39 @@ func TestLateRequestDeleteLeavesANewerRequest(t *testing.T) {
 		askAs("second")
 		// The first request's delete again, late.
 		h.produceState(&kgo.Record{Topic: testStateTopic, Key: []byte(park.RequestKey(testTopic, "agg-0", "first"))})
-		r = h.receiver(group, sink, 16, parking)
-		testwait.For(t, 30*time.Second, "the second request acted on: agg-0 redriven and unparked", func() bool {
-			return h.parkedState("agg-0") == nil && len(sink.of("agg-0")) == 6
-		})
-		if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 6)) {
-			t.Fatalf("agg-0 handled %v, want %v", got, seqs(0, 6))
-		}
-		stop(t, r)
+		wantAgg0Redriven(t, h, group, sink, "the second request acted on")
 	})
+}
+
+// parkAgg0 writes agg-0's records #0..#5 and starts a receiver of group
+// whose sink rejects #2 while broken is set (it is), until agg-0 is parked
+// and everything committed.
+func parkAgg0(t *testing.T, h *harness, group string) (*parkSink, *atomic.Bool, *Receiver) {
+	t.Helper()
+	produce(t, h.c, testTopic, 6, 1) // agg-0: seq 0..5
+	broken := new(atomic.Bool)
+	broken.Store(true)
+	sink := newParkSink(func(_ string, seq uint64) bool { return broken.Load() && seq == 2 })
+	r := h.receiver(group, sink, 16, parking)
+	testwait.For(t, 30*time.Second, "agg-0 parked and committed", func() bool {
+		return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+	})
+	return sink, broken, r
+}
+
+// wantAgg0Redriven starts a receiver of group and waits until it has
+// carried out the request asked for agg-0 (what), a redrive: agg-0 unparked
+// and its six records handled, in order.
+func wantAgg0Redriven(t *testing.T, h *harness, group string, sink *parkSink, what string) {
+	t.Helper()
+	r := h.receiver(group, sink, 16, parking)
+	testwait.For(t, 30*time.Second, what+": agg-0 redriven and unparked", func() bool {
+		return h.parkedState("agg-0") == nil && len(sink.of("agg-0")) == 6
+	})
+	if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 6)) {
+		t.Fatalf("agg-0 handled %v, want %v", got, seqs(0, 6))
+	}
+	stop(t, r)
 }
 
 // TestParkedListsEachAggregateOnce: each aggregate is listed once: those
@@ -848,26 +865,12 @@ func TestParkByHandOfAParkedAggregateKeepsTheRequestBefore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const group = "g-park-hand-twice"
 		h := newVirtualHarness(t, 1)
-		produce(t, h.c, testTopic, 6, 1) // agg-0: seq 0..5
-		var broken atomic.Bool
-		broken.Store(true)
-		sink := newParkSink(func(_ string, seq uint64) bool { return broken.Load() && seq == 2 })
-		r := h.receiver(group, sink, 16, parking)
-		testwait.For(t, 30*time.Second, "agg-0 parked and committed", func() bool {
-			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
-		})
+		sink, broken, r := parkAgg0(t, h, group)
 		stop(t, r) // the requests wait for the next owner
 		h.askAs("agg-0", park.Request{Action: park.Redrive, By: "test", ID: "r1"})
 		h.askAs("agg-0", park.Request{Action: park.Park, By: "test", ID: "h1"})
 		broken.Store(false)
-		r = h.receiver(group, sink, 16, parking)
-		testwait.For(t, 30*time.Second, "the redrive asked before the park carried out: agg-0 unparked", func() bool {
-			return h.parkedState("agg-0") == nil && len(sink.of("agg-0")) == 6
-		})
-		if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 6)) {
-			t.Fatalf("agg-0 handled %v, want %v", got, seqs(0, 6))
-		}
-		stop(t, r)
+		wantAgg0Redriven(t, h, group, sink, "the redrive asked before the park carried out")
 	})
 }
 
