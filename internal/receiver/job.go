@@ -40,12 +40,10 @@ type job struct {
 	// trace is the record's trace context and span (trace.go); nil
 	// without either.
 	trace atomic.Pointer[jobTrace]
-	// own is the job's copy of a fetched record, its key, value and
-	// headers in one new allocation: the client's record points into its
-	// whole decompressed batch, which the job would keep alive as long as
-	// the record is unfinished, a batch per partition or more for every
-	// window. The copy is never reused: handlers may keep strings made
-	// from it (an aggregate ID as a map key), which must not change.
+	// own is the job's copy of a fetched record: the client allocates the
+	// records of a batch in one array, which a pointer to one of them
+	// would keep alive. Its key, value and headers were copied out of the
+	// decompressed batch as the client buffered it (ownBytes).
 	own kgo.Record
 	jobState
 }
@@ -107,7 +105,11 @@ func newJob(r *Receiver, p *partition, rec *kgo.Record, seq int64) *job {
 	j := jobPool.Get().(*job)
 	j.r, j.p, j.rec, j.seq = r, p, rec, seq
 	if p != r.local {
-		rec = j.copyRecord(rec)
+		// The client keeps a batch's records in one array: the job keeps
+		// its own copy of the record, whose bytes are already its own
+		// (ownBytes).
+		j.own = *rec
+		rec = &j.own
 		j.rec = rec
 	}
 	j.msg = handler.Message{
@@ -130,9 +132,21 @@ func newJob(r *Receiver, p *partition, rec *kgo.Record, seq int64) *job {
 	return j
 }
 
-// copyRecord copies rec into the job's own record, its bytes into one new
-// allocation, and returns it.
-func (j *job) copyRecord(rec *kgo.Record) *kgo.Record {
+// ownBytes is a kgo hook that gives every fetched record its own copy of
+// its key, value and headers, in one new allocation, as the client buffers
+// it. The client's record points into its whole decompressed batch, which
+// a record would keep alive as long as it is held or unfinished: a batch
+// per partition or more for every window. The copy is made on the client's
+// fetching goroutine right after the batch was decompressed, while its
+// bytes are still in that core's cache, and not on the poll loop, which
+// every record passes one at a time. The copy is never reused: handlers may
+// keep strings made from it (an aggregate ID as a map key), which must not
+// change.
+type ownBytes struct{}
+
+// OnFetchRecordBuffered implements kgo.HookFetchRecordBuffered. The sizes
+// stay as they are, so the client's buffered-bytes count is unchanged.
+func (ownBytes) OnFetchRecordBuffered(rec *kgo.Record) {
 	n := len(rec.Key) + len(rec.Value)
 	for _, h := range rec.Headers {
 		n += len(h.Key) + len(h.Value)
@@ -146,19 +160,18 @@ func (j *job) copyRecord(rec *kgo.Record) *kgo.Record {
 		b = append(b, s...)
 		return b[start:len(b):len(b)]
 	}
-	j.own = *rec
-	j.own.Key, j.own.Value = clone(rec.Key), clone(rec.Value)
-	j.own.Headers = nil
-	if len(rec.Headers) > 0 {
+	rec.Key, rec.Value = clone(rec.Key), clone(rec.Value)
+	if len(rec.Headers) == 0 {
+		rec.Headers = nil // nothing of the batch's header array
+	} else {
 		hs := make([]kgo.RecordHeader, len(rec.Headers))
 		for i, h := range rec.Headers {
 			start := len(b)
 			b = append(b, h.Key...)
 			hs[i] = kgo.RecordHeader{Key: unsafe.String(unsafe.SliceData(b[start:]), len(h.Key)), Value: clone(h.Value)}
 		}
-		j.own.Headers = hs
+		rec.Headers = hs
 	}
-	return &j.own
 }
 
 // The casts in headers and fillWow view a slice of one struct type as a

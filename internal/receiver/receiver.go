@@ -368,7 +368,7 @@ func New(o Options) (*Receiver, error) {
 		r.o.Fetch = memory.Unbudgeted()
 	}
 	r.lease = &lease{}
-	opts = append(opts, kgo.WithHooks(r.o.Fetch, r.lease))
+	opts = append(opts, kgo.WithHooks(r.o.Fetch, r.lease, ownBytes{}))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		if r.park != nil {
