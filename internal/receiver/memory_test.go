@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -192,5 +193,55 @@ func TestEachRecordIsFetchedOnce(t *testing.T) {
 	t.Logf("read %d records for %d: %.2f×", read.records.Load(), records, ratio)
 	if ratio > 1.25 {
 		t.Fatalf("the client read %.2f× the records: partitions paused at their share drop and fetch them again", ratio)
+	}
+}
+
+// ownBytes gives a record its own copy of its bytes: what the batch's
+// buffer holds afterwards does not change the record, and the record
+// points into nothing of the batch (no empty header slice either).
+func TestOwnBytesCopiesTheRecordOutOfItsBatch(t *testing.T) {
+	batch := []byte("key|value|h1|v1")
+	hdrs := make([]kgo.RecordHeader, 1, 4)
+	hdrs[0] = kgo.RecordHeader{Key: "h1", Value: batch[10:12]}
+	rec := &kgo.Record{Key: batch[0:3], Value: batch[4:9], Headers: hdrs}
+	ownBytes{}.OnFetchRecordBuffered(rec)
+	clear(batch)
+	hdrs[0] = kgo.RecordHeader{}
+	if string(rec.Key) != "key" || string(rec.Value) != "value" || len(rec.Headers) != 1 ||
+		rec.Headers[0].Key != "h1" || string(rec.Headers[0].Value) != "h1" {
+		t.Fatalf("after the batch changed the record reads %q %q %+v", rec.Key, rec.Value, rec.Headers)
+	}
+	if cap(rec.Key) != len(rec.Key) || cap(rec.Value) != len(rec.Value) {
+		t.Fatal("a copied slice can grow into its neighbour")
+	}
+	empty := &kgo.Record{Value: batch[:2], Headers: hdrs[:0]}
+	ownBytes{}.OnFetchRecordBuffered(empty)
+	if empty.Key != nil || empty.Headers != nil {
+		t.Fatalf("a record without key or headers got %q and %v, want nil for both", empty.Key, empty.Headers)
+	}
+}
+
+// The receiver installs ownBytes: a handler's message has its key and value
+// side by side in one allocation, which no batch of the wire format does
+// (the value's length comes between them).
+func TestFetchedRecordsOwnTheirBytes(t *testing.T) {
+	h := newHarness(t, 1)
+	adjacent := make(chan bool, 8)
+	hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
+		adjacent <- unsafe.Pointer(unsafe.SliceData(m.Value)) == unsafe.Add(unsafe.Pointer(unsafe.SliceData(m.Key)), len(m.Key))
+		return nil
+	})
+	r := h.receiver("g-own-bytes", hd, 16)
+	defer stop(t, r)
+	produce(t, h.c, testTopic, 8, 4)
+	for range 8 {
+		select {
+		case ok := <-adjacent:
+			if !ok {
+				t.Fatal("a handled message points into its fetched batch, not into a copy of its own")
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("records not handled")
+		}
 	}
 }
