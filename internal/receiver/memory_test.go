@@ -245,3 +245,40 @@ func TestFetchedRecordsOwnTheirBytes(t *testing.T) {
 		}
 	}
 }
+
+// The copy keeps a record's shape: a tombstone's value stays nil, and an
+// empty value stays empty. (A record without a key reaches no handler.)
+func TestCopiedRecordsKeepNilAndEmpty(t *testing.T) {
+	h := newHarness(t, 1)
+	type shape struct{ keyNil, valueNil bool }
+	got := make(chan shape, 2)
+	hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
+		got <- shape{m.Key == nil, m.Value == nil}
+		return nil
+	})
+	r := h.receiver("g-nil-empty", hd, 16)
+	defer stop(t, r)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	recs := []*kgo.Record{
+		{Topic: testTopic, Key: []byte("k"), Value: nil},
+		{Topic: testTopic, Key: []byte("k"), Value: []byte{}},
+	}
+	want := []shape{{false, true}, {false, false}}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want { // one partition: in order
+		select {
+		case s := <-got:
+			if s != w {
+				t.Errorf("record %d: key nil %v, value nil %v; want %v, %v", i, s.keyNil, s.valueNil, w.keyNil, w.valueNil)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("record %d not handled", i)
+		}
+	}
+}

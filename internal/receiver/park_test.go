@@ -15,6 +15,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -976,5 +977,35 @@ func TestRevokeUnderANewMemberIDIsALoss(t *testing.T) {
 		close(release)
 		stop(t, r2)
 		stop(t, r1)
+	})
+}
+
+// A redriven message, read back from the parked topic by a client without
+// the receiver's hook, gets its own copy of its bytes as a fetched one does
+// (ownBytes): its key and value side by side in one allocation.
+func TestRedrivenRecordsOwnTheirBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 20, 2)
+		s := newParkSink(func(key string, seq uint64) bool { return key == "agg-1" && seq == 3 })
+		var redriving atomic.Bool
+		var inBatch atomic.Int64
+		hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+			if redriving.Load() && unsafe.Pointer(unsafe.SliceData(m.Value)) != unsafe.Add(unsafe.Pointer(unsafe.SliceData(m.Key)), len(m.Key)) {
+				inBatch.Add(1)
+			}
+			s.Handle(ctx, m, ack)
+		})
+		r := h.receiver("g-redrive-own", hd, 16, parking)
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-redrive-own") })
+		never := func(string, uint64) bool { return false }
+		s.fail.Store(&never)
+		redriving.Store(true)
+		h.ask("agg-1", park.Redrive)
+		testwait.For(t, 30*time.Second, "agg-1 redriven", func() bool { return len(s.of("agg-1")) == 10 })
+		if n := inBatch.Load(); n > 0 {
+			t.Fatalf("%d redriven messages point into the parked topic's batches, not into copies of their own", n)
+		}
+		stop(t, r)
 	})
 }
