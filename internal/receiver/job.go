@@ -144,9 +144,13 @@ func newJob(r *Receiver, p *partition, rec *kgo.Record, seq int64) *job {
 // change.
 type ownBytes struct{}
 
-// OnFetchRecordBuffered implements kgo.HookFetchRecordBuffered. The sizes
-// stay as they are, so the client's buffered-bytes count is unchanged.
-func (ownBytes) OnFetchRecordBuffered(rec *kgo.Record) {
+// OnFetchRecordBuffered implements kgo.HookFetchRecordBuffered.
+func (ownBytes) OnFetchRecordBuffered(rec *kgo.Record) { ownRecordBytes(rec) }
+
+// ownRecordBytes points rec's key, value and headers at a new copy of
+// them, in one allocation. The sizes stay as they are, so the client's
+// buffered-bytes count is unchanged; nil stays nil.
+func ownRecordBytes(rec *kgo.Record) {
 	n := len(rec.Key) + len(rec.Value)
 	for _, h := range rec.Headers {
 		n += len(h.Key) + len(h.Value)

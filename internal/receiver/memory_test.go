@@ -221,14 +221,19 @@ func TestOwnBytesCopiesTheRecordOutOfItsBatch(t *testing.T) {
 	}
 }
 
-// The receiver installs ownBytes: a handler's message has its key and value
-// side by side in one allocation, which no batch of the wire format does
-// (the value's length comes between them).
+// ownsItsBytes reports whether m's key and value sit side by side in one
+// allocation, as ownRecordBytes copies them: no batch of the wire format
+// lays them out so (the value's length comes between them).
+func ownsItsBytes(m *handler.Message) bool {
+	return unsafe.Pointer(unsafe.SliceData(m.Value)) == unsafe.Add(unsafe.Pointer(unsafe.SliceData(m.Key)), len(m.Key))
+}
+
+// The receiver installs ownBytes: a handler's message owns its bytes.
 func TestFetchedRecordsOwnTheirBytes(t *testing.T) {
 	h := newHarness(t, 1)
 	adjacent := make(chan bool, 8)
 	hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
-		adjacent <- unsafe.Pointer(unsafe.SliceData(m.Value)) == unsafe.Add(unsafe.Pointer(unsafe.SliceData(m.Key)), len(m.Key))
+		adjacent <- ownsItsBytes(m)
 		return nil
 	})
 	r := h.receiver("g-own-bytes", hd, 16)

@@ -1060,8 +1060,8 @@ func (r *Receiver) runParked(rp *partition, src *kgo.Record) (metrics.Outcome, f
 		return metrics.Dropped, failure{}
 	}
 	// The parked topic's reader is a client of its own, without the
-	// receiver's hook: the record still points into its batch.
-	ownBytes{}.OnFetchRecordBuffered(src)
+	// receiver's hook (ownBytes): the record still points into its batch.
+	ownRecordBytes(src)
 	j := newJob(r, rp, src, rp.tr.nextSeq())
 	rp.tr.push(0, 0, j)
 	j.route, j.kind = route, route.Kind
