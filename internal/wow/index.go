@@ -68,12 +68,26 @@ func (x *index) fill() {
 		blockMasks(rest[:full*64], x.m[:full])
 	}
 	n := full
-	if full < indexWindow && len(rest) > full*64 {
-		// The value's last, partial block, padded with spaces.
-		t := &x.tail
-		*t = spaces
-		copy(t[:], rest[full*64:])
-		blockMasks(t[:], x.m[n:n+1])
+	if r := len(rest) - full*64; full < indexWindow && r > 0 {
+		// The value's last, partial block.
+		if len(x.d) >= 64 {
+			// The masks of the value's last 64 bytes, shifted so that
+			// the block starts at bit 0, and zeros after its end.
+			b := &x.m[n]
+			blockMasks(x.d[len(x.d)-64:], x.m[n:n+1])
+			sh := uint(64 - r)
+			b.quotes >>= sh
+			b.opens >>= sh
+			b.closes >>= sh
+			b.highs >>= sh
+			b.escapes >>= sh
+		} else {
+			// A value shorter than a block, padded with spaces.
+			t := &x.tail
+			*t = spaces
+			copy(t[:], rest[full*64:])
+			blockMasks(t[:], x.m[n:n+1])
+		}
 		n++
 	}
 	carry, escaped := x.carry, x.escaped
@@ -154,8 +168,8 @@ func (x *index) block(i int) (*blockMask, bool) {
 // contents start at i, or len(d). The common case, an end in the same
 // block, is inlined.
 func (x *index) stringEnd(i int) int {
-	if k := i>>6 - x.base; uint(k) < uint(x.n) {
-		if m := x.m[k&(indexWindow-1)].quotes >> (i & 63); m != 0 {
+	if k := uint(i>>6 - x.base); k < uint(x.n) {
+		if m := x.m[k%indexWindow].quotes >> uint(i&63); m != 0 {
 			return i + bits.TrailingZeros64(m)
 		}
 	}
@@ -165,9 +179,14 @@ func (x *index) stringEnd(i int) int {
 // stringEndFar is stringEnd past the block of i.
 func (x *index) stringEndFar(i int) int {
 	for ; i < len(x.d); i = (i | 63) + 1 {
-		b, ok := x.block(i)
-		if !ok {
-			break
+		var b *blockMask
+		if k := uint(i>>6 - x.base); k < uint(x.n) {
+			b = &x.m[k%indexWindow] // x.block's common case
+		} else {
+			var ok bool
+			if b, ok = x.block(i); !ok {
+				break
+			}
 		}
 		if m := b.quotes >> (i & 63); m != 0 {
 			return i + bits.TrailingZeros64(m)

@@ -2,14 +2,14 @@
 
 #include "textflag.h"
 
-// func blockMasks(d []byte, m []blockMask)
+// func blockMasksSSE2(d []byte, m []blockMask)
 //
 // For each 16 bytes: PMOVMSKB of the bytes themselves gives their high
 // bits; compared with '"', with '\\', and (with bit 0x20 set, which makes
 // '[' and ']' into '{' and '}' and no other byte into either) with '{' and
 // '}', PMOVMSKB turns each comparison into 16 bits of the block's masks.
 // A blockMask is five uint64s: quotes, opens, closes, highs, escapes.
-TEXT ·blockMasks(SB), NOSPLIT, $0-48
+TEXT ·blockMasksSSE2(SB), NOSPLIT, $0-48
 	MOVQ d_base+0(FP), SI
 	MOVQ m_base+24(FP), R8
 	MOVQ m_len+32(FP), CX
@@ -83,4 +83,86 @@ block:
 	JNE block
 
 done:
+	RET
+
+// func blockMasksAVX2(d []byte, m []blockMask)
+//
+// blockMasksSSE2 32 bytes at a time: the same comparisons on two halves of
+// each block, VPMOVMSKB giving 32 bits of a mask for each.
+TEXT ·blockMasksAVX2(SB), NOSPLIT, $0-48
+	MOVQ d_base+0(FP), SI
+	MOVQ m_base+24(FP), R8
+	MOVQ m_len+32(FP), CX
+	TESTQ CX, CX
+	JZ avxdone
+	IMULQ $40, CX
+	ADDQ R8, CX // the end of m
+
+	MOVQ $0x2222222222222222, AX
+	MOVQ AX, X8
+	VPBROADCASTQ X8, Y8
+	MOVQ $0x2020202020202020, AX
+	MOVQ AX, X9
+	VPBROADCASTQ X9, Y9
+	MOVQ $0x7b7b7b7b7b7b7b7b, AX
+	MOVQ AX, X10
+	VPBROADCASTQ X10, Y10
+	MOVQ $0x7d7d7d7d7d7d7d7d, AX
+	MOVQ AX, X11
+	VPBROADCASTQ X11, Y11
+	MOVQ $0x5c5c5c5c5c5c5c5c, AX
+	MOVQ AX, X12
+	VPBROADCASTQ X12, Y12
+
+avxblock:
+	VMOVDQU 0(SI), Y0
+	VMOVDQU 32(SI), Y4
+
+	VPMOVMSKB Y0, AX
+	VPMOVMSKB Y4, BX
+	SHLQ $32, BX
+	ORQ BX, AX
+	MOVQ AX, 24(R8) // highs
+
+	VPCMPEQB Y8, Y0, Y1
+	VPCMPEQB Y8, Y4, Y5
+	VPMOVMSKB Y1, AX
+	VPMOVMSKB Y5, BX
+	SHLQ $32, BX
+	ORQ BX, AX
+	MOVQ AX, 0(R8) // quotes
+
+	VPCMPEQB Y12, Y0, Y1
+	VPCMPEQB Y12, Y4, Y5
+	VPMOVMSKB Y1, AX
+	VPMOVMSKB Y5, BX
+	SHLQ $32, BX
+	ORQ BX, AX
+	MOVQ AX, 32(R8) // escapes
+
+	VPOR Y9, Y0, Y0
+	VPOR Y9, Y4, Y4
+	VPCMPEQB Y10, Y0, Y1
+	VPCMPEQB Y10, Y4, Y5
+	VPMOVMSKB Y1, AX
+	VPMOVMSKB Y5, BX
+	SHLQ $32, BX
+	ORQ BX, AX
+	MOVQ AX, 8(R8) // opens
+
+	VPCMPEQB Y11, Y0, Y1
+	VPCMPEQB Y11, Y4, Y5
+	VPMOVMSKB Y1, AX
+	VPMOVMSKB Y5, BX
+	SHLQ $32, BX
+	ORQ BX, AX
+	MOVQ AX, 16(R8) // closes
+
+	ADDQ $64, SI
+	ADDQ $40, R8
+	CMPQ R8, CX
+	JNE avxblock
+	VZEROUPPER
+
+avxdone:
 	RET

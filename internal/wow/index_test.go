@@ -22,18 +22,25 @@ func randomValue(rng *rand.Rand, n int) []byte {
 }
 
 // TestBlockMasks holds the architecture's blockMasks to the byte-at-a-time
-// reference on random blocks.
+// reference on random blocks, and each of the architecture's versions
+// (blockMaskVersions) with it.
 func TestBlockMasks(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 2000 {
-		n := 1 + rng.IntN(8)
-		d := randomValue(rng, n*64)
-		var got, want [8]blockMask
-		blockMasks(d, got[:n])
-		blockMasksGeneric(d, want[:n])
-		if got != want {
-			t.Fatalf("blockMasks(%q) = %x, want %x", d, got, want)
-		}
+	versions := blockMaskVersions()
+	versions["blockMasks"] = blockMasks
+	for name, f := range versions {
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 2000 {
+				n := 1 + rng.IntN(8)
+				d := randomValue(rng, n*64)
+				var got, want [8]blockMask
+				f(d, got[:n])
+				blockMasksGeneric(d, want[:n])
+				if got != want {
+					t.Fatalf("%s(%q) = %x, want %x", name, d, got, want)
+				}
+			}
+		})
 	}
 }
 
