@@ -21,7 +21,6 @@ type index struct {
 	// in an odd run of backslashes).
 	escaped uint64
 	m       [indexWindow]blockMask
-	tail    [64]byte
 }
 
 // blockMask is the index of one 64-byte block: bit j is byte j.
@@ -83,8 +82,7 @@ func (x *index) fill() {
 			b.escapes >>= sh
 		} else {
 			// A value shorter than a block, padded with spaces.
-			t := &x.tail
-			*t = spaces
+			t := spaces
 			copy(t[:], rest[full*64:])
 			blockMasks(t[:], x.m[n:n+1])
 		}
@@ -165,15 +163,25 @@ func (x *index) block(i int) (*blockMask, bool) {
 }
 
 // stringEnd returns the position of the quote that ends the string whose
-// contents start at i, or len(d). The common case, an end in the same
-// block, is inlined.
+// contents start at i, or len(d).
 func (x *index) stringEnd(i int) int {
-	if k := uint(i>>6 - x.base); k < uint(x.n) {
-		if m := x.m[k%indexWindow].quotes >> uint(i&63); m != 0 {
-			return i + bits.TrailingZeros64(m)
-		}
+	if end, ok := x.nearQuote(i); ok {
+		return end
 	}
 	return x.stringEndFar(i)
+}
+
+// nearQuote is stringEnd's common case, small enough to be inlined: the
+// end of the string is in the block of i, in the window. The callers on the
+// scan's path call stringEndFar themselves when it reports false (a
+// function that calls another is too costly for the compiler to inline).
+func (x *index) nearQuote(i int) (int, bool) {
+	if k := uint(i>>6 - x.base); k < uint(x.n) {
+		if m := x.m[k%indexWindow].quotes >> uint(i&63); m != 0 {
+			return i + bits.TrailingZeros64(m), true
+		}
+	}
+	return 0, false
 }
 
 // stringEndFar is stringEnd past the block of i.

@@ -3,7 +3,6 @@ package wow
 import (
 	"bytes"
 	"fmt"
-	"math/bits"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -102,16 +101,11 @@ func (r *Route) Scan(kind Kind, value []byte, events bool) error {
 // i: its position, whether the string has escapes, and false when it does
 // not end.
 func (r *routeScan) skipString(i int) (end int, esc bool, ok bool) {
-	x := &r.ix
-	if k := uint(i>>6 - x.base); k < uint(x.n) { // x.stringEnd, inlined by hand
-		if m := x.m[k%indexWindow].quotes >> uint(i&63); m != 0 {
-			end = i + bits.TrailingZeros64(m)
-			return end, r.backslash && bytes.IndexByte(r.data[i:end], '\\') >= 0, true
+	end, near := r.ix.nearQuote(i)
+	if !near {
+		if end = r.ix.stringEndFar(i); end >= len(r.data) {
+			return end, false, false
 		}
-	}
-	end = x.stringEndFar(i)
-	if end >= len(r.data) {
-		return end, false, false
 	}
 	return end, r.backslash && bytes.IndexByte(r.data[i:end], '\\') >= 0, true
 }
