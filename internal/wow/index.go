@@ -21,6 +21,8 @@ type index struct {
 	// in an odd run of backslashes).
 	escaped uint64
 	m       [indexWindow]blockMask
+	// backslashes: the value has a backslash in a window indexed so far.
+	backslashes bool
 }
 
 // blockMask is the index of one 64-byte block: bit j is byte j.
@@ -39,7 +41,7 @@ const indexWindow = 16
 
 // reset starts indexing d from its first block.
 func (x *index) reset(d []byte) {
-	x.d, x.base, x.n, x.carry, x.escaped = d, 0, 0, 0, 0
+	x.d, x.base, x.n, x.carry, x.escaped, x.backslashes = d, 0, 0, 0, 0, false
 	x.fill()
 }
 
@@ -92,6 +94,7 @@ func (x *index) fill() {
 	for k := range x.m[:n] {
 		b := &x.m[k]
 		if b.escapes|escaped != 0 {
+			x.backslashes = true
 			var esc uint64
 			esc, escaped = escapedBytes(b.escapes, escaped)
 			b.quotes &^= esc

@@ -44,7 +44,8 @@ type Route struct {
 type routeScan struct {
 	*Route
 	// ix, the value's structural index, finds the ends of strings and
-	// containers; with no backslash in the value (one vectorized search),
+	// containers; with no backslash in the value (which the index tells for
+	// a value of one window, one vectorized search otherwise),
 	// no string has escapes.
 	ix        index
 	backslash bool
@@ -85,8 +86,13 @@ func (r *Route) Scan(kind Kind, value []byte, events bool) error {
 	if len(value) > 1<<31-1 {
 		return r.decodeFull(value) // spans are 32-bit; Decode reads any size
 	}
-	s := routeScan{Route: r, backslash: bytes.IndexByte(value, '\\') >= 0}
+	s := routeScan{Route: r}
 	s.ix.reset(value)
+	if len(value) <= indexWindow*64 {
+		s.backslash = s.ix.backslashes // the first window is the whole value
+	} else {
+		s.backslash = bytes.IndexByte(value, '\\') >= 0
+	}
 	esc, err := s.scan(events)
 	if err != nil {
 		return err
