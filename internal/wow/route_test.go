@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/wowd/wowd/internal/wow/wowtest"
@@ -137,6 +138,37 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+// TestRouteEscapesAtEveryLength moves an escaped aggregateId across block
+// and window boundaries: padded to every length around 64, 128 and one
+// window (1 KiB, up to which the index says whether the value has a
+// backslash; past it Scan searches the value), Scan must read what Decode
+// reads, the unescaped id, and the plain id where nothing is escaped.
+func TestRouteEscapesAtEveryLength(t *testing.T) {
+	var r Route
+	for _, id := range []string{`k`, `k\u0041`, `k\\`, `k\"`, `\/`} {
+		for _, around := range []int{64, 128, indexWindow * 64, 2 * indexWindow * 64} {
+			for length := around - 80; length <= around+80; length++ {
+				head := `{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"` + id + `","body":[{"name":"e"}],"pad":"`
+				pad := length - len(head) - 2
+				if pad < 0 {
+					continue
+				}
+				v := []byte(head + strings.Repeat("x", pad) + `"}`)
+				m, err := Decode(KindEvent, v)
+				if err != nil {
+					t.Fatalf("Decode(%s): %v", v, err)
+				}
+				if err := r.Scan(KindEvent, v, true); err != nil {
+					t.Fatalf("Scan of %d bytes: %v", len(v), err)
+				}
+				if r.AggregateID() != m.AggregateID || r.Events() != 1 || r.Event(0) != "e" {
+					t.Fatalf("Scan of %d bytes (id %s) read %q, %d events; Decode read %q", len(v), id, r.AggregateID(), r.Events(), m.AggregateID)
+				}
+			}
+		}
+	}
 }
 
 // eventStream470 is a domain event stream of one event as Wow writes it,
