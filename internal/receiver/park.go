@@ -1033,14 +1033,20 @@ func (r *Receiver) produceDurably(ctx context.Context, recs ...*kgo.Record) erro
 // messages: like the ingest's, no offsets and nothing committed, outside
 // the window (maxActions bounds them), and ended with p (its context is
 // p's, and it closes when p does).
+//
+// The close is registered on rp's own context, which p's ending cancels,
+// once rp is complete: when p has ended already, it runs at once on a
+// goroutine of its own, which must find rp as it stays. (Registered on
+// p's context, with rp's cancel then replaced by one that unregisters it,
+// that goroutine read the cancel while it was being replaced.) Closing rp
+// first cancels its context, which runs the close again (a no-op) and takes
+// the registration off p's context with it.
 func (r *Receiver) actionPartition(p *partition) *partition {
 	rp := newLocalPartition()
 	rp.cancel()
 	rp.topic, rp.partition, rp.unwindowed = p.topic, p.partition, true
 	rp.ctx, rp.cancel = context.WithCancel(p.ctx)
-	stop := context.AfterFunc(p.ctx, func() { r.closePartition(rp) })
-	cancel := rp.cancel
-	rp.cancel = func() { stop(); cancel() }
+	context.AfterFunc(rp.ctx, func() { r.closePartition(rp) })
 	return rp
 }
 

@@ -1008,3 +1008,34 @@ func TestRedrivenRecordsOwnTheirBytes(t *testing.T) {
 		stop(t, r)
 	})
 }
+
+// An action that starts as its partition ends (a rebalance revoking it
+// while a redrive is asked for) gets a pseudo-partition that closes at
+// once, its context canceled: the close, run by the ended context on a
+// goroutine of its own, must not race with the making of the
+// pseudo-partition (the race detector watches this; the simulation found
+// it as seed 4 under -race).
+func TestActionPartitionOfAnEndedPartition(t *testing.T) {
+	r := &Receiver{}
+	for range 100 {
+		p := newPartition("t", 0)
+		p.cancel()
+		rp := r.actionPartition(p)
+		testwait.For(t, 10*time.Second, "the action's partition to close", rp.isClosed)
+		if rp.ctx.Err() == nil {
+			t.Fatal("the action's partition closed with its context alive")
+		}
+		r.closePartition(rp) // as the action's deferred close does
+	}
+	// And one that ends while the action runs.
+	p := newPartition("t", 1)
+	rp := r.actionPartition(p)
+	if rp.isClosed() || rp.ctx.Err() != nil {
+		t.Fatal("the action's partition ended before its partition did")
+	}
+	p.cancel()
+	testwait.For(t, 10*time.Second, "the action's partition to close with its partition", rp.isClosed)
+	if rp.ctx.Err() == nil {
+		t.Fatal("the action's partition closed with its context alive")
+	}
+}
