@@ -44,9 +44,9 @@ type Route struct {
 type routeScan struct {
 	*Route
 	// ix, the value's structural index, finds the ends of strings and
-	// containers; with no backslash in the value (which the index tells for
-	// a value of one window, one vectorized search otherwise),
-	// no string has escapes.
+	// containers. With no backslash in the value (the index tells for a
+	// value of one window, one vectorized search otherwise), no string has
+	// escapes.
 	ix        index
 	backslash bool
 }
