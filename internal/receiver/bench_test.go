@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +28,10 @@ import (
 // kgo produces by default) over 10,000 aggregates. Everything runs in one
 // process with the fake broker, whose CPU they share: the figure is the
 // ratio within a round (docs/benchmarks.md). Each iteration reads every
-// record of the topic with a new group; ns/rec is per record read.
+// record of the topic with a new group; ns/rec is per record read. For
+// context it reports the process's CPU per record (cpu-ns/rec, the fake
+// broker's included), the cores that makes (cpu over elapsed time) and the
+// parked executor workers woken per record (wakes/rec).
 func BenchmarkConsume(b *testing.B) {
 	const (
 		partitions = 12
@@ -58,12 +62,27 @@ func BenchmarkConsume(b *testing.B) {
 	}
 	for _, impl := range impls {
 		b.Run("impl="+impl.name, func(b *testing.B) {
+			cpu0, wakes0 := processCPU(b), ex.Stats().Wakeups
 			for i := range b.N {
 				impl.run(b, fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i))
 			}
+			cpu, wakes := processCPU(b)-cpu0, ex.Stats().Wakeups-wakes0
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*records), "ns/rec")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*records), "cpu-ns/rec")
+			b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
+			b.ReportMetric(float64(wakes)/float64(b.N*records), "wakes/rec") // parked workers woken (executor.Stats)
 		})
 	}
+}
+
+// processCPU is the CPU time (user and system) the process has used so far,
+// the fake broker's included.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchClientOpts are the fetch settings both sides use.
