@@ -31,7 +31,9 @@ import (
 // record of the topic with a new group; ns/rec is per record read. For
 // context it reports the process's CPU per record (cpu-ns/rec, the fake
 // broker's included), the cores that makes (cpu over elapsed time) and the
-// parked executor workers woken per record (wakes/rec). The CPU includes
+// parked executor workers woken per record (wakes/rec), and per record the
+// receiver's poll loop turns (rounds/rec: each a wake-up of it, or a poll
+// that returned) and polls (polls/rec). The CPU includes
 // the untimed checks after each run, so both CPU figures read a little high.
 func BenchmarkConsume(b *testing.B) {
 	const (
@@ -55,23 +57,33 @@ func BenchmarkConsume(b *testing.B) {
 	}()
 	impls := []struct {
 		name string
-		run  func(b *testing.B, group string)
+		run  func(b *testing.B, group string) (rounds, polls int64)
 	}{
-		{"raw-franz-go", func(b *testing.B, group string) { consumeRaw(b, c, group, records) }},
-		{"receiver/format=raw", func(b *testing.B, group string) { consumeReceiver(b, c, ex, group, records, false) }},
-		{"receiver/format=wow", func(b *testing.B, group string) { consumeReceiver(b, c, ex, group, records, true) }},
+		{"raw-franz-go", func(b *testing.B, group string) (int64, int64) { consumeRaw(b, c, group, records); return 0, 0 }},
+		{"receiver/format=raw", func(b *testing.B, group string) (int64, int64) {
+			return consumeReceiver(b, c, ex, group, records, false)
+		}},
+		{"receiver/format=wow", func(b *testing.B, group string) (int64, int64) {
+			return consumeReceiver(b, c, ex, group, records, true)
+		}},
 	}
 	for _, impl := range impls {
 		b.Run("impl="+impl.name, func(b *testing.B) {
 			cpu0, wakes0 := processCPU(b), ex.Stats().Wakeups
+			var rounds, polls int64
 			for i := range b.N {
-				impl.run(b, fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i))
+				n, p := impl.run(b, fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i))
+				rounds, polls = rounds+n, polls+p
 			}
 			cpu, wakes := processCPU(b)-cpu0, ex.Stats().Wakeups-wakes0
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*records), "ns/rec")
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*records), "cpu-ns/rec")
 			b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
 			b.ReportMetric(float64(wakes)/float64(b.N*records), "wakes/rec") // parked workers woken (executor.Stats)
+			if rounds > 0 {
+				b.ReportMetric(float64(rounds)/float64(b.N*records), "rounds/rec")
+				b.ReportMetric(float64(polls)/float64(b.N*records), "polls/rec")
+			}
 		})
 	}
 }
@@ -126,8 +138,9 @@ func consumeRaw(b *testing.B, c *kfake.Cluster, group string, records int) {
 }
 
 // consumeReceiver reads the records with a receiver of the default window
-// (wow.dispatch.max-in-flight), with or without the Wow checks.
-func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, group string, records int, wow bool) {
+// (wow.dispatch.max-in-flight), with or without the Wow checks, and returns
+// the turns its poll loop took and the polls among them.
+func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, group string, records int, wow bool) (rounds, polls int64) {
 	h := &harness{t: b, c: c, ex: ex}
 	var handled atomic.Int64
 	done := make(chan struct{})
@@ -149,10 +162,11 @@ func consumeReceiver(b *testing.B, c *kfake.Cluster, ex *executor.Executor, grou
 	case <-time.After(time.Minute):
 		b.Fatalf("receiver handled %d of %d records; snapshot %+v", handled.Load(), records, r.Snapshot())
 	}
-	stop(b, r) // commits what was handled
+	stop(b, r) // commits what was handled; the poll loop has ended
 	b.StopTimer()
 	if !h.committedAtEnd(group) {
 		b.Fatal("the receiver did not commit every partition to its end")
 	}
 	b.StartTimer()
+	return r.rounds, r.polls
 }

@@ -206,6 +206,9 @@ type Receiver struct {
 	heldBytes atomic.Int64              // keys and values of the held records (written by the poll loop)
 	recBytes  int64                     // a moving average of the bytes of a record taken (the poll loop's)
 	fpBuf     []kgo.FetchTopicPartition // scratch of the poll loop
+	// rounds and polls count the poll loop's turns and the ones among them
+	// that polled (the poll loop's only; read once it ended, by benchmarks).
+	rounds, polls int64
 	// fetchMax is the fetch limit last given to the client (New, then the poll loop
 	// only; read by Snapshot through fetchMaxSeen).
 	fetchMax, fetchPart int32
@@ -679,6 +682,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 	idle := time.NewTicker(100 * time.Millisecond) // safety net for missed wake-ups
 	defer idle.Stop()
 	for {
+		r.rounds++
 		if r.parkFull.Load() {
 			// max-parked reached: nothing new until an aggregate is unparked.
 			r.pauseTopics()
@@ -778,6 +782,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		})
 		// The window's room is taken at once: held records first, in the
 		// order their partitions came to hold them, then the new ones.
+		r.polls++
 		budget := r.reserve(int64(total + fs.NumRecords()))
 		r.admitHeld(&budget)
 		// A poll can bring one partition twice (fetches of two brokers
