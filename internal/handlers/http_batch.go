@@ -373,6 +373,9 @@ func (s *httpSink) batchOutcomes(resp *http.Response, live []*call) []error {
 	all := func(err error) []error { return same(len(live), err) }
 	retryAfter, hasRetryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	act, override := s.action(resp)
+	if override && act == actionDone {
+		return all(nil) // the action header says every member is done, whatever the status
+	}
 	if override || act != actionDone {
 		// An action header or a status that is not a success: it says what
 		// follows for every member, as for a single message.

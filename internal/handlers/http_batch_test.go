@@ -285,17 +285,22 @@ func TestHTTPBatchUnknownResultActionRetriesThatMessage(t *testing.T) {
 // A response that is not a success, or carries Wowd-Action, says what
 // follows for every message of the batch, as the response → action table
 // says for one.
+// Wowd-Action applies to every message of a batch whatever the status,
+// done included; a status that is not a success does without it.
 func TestHTTPBatchStatusAppliesToEveryMessage(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		status int
 		action string
 		want   handler.Class
+		done   bool // no failure: want is not used
 	}{
-		{"400", http.StatusBadRequest, "", handler.Permanent},
-		{"503", http.StatusServiceUnavailable, "", handler.Transient},
-		{"200 with skip", http.StatusOK, "skip", handler.Skip},
-		{"500 with dead-letter", http.StatusInternalServerError, "dead-letter", handler.Permanent},
+		{"400", http.StatusBadRequest, "", handler.Permanent, false},
+		{"503", http.StatusServiceUnavailable, "", handler.Transient, false},
+		{"200 with skip", http.StatusOK, "skip", handler.Skip, false},
+		{"500 with dead-letter", http.StatusInternalServerError, "dead-letter", handler.Permanent, false},
+		{"200 with done", http.StatusOK, "done", 0, true},
+		{"500 with done", http.StatusInternalServerError, "done", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bs := newBatchServer(t, func(w http.ResponseWriter, _ int, events []batchEvent) {
@@ -314,7 +319,13 @@ func TestHTTPBatchStatusAppliesToEveryMessage(t *testing.T) {
 				h.Handle(context.Background(), batchMessage(off, fmt.Sprint("cart-", off)), a.ack(off))
 			}
 			for off := range int64(3) {
-				wantClass(t, a.wait(t, off), tc.want)
+				if err := a.wait(t, off); tc.done {
+					if err != nil {
+						t.Errorf("message %d: %v, want done", off, err)
+					}
+				} else {
+					wantClass(t, err, tc.want)
+				}
 			}
 			if reqs := bs.requests(); len(reqs) != 1 {
 				t.Errorf("%d requests, want 1", len(reqs))
