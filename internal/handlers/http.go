@@ -128,6 +128,13 @@ type call struct {
 	id      string
 	batch   *batch
 	batched bool // a member: its request may be in flight when its ctx is canceled
+	// carrier is a running member's carrier; running and cancelReq are a
+	// carrier's members whose request is in flight and not done, and the
+	// cancellation of that request: once none is left, nothing waits for
+	// it (all guarded by sink.mu).
+	carrier   *call
+	running   int
+	cancelReq context.CancelFunc
 
 	state callState // guarded by sink.mu
 }
@@ -226,12 +233,6 @@ func (s *httpSink) start(ctx context.Context, m *handler.Message, attempt int, a
 		return
 	}
 	c := &call{ctx: ctx, m: m, ack: ack, attempt: attempt}
-	limit := s.live.Load().maxConcurrency
-	if limit > 0 {
-		// It may be queued: canceling ctx acknowledges it there. (A
-		// running attempt ends with its request, made with ctx.)
-		c.stop = context.AfterFunc(ctx, func() { s.abandon(c) })
-	}
 	s.mu.Lock()
 	if s.closed {
 		c.state = callDone
@@ -259,6 +260,13 @@ func (s *httpSink) place(c *call) handoff {
 	if limit := s.live.Load().maxConcurrency; limit > 0 && s.busy >= limit {
 		c.state = callQueued
 		s.queue.Push(c)
+		if c.batch == nil && c.stop == nil {
+			// Canceling its context acknowledges it in the queue (at
+			// once if it is canceled already). A running attempt ends
+			// with its request, made with the context; a member of a
+			// batch has its hook already.
+			c.stop = context.AfterFunc(c.ctx, func() { s.abandon(c) })
+		}
 		return handoff{}
 	}
 	for s.pop() != nil { // below the limit, the queue holds only abandoned calls
@@ -497,8 +505,20 @@ func (s *httpSink) abandon(c *call) {
 		s.mu.Unlock()
 		return
 	}
+	var cancelReq context.CancelFunc
+	if car := c.carrier; car != nil && c.state == callRunning {
+		if car.running--; car.running == 0 {
+			cancelReq = car.cancelReq
+		}
+	}
 	c.state = callDone
 	s.mu.Unlock()
+	if cancelReq != nil {
+		// Every member of the request in flight was given up: it is
+		// canceled, as an unbatched one is, before the messages can be
+		// delivered again.
+		cancelReq()
+	}
 	c.ack.Done(s.wrap(c.ctx.Err()))
 }
 

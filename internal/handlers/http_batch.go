@@ -39,8 +39,8 @@ import (
 // while its request is in flight, callDone once its outcome is reported
 // or being reported. Its context's cancellation reports it at once in
 // either of the first two (abandon); a batch leaves out the members done
-// before its request is built, and ignores the outcome of the ones done
-// while it is in flight.
+// before its request is built, ignores the outcome of the ones done while
+// it is in flight, and cancels that request once all of them are.
 //
 // wowd's executor gives a handler at most one message per aggregate at a
 // time (the next message of an aggregate waits for the Ack of the one
@@ -268,16 +268,23 @@ func (s *httpSink) attemptBatch(w *worker, c *call) {
 		s.settleAll(c.batch.calls, s.wrap(err))
 		return
 	}
+	// The request is no single message's: it ends with request-timeout,
+	// when Close stops waiting for it, or when every member was given up
+	// while it was in flight (abandon), not with one member's context.
+	timeout := s.live.Load().requestTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	s.mu.Lock()
 	live := make([]*call, 0, len(c.batch.calls))
 	size := 1
 	for _, m := range c.batch.calls {
 		if m.state == callQueued {
-			m.state = callRunning
+			m.state, m.carrier = callRunning, c
 			live = append(live, m)
 			size += len(m.event) + 1
 		}
 	}
+	c.running, c.cancelReq = len(live), cancel
 	s.mu.Unlock()
 	if len(live) == 0 {
 		return // every member was canceled while it waited
@@ -291,7 +298,7 @@ func (s *httpSink) attemptBatch(w *worker, c *call) {
 		body = append(body, m.event...)
 	}
 	body = append(body, ']')
-	outcomes := s.postBatch(w, live, body)
+	outcomes := s.postBatch(ctx, cancel, timeout, w, live, body)
 	// A request Close canceled failed for that: its members were not
 	// handled, and are delivered again after a restart. (A member the
 	// response says is done is done.)
@@ -324,16 +331,11 @@ func (s *httpSink) settleAll(calls []*call, err error) {
 	}
 }
 
-// postBatch POSTs body, the batch of the members live, and returns the
-// outcome of each, in their order: nil when the response says it is done,
-// else an error classed as the response says (see HTTP.md, "Batched
-// delivery").
-func (s *httpSink) postBatch(w *worker, live []*call, body []byte) []error {
-	// The request is no single message's: it ends with request-timeout or
-	// when Close stops waiting for it, not with a member's context.
-	timeout := s.live.Load().requestTimeout
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+// postBatch POSTs body, the batch of the members live, with ctx (canceled
+// by cancel, and after timeout) and returns the outcome of each, in their
+// order: nil when the response says it is done, else an error classed as
+// the response says (see HTTP.md, "Batched delivery").
+func (s *httpSink) postBatch(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, w *worker, live []*call, body []byte) []error {
 	w.mu.Lock()
 	w.cancel = cancel
 	aborted := s.aborted.Load()

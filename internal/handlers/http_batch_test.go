@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,6 +376,55 @@ func TestHTTPBatchCanceledMessageIsLeftOut(t *testing.T) {
 	reqs := bs.requests()
 	if len(reqs) != 1 || len(reqs[0].events) != 1 || reqs[0].events[0].offset(t) != 1 {
 		t.Errorf("requests %+v, want one carrying message 1 alone", reqs)
+	}
+}
+
+// A batch's request in flight is canceled once every message it carries
+// was given up (a revoke, a try's timeout), as an unbatched request is with
+// its message, so it does not run on while the messages are delivered
+// again; while one of them still waits for it, it runs on.
+func TestHTTPBatchRequestCanceledWithItsLastMember(t *testing.T) {
+	ended := make(chan struct{}, 2)
+	started := make(chan int, 2)
+	release := make(chan struct{})
+	var n atomic.Int32
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		started <- int(n.Add(1))
+		hang(r, release)
+		ended <- struct{}{}
+	})
+	h := build(t, "http", sinkConfig(srv.URL, map[string]any{
+		"request-timeout": "1m", "batch": map[string]any{"max-messages": 2, "linger": "1m"},
+	}), handler.Deps{})
+	a := newAcks(t)
+	ctx0, cancel0 := context.WithCancel(context.Background())
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	h.Handle(ctx0, batchMessage(0, "cart-0"), a.ack(0))
+	h.Handle(ctx1, batchMessage(1, "cart-1"), a.ack(1))
+	<-started
+	cancel0() // one member given up: the other still waits for the request
+	if err := a.wait(t, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("message 0: %v, want context.Canceled", err)
+	}
+	select {
+	case <-ended:
+		t.Fatal("the request ended while message 1 still waited for it")
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel1() // the last one: nothing waits for the request
+	if err := a.wait(t, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("message 1: %v, want context.Canceled", err)
+	}
+	select {
+	case <-ended: // the server saw the client give up
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the request ran on after every message it carried was given up (request-timeout is 1m)")
+	}
+	close(release)
+	if got := n.Load(); got != 1 {
+		t.Errorf("%d requests, want 1", got)
 	}
 }
 
