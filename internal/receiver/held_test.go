@@ -10,6 +10,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/memory"
+	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/testwait"
 )
 
@@ -142,6 +143,67 @@ func TestStuckPartitionGivesItsHeldRecordsBack(t *testing.T) {
 		t.Fatal("the partition that gave its records back is not paused in the client")
 	}
 	finishAll(t, acks, p)
+	r.closePartition(p)
+	r.closePartition(r.parts[tp{testTopic, 1}])
+}
+
+// A partition that gave its held records back (shedStuck) while its share
+// was taken by operators' actions on parked aggregates fetches again once
+// the actions end: the last decrement of its unfinished count lifts the
+// pause, whatever ended (here an action, not a record), since nothing else
+// would for a partition that holds nothing.
+func TestShedPartitionResumesWhenItsActionsEnd(t *testing.T) {
+	h := newHarness(t, 2)
+	acks := make(chan handler.Ack, 1000)
+	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { acks <- ack })
+	b, err := memory.New(memory.MinLimit, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.receiver("g-shed-act", hd, 64, func(o *Options) { o.Fetch = b.Join() })
+	stop(t, r) // polls driven by hand
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0, 1}})
+	p := r.parts[tp{testTopic, 0}]
+
+	// The least parking state startAction and parkAction use.
+	r.park = &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(),
+		handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
+	for range maxActions {
+		r.park.actions <- struct{}{} // every running slot taken: the actions wait, counted in p's share
+	}
+	const actions = 32 // the share of a 64 window over two partitions
+	for i := range actions {
+		r.startAction(parkKey{testTopic, "parked-" + strconv.Itoa(i)}, p, park.Request{Action: park.Redrive, ID: strconv.Itoa(i)})
+	}
+	if n := p.pending.Load(); n != actions {
+		t.Fatalf("setup: pending %d", n)
+	}
+	r.pollRound(heldFetch(0, 0, 40, 64<<10)) // p's records: held, its share is taken
+	ready, active, total := r.heldState()
+	if !r.holdFull(active) || ready || total != 40 {
+		t.Fatalf("setup: full %v ready %v total %d", r.holdFull(active), ready, total)
+	}
+	if !r.shedStuck() {
+		t.Fatal("setup: nothing shed")
+	}
+	// The actions end (their aggregates are not parked: each ends at once).
+	for range maxActions {
+		<-r.park.actions
+	}
+	r.park.wg.Wait()
+	testwait.For(t, 5*time.Second, "actions ended", func() bool { return p.pending.Load() == 0 })
+	for range 3 {
+		r.pollRound() // the poll loop's rounds: nothing of p comes, the client has it paused
+	}
+	p.mu.Lock()
+	paused := p.paused
+	p.mu.Unlock()
+	clientPaused := r.cl.PauseFetchPartitions(nil)[testTopic]
+	if paused&pauseShare != 0 {
+		t.Errorf("partition 0: nothing unfinished, nothing held, still paused (%v; client pauses %v): never fetched again until a rebalance", paused, clientPaused)
+	}
 	r.closePartition(p)
 	r.closePartition(r.parts[tp{testTopic, 1}])
 }

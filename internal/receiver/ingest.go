@@ -97,7 +97,7 @@ func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error)
 	p.mu.Lock()
 	if p.closed.Load() {
 		p.mu.Unlock()
-		p.pending.Add(-1)
+		r.lower(p)
 		r.release()
 		return Admitted{}, ErrStopping
 	}

@@ -451,7 +451,7 @@ func (j *job) drop() {
 	j.traceEnd(metrics.Dropped)
 	j.releasePark()
 	r.forget(p, seq)
-	p.pending.Add(-1)
+	r.lower(p)
 	r.releaseOf(p)
 	j.free()
 	if local != nil {

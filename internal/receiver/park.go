@@ -771,7 +771,7 @@ type parkAction struct {
 // running loads and actions.
 func (t *parkAction) ended() {
 	r, p := t.r, t.p
-	p.pending.Add(-1)
+	r.lower(p)
 	r.recheckShares() // the action held a place in its partition's share
 	r.changed.Notify()
 	r.park.wg.Done()
@@ -1062,7 +1062,7 @@ func (r *Receiver) runParked(rp *partition, src *kgo.Record) (metrics.Outcome, f
 	rp.mu.Lock()
 	if rp.closed.Load() {
 		rp.mu.Unlock()
-		rp.pending.Add(-1)
+		r.lower(rp)
 		return metrics.Dropped, failure{}
 	}
 	// The parked topic's reader is a client of its own, without the

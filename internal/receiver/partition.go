@@ -197,22 +197,45 @@ func (r *Receiver) finished(p *partition, seq int64) {
 			r.unpauseLocked(p, pauseSpan)
 			lifted = true
 		}
-		// Paused after giving its held records back (shedStuck): fetch
-		// again at half its share. (While it holds records, the poll loop
-		// lifts the pause.)
-		if p.paused&pauseShare != 0 && !p.holding.Load() && p.pending.Load()-1 <= r.shareCap()/2 {
-			r.unpauseLocked(p, pauseShare)
-			lifted = true
-		}
+	}
+	n := p.pending.Add(-1)
+	if r.liftShareLocked(p, n) {
+		lifted = true
 	}
 	p.mu.Unlock()
 	if hook := testHookDone.Load(); hook != nil {
 		(*hook)(r, p, lifted)
 	}
-	if n := p.pending.Add(-1); p.holding.Load() && (lifted || n == r.shareCap()-r.batch) {
+	if p.holding.Load() && (lifted || n == r.shareCap()-r.batch) {
 		r.notify() // a batch of its held records may go in
 	}
 	r.releaseOf(p)
+}
+
+// lower takes one off p's unfinished count, for a record or an operator's
+// action that ended without finished (dropped, or not a record), and lifts
+// p's share pause once it no longer holds.
+func (r *Receiver) lower(p *partition) {
+	p.mu.Lock()
+	lifted := r.liftShareLocked(p, p.pending.Add(-1))
+	p.mu.Unlock()
+	if lifted {
+		r.notify()
+	}
+}
+
+// liftShareLocked lifts the pause of p, a partition that gave its held
+// records back (shedStuck), once n, its unfinished count just lowered, is
+// down to half its share: it fetches again. (While it holds records, the
+// poll loop lifts the pause.) Every decrement of a partition's count runs
+// it under p.mu, so the last one always does: nothing else would lift it.
+// Called with p.mu held; reports whether it lifted the pause.
+func (r *Receiver) liftShareLocked(p *partition, n int64) bool {
+	if p.closed.Load() || p.paused&pauseShare == 0 || p.holding.Load() || n > r.shareCap()/2 {
+		return false
+	}
+	r.unpauseLocked(p, pauseShare)
+	return true
 }
 
 // releaseOf gives back the window slot of a record of p.
