@@ -1081,8 +1081,11 @@ func (r *Receiver) shedStuck() bool {
 		if can {
 			continue
 		}
-		first := p.held[0].Offset
-		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: -1, Offset: first}}})
+		// Back to the first held record, with its leader epoch: a leader
+		// move until it is fetched again is checked for a truncation as
+		// any fetch position is (an epoch of -1 would turn that off).
+		first, epoch := p.held[0].Offset, p.held[0].LeaderEpoch
+		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: epoch, Offset: first}}})
 		r.dropHeld(p, 0)
 		p.mu.Lock()
 		if p.pending.Load() <= share/2 {
