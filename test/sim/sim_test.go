@@ -28,6 +28,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/memory"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/receiver"
@@ -101,6 +102,13 @@ func run(t *testing.T, seed uint64) {
 	w.parts = int32(2 + rng.IntN(5))
 	w.window = 16 << rng.IntN(3)
 	w.park = mix(seed, 99)%2 == 0 // not from rng: the other choices of a seed stay as they were
+	if mix(seed, 98)%3 == 0 {     // likewise
+		b, err := memory.New(memory.MinLimit, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.budget, w.pad = b, 2<<10
+	}
 	keys := 20 + rng.IntN(100)
 	records := 1500 + rng.IntN(2500)
 	chaos := time.Duration(20+rng.IntN(30)) * time.Second
@@ -329,8 +337,8 @@ func run(t *testing.T, seed uint64) {
 		mix := w.behaviourMix()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records; chaos %v\nfirst tries: %s\nschedule:\n  %s",
-			seed, w.parts, w.window, keys, records, chaos, mix, strings.Join(w.events, "\n  "))
+		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records, memory budget %v; chaos %v\nfirst tries: %s\nschedule:\n  %s",
+			seed, w.parts, w.window, keys, records, w.budget != nil, chaos, mix, strings.Join(w.events, "\n  "))
 		t.Logf("replay: go test ./test/sim -run TestSim -seed %d -v", seed)
 	}
 }
@@ -355,6 +363,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		Handler:        &simHandler{w: w, member: id},
 		HandlerType:    "sim",
 		Park:           parking(w),
+		Fetch:          fetchPart(w),
 		DeadLetter:     receiver.DeadLetter{Enabled: true, Topic: func(string) string { return dlqTopic }},
 		ClientOpts: []kgo.Opt{
 			kgo.SeedBrokers("127.0.0.1:9092"),
@@ -391,6 +400,14 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		}
 	}()
 	return m
+}
+
+// fetchPart is a member's part of the run's memory budget, nil without one.
+func fetchPart(w *world) *memory.Fetch {
+	if w.budget == nil {
+		return nil
+	}
+	return w.budget.Join()
 }
 
 // stop stops the member within limit. A graceful stop (check set) must
@@ -517,7 +534,7 @@ func produce(t *testing.T, w *world, rng *rand.Rand, records, keys int, d time.D
 		for range records / batches {
 			k := rng.IntN(keys)
 			key := "agg-" + strconv.Itoa(k)
-			recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(k) % w.parts, Key: []byte(key), Value: value(key, seq[k])})
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(k) % w.parts, Key: []byte(key), Value: w.value(key, seq[k])})
 			seq[k]++
 		}
 		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {

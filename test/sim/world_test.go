@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/memory"
 	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/receiver"
 )
@@ -52,6 +53,12 @@ type world struct {
 	parts  int32
 	window int
 	park   bool // members park aggregates (on-failure park) instead of dead-lettering
+	// budget, when set, is the memory budget the members' receivers share
+	// (wow.memory.limit at its least, 1% for fetches), with values padded
+	// by pad bytes, so that they hold fetched records and give them back
+	// (shedStuck) as they do when memory is short.
+	budget *memory.Budget
+	pad    int
 	c      *kfake.Cluster
 	vn     *kfake.VirtualNetwork
 	topicID,
@@ -206,7 +213,7 @@ func (w *world) admitLocal(m *member, burst, n int) {
 		at := pos{-1, w.nextLocal}
 		w.nextLocal++
 		w.mu.Unlock()
-		rec := &kgo.Record{Topic: topic, Partition: -1, Offset: at.o, Key: []byte(key), Value: value(key, seq[key])}
+		rec := &kgo.Record{Topic: topic, Partition: -1, Offset: at.o, Key: []byte(key), Value: w.value(key, seq[key])}
 		seq[key]++
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		a, err := m.r.Admit(ctx, rec)
@@ -572,10 +579,19 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 
 // value is a record's value: its key and its sequence number within the
 // key.
-func value(key string, seq int) []byte { return []byte(key + "/" + strconv.Itoa(seq)) }
+// value is the value of key's record seq: key/seq, and /padding when the
+// run pads values.
+func (w *world) value(key string, seq int) []byte {
+	v := key + "/" + strconv.Itoa(seq)
+	if w.pad > 0 {
+		v += "/" + strings.Repeat("p", w.pad)
+	}
+	return []byte(v)
+}
 
 func parseValue(v []byte) (key string, seq int, ok bool) {
 	k, s, found := strings.Cut(string(v), "/")
+	s, _, _ = strings.Cut(s, "/") // the padding, if any
 	n, err := strconv.Atoi(s)
 	return k, n, found && err == nil
 }
