@@ -566,3 +566,58 @@ func TestRewindAboveAnUnfinishedRecordGoesBack(t *testing.T) {
 	}
 	r.closePartition(np)
 }
+
+// A poll that brings a partition twice (fetches of two brokers buffered
+// across a leader move) and sends the client back on the first: the second
+// is not admitted either, into the new incarnation, above the records the
+// client goes back to; else finishing it could commit past them.
+func TestRewindBackSkipsTheRestOfThePoll(t *testing.T) {
+	h := newHarness(t, 1)
+	held := make(chan handler.Ack, 10)
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		mu.Lock()
+		seen[m.Offset]++
+		first := seen[m.Offset] == 1
+		mu.Unlock()
+		if m.Offset == 3 && first {
+			held <- ack
+			return
+		}
+		ack.Done(nil)
+	})
+	r := h.receiver("g-rewind-poll", hd, 64)
+	stop(t, r) // the polls below are driven by hand
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
+	records := func(from, to int64) kgo.FetchTopicPartition {
+		fp := kgo.FetchTopicPartition{Topic: testTopic, FetchPartition: kgo.FetchPartition{Partition: 0, HighWatermark: 14}}
+		for o := from; o < to; o++ {
+			fp.Records = append(fp.Records, &kgo.Record{Topic: testTopic, Partition: 0, Offset: o, Key: []byte("k" + strconv.FormatInt(o, 10))})
+		}
+		return fp
+	}
+	r.admitPartition(records(0, 10))
+	testwait.For(t, 5*time.Second, "the first pass", func() bool { return r.InFlight() == 1 })
+	old := r.parts[tp{testTopic, 0}]
+	r.pollRound(records(6, 10), records(10, 14)) // the log diverged at 6 while 3 is unfinished
+	np := r.parts[tp{testTopic, 0}]
+	if np == old || !old.isClosed() {
+		t.Fatal("the rewind did not start a new incarnation")
+	}
+	if n := np.tr.span(); n != 0 {
+		t.Fatalf("%d records admitted into the new incarnation before the client came back to 3", n)
+	}
+	if n := r.InFlight(); n != 1 {
+		t.Fatalf("%d window slots taken after the round, want 1 (the old incarnation's try of 3)", n)
+	}
+	(<-held).Done(nil)
+	r.admitPartition(records(3, 14)) // the client, sent back, fetches from 3
+	testwait.For(t, 5*time.Second, "the second pass", func() bool { return r.InFlight() == 0 })
+	if wm, _, _ := np.tr.watermark(); wm != 14 {
+		t.Fatalf("watermark %d, want 14", wm)
+	}
+	r.closePartition(np)
+}

@@ -51,9 +51,7 @@ func (r *Receiver) pollRound(fps ...kgo.FetchTopicPartition) {
 	}
 	budget := r.reserve(int64(total + n))
 	r.admitHeld(&budget)
-	for _, fp := range fps {
-		r.admit(fp, &budget)
-	}
+	r.admitFetches(fps, &budget)
 	r.pauseHolding()
 	r.inFlight.Add(-budget)
 }

@@ -798,9 +798,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition),
 				cmp.Compare(a.Records[0].Offset, b.Records[0].Offset))
 		})
-		for _, fp := range fps {
-			r.admit(fp, &budget)
-		}
+		r.admitFetches(fps, &budget)
 		clear(fps)
 		r.fpBuf = fps[:0]
 		r.pauseHolding()
@@ -859,6 +857,24 @@ func (r *Receiver) fitFetch() {
 	r.fetchMaxSeen.Store(maxBytes)
 }
 
+// admitFetches admits the fetches of one poll, in partition and offset
+// order, with the window slots in budget. Once the client was sent back
+// before a fetch of a partition (rewind), the partition's later fetches of
+// the poll are not admitted either: they come again after the records the
+// client goes back to, which a new incarnation must not skip.
+func (r *Receiver) admitFetches(fps []kgo.FetchTopicPartition, budget *int64) {
+	var back []tp // rare: the partitions the client was sent back on
+	for _, fp := range fps {
+		k := tp{fp.Topic, fp.Partition}
+		if slices.Contains(back, k) {
+			continue
+		}
+		if !r.admit(fp, budget) {
+			back = append(back, k)
+		}
+	}
+}
+
 // admitPartition admits one partition's records, taking their window slots.
 // (The poll loop uses admit with the slots it reserved; tests that drive
 // the polls by hand use this.)
@@ -868,17 +884,18 @@ func (r *Receiver) admitPartition(fp kgo.FetchTopicPartition) { r.admit(fp, nil)
 // slots the poll loop reserved), they join the partition's held records
 // and as many go to the executor as the budget and the partition's share
 // allow; without one, all go. It runs between a poll and AllowRebalance:
-// no rebalance callback runs meanwhile.
-func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
+// no rebalance callback runs meanwhile. It reports false when the client
+// was sent back before these records (see rewind): they come again.
+func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) bool {
 	if len(fp.Records) == 0 || r.stopping.Load() {
-		return // not admitted, not tracked: redelivered after restart
+		return true // not admitted, not tracked: redelivered after restart
 	}
 	r.partsMu.RLock()
 	p := r.parts[tp{fp.Topic, fp.Partition}]
 	r.partsMu.RUnlock()
 	if p == nil || p.isClosed() {
 		r.log.Warn("records of a partition not owned", zap.String("topic", fp.Topic), zap.Int32("partition", fp.Partition))
-		return
+		return true
 	}
 	first := fp.Records[0].Offset
 	if n := len(p.held); n > 0 && first <= p.held[n-1].Offset {
@@ -892,7 +909,7 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
 	p.mu.Unlock()
 	if last >= 0 && first <= last {
 		if p = r.rewind(p, first, last, unfinished); p == nil {
-			return // the client goes back further first; these come again
+			return false // the client goes back further first; these come again
 		}
 		p.mu.Lock()
 		p.hwm = fp.HighWatermark
@@ -901,7 +918,7 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
 	if budget == nil {
 		r.inFlight.Add(int64(len(fp.Records)))
 		r.admitRecords(p, fp.Records)
-		return
+		return true
 	}
 	if !p.listed {
 		r.holding = append(r.holding, p)
@@ -919,6 +936,7 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) {
 		r.recBytes += (per - r.recBytes) / 8
 	}
 	r.admitHeldOf(p, budget)
+	return true
 }
 
 // heldState reports whether held records could go in now (the window has
