@@ -34,7 +34,9 @@ func (r *Receiver) commitLoop() {
 			r.commitMu.unlock()
 			continue
 		}
-		if err := r.commitAll(context.Background()); err != nil {
+		// A revoke or the stop waits for it: no longer than the stop's
+		// deadline (commitParts bounds it by commitTimeout otherwise).
+		if err := r.commitAll(r.stopExpired); err != nil {
 			r.log.Warn("periodic commit", zap.Error(err))
 		}
 		r.commitMu.unlock()

@@ -92,6 +92,11 @@ func (r *Receiver) retake(ctx context.Context, cl *kgo.Client, assigned map[stri
 	r.unloadParked(gone)
 	r.commitMu.unlock()
 	r.m.Lost(len(gone))
+	// The reads hold kgo's assign callback, and with it a Stop waiting for
+	// the poll loop: no longer than the stop's deadline.
+	ctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(r.stopExpired, cancel)()
+	defer cancel()
 	if from := r.restartOffsets(ctx, cl, kept); len(from) > 0 {
 		cl.SetOffsets(from)
 	}
