@@ -205,3 +205,69 @@ func TestShedPartitionResumesWhenItsActionsEnd(t *testing.T) {
 	r.closePartition(p)
 	r.closePartition(r.parts[tp{testTopic, 1}])
 }
+
+// A partition that gave its held records back (shedStuck) fetches again
+// when its share grows to twice what it has unfinished (the other
+// partition is revoked), without any of its unfinished work ending: found
+// by review, it stayed paused until then.
+func TestShedPartitionResumesWhenItsShareGrows(t *testing.T) {
+	h := newHarness(t, 2)
+	acks := make(chan handler.Ack, 1000)
+	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { acks <- ack })
+	b, err := memory.New(memory.MinLimit, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.receiver("g-shed-grow", hd, 64, func(o *Options) { o.Fetch = b.Join() })
+	stop(t, r) // polls driven by hand
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0, 1}})
+	p := r.parts[tp{testTopic, 0}]
+
+	// The least parking state startAction and parkAction use.
+	r.park = &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(),
+		handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
+	for range maxActions {
+		r.park.actions <- struct{}{} // every running slot taken: the actions wait, counted in p's share
+	}
+	const actions = 32 // the share of a 64 window over two partitions
+	for i := range actions {
+		r.startAction(parkKey{testTopic, "parked-" + strconv.Itoa(i)}, p, park.Request{Action: park.Redrive, ID: strconv.Itoa(i)})
+	}
+	if n := p.pending.Load(); n != actions {
+		t.Fatalf("setup: pending %d", n)
+	}
+	r.pollRound(heldFetch(0, 0, 40, 64<<10)) // p's records: held, its share is taken
+	ready, active, total := r.heldState()
+	if !r.holdFull(active) || ready || total != 40 {
+		t.Fatalf("setup: full %v ready %v total %d", r.holdFull(active), ready, total)
+	}
+	if !r.shedStuck() {
+		t.Fatal("setup: nothing shed")
+	}
+	// The other partition goes: p alone may hold the whole window, and
+	// its actions, still waiting, take half of it.
+	// (onRevoked's steps, without the parking state it unloads.)
+	r.commitMu.lock()
+	for _, q := range r.take(map[string][]int32{testTopic: {1}}) {
+		r.closePartition(q)
+	}
+	r.commitMu.unlock()
+	r.recheckShares()
+	if n := p.pending.Load(); n != actions {
+		t.Fatalf("pending %d, want the %d actions still waiting", n, actions)
+	}
+	p.mu.Lock()
+	paused := p.paused
+	p.mu.Unlock()
+	clientPaused := r.cl.PauseFetchPartitions(nil)[testTopic]
+	if paused&pauseShare != 0 {
+		t.Errorf("partition 0: alone, with half the window unfinished and nothing held, still paused (%v; client pauses %v)", paused, clientPaused)
+	}
+	for range maxActions {
+		<-r.park.actions // the actions run and end
+	}
+	r.park.wg.Wait()
+	r.closePartition(p)
+}

@@ -228,8 +228,9 @@ func (r *Receiver) lower(p *partition) {
 // records back (shedStuck), once n, its unfinished count just lowered, is
 // down to half its share: it fetches again. (While it holds records, the
 // poll loop lifts the pause.) Every decrement of a partition's count runs
-// it under p.mu, so the last one always does: nothing else would lift it.
-// Called with p.mu held; reports whether it lifted the pause.
+// it under p.mu, so the last one always does, and so does recheckShares when
+// the share grows. Called with p.mu held; reports whether it lifted the
+// pause.
 func (r *Receiver) liftShareLocked(p *partition, n int64) bool {
 	if p.closed.Load() || p.paused&pauseShare == 0 || p.holding.Load() || n > r.shareCap()/2 {
 		return false

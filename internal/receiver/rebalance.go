@@ -279,10 +279,22 @@ func (r *Receiver) active() []*partition {
 	return ps
 }
 
-// recheckShares wakes the poll loop after the number of assigned partitions
-// changed: the shares changed (a partition alone may hold the whole window),
-// so held records may go in.
-func (r *Receiver) recheckShares() { r.notify() }
+// recheckShares follows a change of the partitions' shares (the number of
+// assigned partitions changed: a partition alone may hold the whole
+// window) or of what takes them (an operator's action ended): a partition
+// that gave its held records back fetches again if it is now within half
+// its share (a larger share lifts its pause without any decrement), and
+// the poll loop wakes, so that held records may go in.
+func (r *Receiver) recheckShares() {
+	r.partsMu.RLock()
+	for _, p := range r.parts {
+		p.mu.Lock()
+		r.liftShareLocked(p, p.pending.Load())
+		p.mu.Unlock()
+	}
+	r.partsMu.RUnlock()
+	r.notify()
+}
 
 // drain waits until the partitions have no unfinished records, or the revoke
 // deadline passes (the stop's deadline, if that comes first).
