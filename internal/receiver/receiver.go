@@ -1106,9 +1106,7 @@ func (r *Receiver) shedStuck() bool {
 		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: epoch, Offset: first}}})
 		r.dropHeld(p, 0)
 		p.mu.Lock()
-		if p.pending.Load() <= share/2 {
-			r.unpauseLocked(p, pauseShare) // finished meanwhile: no completion is left to lift it
-		}
+		r.liftShareLocked(p, p.pending.Load()) // finished meanwhile: no completion is left to lift it
 		p.mu.Unlock()
 		shed = true
 	}
