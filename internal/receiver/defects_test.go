@@ -462,20 +462,13 @@ func TestRewoundPartitionStartsOver(t *testing.T) {
 	r.closing.Store(false)
 	assigned := map[string][]int32{testTopic: {0}}
 	r.onAssigned(context.Background(), r.cl, assigned)
-	records := func(from, to int64) kgo.FetchTopicPartition {
-		fp := kgo.FetchTopicPartition{Topic: testTopic, FetchPartition: kgo.FetchPartition{Partition: 0, HighWatermark: 10}}
-		for o := from; o < to; o++ {
-			fp.Records = append(fp.Records, &kgo.Record{Topic: testTopic, Partition: 0, Offset: o, Key: []byte("k" + strconv.FormatInt(o, 10))})
-		}
-		return fp
-	}
-	r.admitPartition(records(0, 10))
+	r.admitPartition(partitionFetch(0, 10, ownKey))
 	testwait.For(t, 5*time.Second, "the first pass", func() bool { return r.InFlight() == 1 })
 	old := r.parts[tp{testTopic, 0}]
 	if wm, _, _ := old.tr.watermark(); wm != 3 {
 		t.Fatalf("watermark %d before the rewind, want 3", wm)
 	}
-	r.admitPartition(records(0, 10)) // the client went back to 0
+	r.admitPartition(partitionFetch(0, 10, ownKey)) // the client went back to 0
 	if !old.isClosed() || r.parts[tp{testTopic, 0}] == old {
 		t.Fatal("the rewind did not start a new incarnation")
 	}
@@ -500,49 +493,68 @@ func TestRewoundPartitionStartsOver(t *testing.T) {
 	r.closePartition(np)
 }
 
+// rewindReceiver builds a receiver of window 64, polled by hand, owning
+// partition 0, whose handler holds the first try of offset 3 (sent to held)
+// and acknowledges everything else at once; seen tells how many tries an
+// offset got.
+func rewindReceiver(t *testing.T, group string) (r *Receiver, held <-chan handler.Ack, seen func(int64) int) {
+	h := newHarness(t, 1)
+	var mu sync.Mutex
+	tries := map[int64]int{}
+	hold := make(chan handler.Ack, 10)
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		mu.Lock()
+		tries[m.Offset]++
+		first := tries[m.Offset] == 1
+		mu.Unlock()
+		if m.Offset == 3 && first {
+			hold <- ack
+			return
+		}
+		ack.Done(nil)
+	})
+	r = h.receiver(group, hd, 64)
+	stop(t, r) // the polls are driven by hand
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
+	return r, hold, func(o int64) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return tries[o]
+	}
+}
+
+// partitionFetch is a hand-made fetch of partition 0: offsets from to to,
+// keyed by key.
+func partitionFetch(from, to int64, key func(o int64) string) kgo.FetchTopicPartition {
+	fp := kgo.FetchTopicPartition{Topic: testTopic, FetchPartition: kgo.FetchPartition{Partition: 0, HighWatermark: to}}
+	for o := from; o < to; o++ {
+		fp.Records = append(fp.Records, &kgo.Record{Topic: testTopic, Partition: 0, Offset: o, Key: []byte(key(o))})
+	}
+	return fp
+}
+
+// ownKey gives each offset an aggregate of its own.
+func ownKey(o int64) string { return "k" + strconv.FormatInt(o, 10) }
+
 // A client that resumes above a record the old incarnation left
 // unfinished (the log diverged at 6 while 3 was still in its handler) is
 // sent back to that record: nothing the old incarnation did not finish is
 // skipped. Found by review: the first version of the rewind committed past
 // 3 and 4.
 func TestRewindAboveAnUnfinishedRecordGoesBack(t *testing.T) {
-	h := newHarness(t, 1)
-	var mu sync.Mutex
-	seen := map[int64]int{}
-	held := make(chan handler.Ack, 10)
-	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-		mu.Lock()
-		seen[m.Offset]++
-		first := seen[m.Offset] == 1
-		mu.Unlock()
-		if m.Offset == 3 && first {
-			held <- ack
-			return
-		}
-		ack.Done(nil)
-	})
-	r := h.receiver("g-rewind-back", hd, 64)
-	stop(t, r) // the polls below are driven by hand
-	r.stopping.Store(false)
-	r.closing.Store(false)
-	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
-	records := func(from, to int64, key func(o int64) string) kgo.FetchTopicPartition {
-		fp := kgo.FetchTopicPartition{Topic: testTopic, FetchPartition: kgo.FetchPartition{Partition: 0, HighWatermark: to}}
-		for o := from; o < to; o++ {
-			fp.Records = append(fp.Records, &kgo.Record{Topic: testTopic, Partition: 0, Offset: o, Key: []byte(key(o))})
-		}
-		return fp
-	}
+	r, held, seen := rewindReceiver(t, "g-rewind-back")
 	key := func(o int64) string {
 		if o == 4 {
 			return "k3" // queued behind the held record of its aggregate
 		}
-		return "k" + strconv.FormatInt(o, 10)
+		return ownKey(o)
 	}
-	r.admitPartition(records(0, 10, key))
+	r.admitPartition(partitionFetch(0, 10, key))
 	testwait.For(t, 5*time.Second, "the first pass", func() bool { return r.InFlight() == 2 })
 	old := r.parts[tp{testTopic, 0}]
-	r.admitPartition(records(6, 10, key)) // the client resumed at 6
+	r.admitPartition(partitionFetch(6, 10, key)) // the client resumed at 6
 	np := r.parts[tp{testTopic, 0}]
 	if np == old || !old.isClosed() {
 		t.Fatal("the rewind did not start a new incarnation")
@@ -550,19 +562,17 @@ func TestRewindAboveAnUnfinishedRecordGoesBack(t *testing.T) {
 	if n := np.tr.span(); n != 0 {
 		t.Fatalf("%d records of the fetch above the unfinished record were admitted", n)
 	}
-	(<-held).Done(nil)                    // the old try ends: changes nothing now
-	r.admitPartition(records(3, 10, key)) // the client, sent back, fetches from 3
+	(<-held).Done(nil)                           // the old try ends: changes nothing now
+	r.admitPartition(partitionFetch(3, 10, key)) // the client, sent back, fetches from 3
 	testwait.For(t, 5*time.Second, "the second pass", func() bool { return r.InFlight() == 0 })
 	if wm, _, _ := np.tr.watermark(); wm != 10 {
 		t.Fatalf("watermark %d, want 10", wm)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if seen[4] == 0 {
+	if seen(4) == 0 {
 		t.Error("offset 4, dropped with the old incarnation, was never handled")
 	}
-	if seen[3] != 2 {
-		t.Errorf("offset 3 handled %d times, want again after the rewind", seen[3])
+	if n := seen(3); n != 2 {
+		t.Errorf("offset 3 handled %d times, want again after the rewind", n)
 	}
 	r.closePartition(np)
 }
@@ -572,37 +582,12 @@ func TestRewindAboveAnUnfinishedRecordGoesBack(t *testing.T) {
 // is not admitted either, into the new incarnation, above the records the
 // client goes back to; else finishing it could commit past them.
 func TestRewindBackSkipsTheRestOfThePoll(t *testing.T) {
-	h := newHarness(t, 1)
-	held := make(chan handler.Ack, 10)
-	var mu sync.Mutex
-	seen := map[int64]int{}
-	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-		mu.Lock()
-		seen[m.Offset]++
-		first := seen[m.Offset] == 1
-		mu.Unlock()
-		if m.Offset == 3 && first {
-			held <- ack
-			return
-		}
-		ack.Done(nil)
-	})
-	r := h.receiver("g-rewind-poll", hd, 64)
-	stop(t, r) // the polls below are driven by hand
-	r.stopping.Store(false)
-	r.closing.Store(false)
-	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
-	records := func(from, to int64) kgo.FetchTopicPartition {
-		fp := kgo.FetchTopicPartition{Topic: testTopic, FetchPartition: kgo.FetchPartition{Partition: 0, HighWatermark: 14}}
-		for o := from; o < to; o++ {
-			fp.Records = append(fp.Records, &kgo.Record{Topic: testTopic, Partition: 0, Offset: o, Key: []byte("k" + strconv.FormatInt(o, 10))})
-		}
-		return fp
-	}
-	r.admitPartition(records(0, 10))
+	r, held, _ := rewindReceiver(t, "g-rewind-poll")
+	r.admitPartition(partitionFetch(0, 10, ownKey))
 	testwait.For(t, 5*time.Second, "the first pass", func() bool { return r.InFlight() == 1 })
 	old := r.parts[tp{testTopic, 0}]
-	r.pollRound(records(6, 10), records(10, 14)) // the log diverged at 6 while 3 is unfinished
+	// The log diverged at 6 while 3 is unfinished.
+	r.pollRound(partitionFetch(6, 10, ownKey), partitionFetch(10, 14, ownKey))
 	np := r.parts[tp{testTopic, 0}]
 	if np == old || !old.isClosed() {
 		t.Fatal("the rewind did not start a new incarnation")
@@ -614,7 +599,7 @@ func TestRewindBackSkipsTheRestOfThePoll(t *testing.T) {
 		t.Fatalf("%d window slots taken after the round, want 1 (the old incarnation's try of 3)", n)
 	}
 	(<-held).Done(nil)
-	r.admitPartition(records(3, 14)) // the client, sent back, fetches from 3
+	r.admitPartition(partitionFetch(3, 14, ownKey)) // the client, sent back, fetches from 3
 	testwait.For(t, 5*time.Second, "the second pass", func() bool { return r.InFlight() == 0 })
 	if wm, _, _ := np.tr.watermark(); wm != 14 {
 		t.Fatalf("watermark %d, want 14", wm)

@@ -145,20 +145,21 @@ func TestStuckPartitionGivesItsHeldRecordsBack(t *testing.T) {
 	r.closePartition(r.parts[tp{testTopic, 1}])
 }
 
-// A partition that gave its held records back (shedStuck) while its share
-// was taken by operators' actions on parked aggregates fetches again once
-// the actions end: the last decrement of its unfinished count lifts the
-// pause, whatever ended (here an action, not a record), since nothing else
-// would for a partition that holds nothing.
-func TestShedPartitionResumesWhenItsActionsEnd(t *testing.T) {
+// shedBehindActions builds a receiver of window 64, polled by hand, owning
+// partitions 0 and 1, whose partition 0 has its share (32) taken by
+// operators' actions waiting for a running slot, then holds fetched records
+// that fill the receiver's part of the smallest memory budget, and gives
+// them back (shedStuck): paused for its share. endActions lets the actions
+// run and end.
+func shedBehindActions(t *testing.T, group string) (*Receiver, *partition) {
+	t.Helper()
 	h := newHarness(t, 2)
-	acks := make(chan handler.Ack, 1000)
-	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { acks <- ack })
+	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { ack.Done(nil) })
 	b, err := memory.New(memory.MinLimit, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := h.receiver("g-shed-act", hd, 64, func(o *Options) { o.Fetch = b.Join() })
+	r := h.receiver(group, hd, 64, func(o *Options) { o.Fetch = b.Join() })
 	stop(t, r) // polls driven by hand
 	r.stopping.Store(false)
 	r.closing.Store(false)
@@ -171,11 +172,10 @@ func TestShedPartitionResumesWhenItsActionsEnd(t *testing.T) {
 	for range maxActions {
 		r.park.actions <- struct{}{} // every running slot taken: the actions wait, counted in p's share
 	}
-	const actions = 32 // the share of a 64 window over two partitions
-	for i := range actions {
+	for i := range shedActions {
 		r.startAction(parkKey{testTopic, "parked-" + strconv.Itoa(i)}, p, park.Request{Action: park.Redrive, ID: strconv.Itoa(i)})
 	}
-	if n := p.pending.Load(); n != actions {
+	if n := p.pending.Load(); n != shedActions {
 		t.Fatalf("setup: pending %d", n)
 	}
 	r.pollRound(heldFetch(0, 0, 40, 64<<10)) // p's records: held, its share is taken
@@ -186,21 +186,45 @@ func TestShedPartitionResumesWhenItsActionsEnd(t *testing.T) {
 	if !r.shedStuck() {
 		t.Fatal("setup: nothing shed")
 	}
-	// The actions end (their aggregates are not parked: each ends at once).
+	return r, p
+}
+
+// shedActions are the actions of shedBehindActions: the share of a 64
+// window over two partitions.
+const shedActions = 32
+
+// endActions lets the actions of shedBehindActions run; their aggregates
+// are not parked, so each ends at once.
+func endActions(r *Receiver) {
 	for range maxActions {
 		<-r.park.actions
 	}
 	r.park.wg.Wait()
+}
+
+// sharePaused reports whether p is paused for its share, and the
+// partitions the client has paused.
+func sharePaused(r *Receiver, p *partition) (bool, []int32) {
+	p.mu.Lock()
+	paused := p.paused&pauseShare != 0
+	p.mu.Unlock()
+	return paused, r.cl.PauseFetchPartitions(nil)[testTopic]
+}
+
+// A partition that gave its held records back (shedStuck) while its share
+// was taken by operators' actions on parked aggregates fetches again once
+// the actions end: the last decrement of its unfinished count lifts the
+// pause, whatever ended (here an action, not a record), since nothing else
+// would for a partition that holds nothing.
+func TestShedPartitionResumesWhenItsActionsEnd(t *testing.T) {
+	r, p := shedBehindActions(t, "g-shed-act")
+	endActions(r)
 	testwait.For(t, 5*time.Second, "actions ended", func() bool { return p.pending.Load() == 0 })
 	for range 3 {
 		r.pollRound() // the poll loop's rounds: nothing of p comes, the client has it paused
 	}
-	p.mu.Lock()
-	paused := p.paused
-	p.mu.Unlock()
-	clientPaused := r.cl.PauseFetchPartitions(nil)[testTopic]
-	if paused&pauseShare != 0 {
-		t.Errorf("partition 0: nothing unfinished, nothing held, still paused (%v; client pauses %v): never fetched again until a rebalance", paused, clientPaused)
+	if paused, client := sharePaused(r, p); paused {
+		t.Errorf("partition 0: nothing unfinished, nothing held, still paused (client pauses %v): never fetched again until a rebalance", client)
 	}
 	r.closePartition(p)
 	r.closePartition(r.parts[tp{testTopic, 1}])
@@ -211,41 +235,7 @@ func TestShedPartitionResumesWhenItsActionsEnd(t *testing.T) {
 // partition is revoked), without any of its unfinished work ending: found
 // by review, it stayed paused until then.
 func TestShedPartitionResumesWhenItsShareGrows(t *testing.T) {
-	h := newHarness(t, 2)
-	acks := make(chan handler.Ack, 1000)
-	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { acks <- ack })
-	b, err := memory.New(memory.MinLimit, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := h.receiver("g-shed-grow", hd, 64, func(o *Options) { o.Fetch = b.Join() })
-	stop(t, r) // polls driven by hand
-	r.stopping.Store(false)
-	r.closing.Store(false)
-	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0, 1}})
-	p := r.parts[tp{testTopic, 0}]
-
-	// The least parking state startAction and parkAction use.
-	r.park = &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(),
-		handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
-	for range maxActions {
-		r.park.actions <- struct{}{} // every running slot taken: the actions wait, counted in p's share
-	}
-	const actions = 32 // the share of a 64 window over two partitions
-	for i := range actions {
-		r.startAction(parkKey{testTopic, "parked-" + strconv.Itoa(i)}, p, park.Request{Action: park.Redrive, ID: strconv.Itoa(i)})
-	}
-	if n := p.pending.Load(); n != actions {
-		t.Fatalf("setup: pending %d", n)
-	}
-	r.pollRound(heldFetch(0, 0, 40, 64<<10)) // p's records: held, its share is taken
-	ready, active, total := r.heldState()
-	if !r.holdFull(active) || ready || total != 40 {
-		t.Fatalf("setup: full %v ready %v total %d", r.holdFull(active), ready, total)
-	}
-	if !r.shedStuck() {
-		t.Fatal("setup: nothing shed")
-	}
+	r, p := shedBehindActions(t, "g-shed-grow")
 	// The other partition goes: p alone may hold the whole window, and
 	// its actions, still waiting, take half of it.
 	// (onRevoked's steps, without the parking state it unloads.)
@@ -255,19 +245,12 @@ func TestShedPartitionResumesWhenItsShareGrows(t *testing.T) {
 	}
 	r.commitMu.unlock()
 	r.recheckShares()
-	if n := p.pending.Load(); n != actions {
-		t.Fatalf("pending %d, want the %d actions still waiting", n, actions)
+	if n := p.pending.Load(); n != shedActions {
+		t.Fatalf("pending %d, want the %d actions still waiting", n, shedActions)
 	}
-	p.mu.Lock()
-	paused := p.paused
-	p.mu.Unlock()
-	clientPaused := r.cl.PauseFetchPartitions(nil)[testTopic]
-	if paused&pauseShare != 0 {
-		t.Errorf("partition 0: alone, with half the window unfinished and nothing held, still paused (%v; client pauses %v)", paused, clientPaused)
+	if paused, client := sharePaused(r, p); paused {
+		t.Errorf("partition 0: alone, with half the window unfinished and nothing held, still paused (client pauses %v)", client)
 	}
-	for range maxActions {
-		<-r.park.actions // the actions run and end
-	}
-	r.park.wg.Wait()
+	endActions(r)
 	r.closePartition(p)
 }
