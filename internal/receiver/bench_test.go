@@ -33,8 +33,8 @@ import (
 // broker's included), the cores that makes (cpu over elapsed time) and the
 // parked executor workers woken per record (wakes/rec), and per record the
 // receiver's poll loop turns (rounds/rec: each a wake-up of it, or a poll
-// that returned) and polls (polls/rec). The CPU includes
-// the untimed checks after each run, so both CPU figures read a little high.
+// that returned) and polls (polls/rec). The CPU includes the untimed checks
+// after each run, so both CPU figures read a little high.
 func BenchmarkConsume(b *testing.B) {
 	const (
 		partitions = 12

@@ -18,12 +18,13 @@
 // and redriving every one left once the faults stop, and late state writes
 // of a partition's earlier ownership (a parked aggregate's head moved past
 // its messages, as a member that lost the partition could still deliver),
-// bursts of local records admitted to a member's receiver the
-// way the ingest endpoint does (Admit), taking room in its window while it
-// polls, and in a third of the seeds a memory budget (wow.memory.limit at
-// its least) shared by the members, with values padded so that their
-// receivers hold fetched records and give them back when it is short. The handler's choices depend only on the seed and the message's
-// position and attempt, not on the order in which goroutines run.
+// bursts of local records admitted to a member's receiver the way the
+// ingest endpoint does (Admit), taking room in its window while it polls,
+// and in a third of the seeds a memory budget (wow.memory.limit at its
+// least) shared by the members, with values padded so that their receivers
+// hold fetched records and give them back when it is short. The handler's
+// choices depend only on the seed and the message's position and attempt,
+// not on the order in which goroutines run.
 //
 // After each run the invariants are checked; see check in sim_test.go:
 //
