@@ -1,7 +1,9 @@
 package handler
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -26,6 +28,11 @@ type Deps struct {
 	// 0 means no deadline. A handler whose own limits cannot fit in it
 	// should refuse to be built.
 	Timeout time.Duration
+	// Dial, when set, opens the handler's network connections in place of
+	// the system's dialer (a net.Dialer): an in-memory network in tests, a
+	// dialer through a proxy. A handler that connects somewhere uses it
+	// when it is set. wowd itself leaves it nil.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Observer receives events from handlers that retry internally.

@@ -155,7 +155,7 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr, err := newTransport(cfg)
+	tr, err := newTransport(cfg, deps.Dial)
 	if err != nil {
 		return nil, err
 	}

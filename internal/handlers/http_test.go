@@ -694,3 +694,28 @@ func TestRequestTimeoutMustFitTheHandlerTimeout(t *testing.T) {
 		t.Fatalf("validated with request-timeout > handler.timeout: %v", err)
 	}
 }
+
+// TestHTTPDialsThroughDeps: with handler.Deps.Dial set, the sink opens its
+// connections with it. The URL's host does not resolve: only the given
+// dialer, which connects to the test server whatever it is asked for, can
+// deliver the message.
+func TestHTTPDialsThroughDeps(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
+	var dials atomic.Int32
+	var asked atomic.Value
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		dials.Add(1)
+		asked.Store(address)
+		var d net.Dialer
+		return d.DialContext(ctx, network, srv.Listener.Addr().String())
+	}
+	h := build(t, "http", sinkConfig("http://sink.invalid:8080/", nil), handler.Deps{Dial: dial})
+	acks := newAcks(t)
+	h.Handle(context.Background(), testMessage(1), acks.ack(1))
+	if err := acks.wait(t, 1); err != nil {
+		t.Fatalf("the message failed: %v", err)
+	}
+	if dials.Load() == 0 || asked.Load() != "sink.invalid:8080" {
+		t.Errorf("%d dials, asked for %v; want the sink's address through Deps.Dial", dials.Load(), asked.Load())
+	}
+}

@@ -1,10 +1,12 @@
 package handlers
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"os"
 )
@@ -18,8 +20,13 @@ import (
 // requests in flight bound the connections it opens, and a cap below them
 // (net/http's default is 2 per host) closes a connection each time a
 // request ends while more are in flight, to dial another for the next.
-func newTransport(cfg HTTPConfig) (*http.Transport, error) {
+//
+// dial, when not nil, opens the connections (handler.Deps.Dial).
+func newTransport(cfg HTTPConfig, dial func(ctx context.Context, network, address string) (net.Conn, error)) (*http.Transport, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if dial != nil {
+		tr.DialContext = dial
+	}
 	tr.ForceAttemptHTTP2 = true // also with a TLSClientConfig of our own
 	tr.MaxIdleConns = 0         // no limit
 	tr.MaxIdleConnsPerHost = math.MaxInt
