@@ -22,9 +22,14 @@
 // ingest endpoint does (Admit), taking room in its window while it polls,
 // and in a third of the seeds a memory budget (wow.memory.limit at its
 // least) shared by the members, with values padded so that their receivers
-// hold fetched records and give them back when it is short. The handler's
-// choices depend only on the seed and the message's position and attempt,
-// not on the order in which goroutines run.
+// hold fetched records and give them back when it is short. In a third of
+// the seeds, drawn apart from those, the members' handler is the real HTTP
+// sink (internal/handlers), posting over the in-memory network to a server
+// in the bubble that makes the same choices per request (sink_test.go): one
+// message per request or batched, HTTP/1.1 or h2c, with or without a
+// max-concurrency below the window. The handler's choices depend only on the seed and the message's
+// position and attempt (at the sink, the request's number), not on the
+// order in which goroutines run.
 //
 // After each run the invariants are checked; see check in sim_test.go:
 //
@@ -50,6 +55,13 @@
 //     to its end within a bounded simulated time;
 //   - a member that stopped gracefully committed at least the finished
 //     prefix of every partition it owned when it was told to stop;
+//   - with the HTTP sink: each try is acknowledged exactly once, by the
+//     time its member stopped, and done, skipped or dead-lettered only
+//     where the server answered so for that message; no request for a
+//     message reaches the server before every earlier message of its
+//     aggregate was settled; a batch holds one message per aggregate; a
+//     request the server holds past the sink's request-timeout sees its
+//     context end;
 //   - duplicates appear only in runs where something allowed them (a
 //     crash, a lost partition, a dropped record, a try past its deadline, a
 //     failed commit).

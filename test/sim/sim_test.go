@@ -87,6 +87,8 @@ type member struct {
 	ex  *executor.Executor
 	r   *receiver.Receiver
 	m   *metrics.Metrics
+	// sink is the member's HTTP sink in a sink run, else nil.
+	sink *sinkHandler
 
 	crashed  atomic.Bool   // cut off for good: its process ends soon
 	stopping atomic.Bool   // claimed by the first stop (a channel, not a sync.Once, so that a second caller waits durably)
@@ -124,6 +126,10 @@ func run(t *testing.T, seed uint64) {
 	w.c = c
 	w.topicID = c.TopicInfo(topic).TopicID
 	w.watchCommits()
+	if w.sink = sinkFor(seed); w.sink != nil {
+		stopSink := startSinkServer(t, w)
+		defer stopSink() // after the members stopped: what their sinks still send gets an answer
+	}
 
 	log := zap.NewNop()
 	if *logFlag {
@@ -277,8 +283,17 @@ func run(t *testing.T, seed uint64) {
 	if len(live()) == 0 {
 		startMember()
 	}
-	// Every partition must be committed to its end within a bounded time.
-	progress := time.Now().Add(2 * time.Minute)
+	// Every partition must be committed to its end within a bounded time:
+	// 2m (300 seeds took at most 67s), 4m with the HTTP sink, where a
+	// request that times out holds every message of its batch for the
+	// sink's request-timeout, and a max-concurrency of 1 lets one request
+	// run at a time (300 seeds: at most 150s, seed 1180).
+	calm := time.Now()
+	bound := 2 * time.Minute
+	if w.sink != nil {
+		bound = 4 * time.Minute
+	}
+	progress := calm.Add(bound)
 	for {
 		if len(live()) == 0 {
 			startMember() // the last one was still stopping when the calm began
@@ -294,10 +309,11 @@ func run(t *testing.T, seed uint64) {
 		}
 		if behind == "" {
 			w.event("every partition committed to its end")
+			t.Logf("caught up %v after the calm", time.Since(calm))
 			break
 		}
 		if time.Now().After(progress) {
-			w.violate("no progress within 2m after the faults stopped: %s; the group: %s", behind, describeGroup(c))
+			w.violate("not committed to the end within %v after the faults stopped: %s; the group: %s", bound, behind, describeGroup(c))
 			break
 		}
 		time.Sleep(time.Second)
@@ -337,8 +353,8 @@ func run(t *testing.T, seed uint64) {
 		mix := w.behaviourMix()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records, memory budget %v; chaos %v\nfirst tries: %s\nschedule:\n  %s",
-			seed, w.parts, w.window, keys, records, w.budget != nil, chaos, mix, strings.Join(w.events, "\n  "))
+		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records, memory budget %v, HTTP sink: %v; chaos %v\nfirst tries: %s\nschedule:\n  %s",
+			seed, w.parts, w.window, keys, records, w.budget != nil, w.sink, chaos, mix, strings.Join(w.events, "\n  "))
 		t.Logf("replay: go test ./test/sim -run TestSim -seed %d -v", seed)
 	}
 }
@@ -352,6 +368,14 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		done: make(chan struct{}),
 		quit: make(chan struct{}),
 	}
+	var h handler.Handler = &simHandler{w: w, member: id}
+	handlerType := "sim"
+	var obs *sinkObserver
+	if w.sink != nil {
+		h, obs = newSink(t, w, m, log)
+		handlerType = "http"
+		m.sink = h.(*sinkHandler)
+	}
 	r, err := receiver.New(receiver.Options{
 		Dispatcher: "projection", Context: "sim", Service: "sim", GroupID: group,
 		Routes:         map[string]receiver.Route{topic: {Context: "sim", Aggregate: "item", Kind: handler.KindEvent, Group: m.ex.Group(false)}},
@@ -360,8 +384,8 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		RevokeTimeout:  revokeTimeout,
 		RetryBackoff:   2 * time.Second,
 		HandlerTimeout: handlerTimeout,
-		Handler:        &simHandler{w: w, member: id},
-		HandlerType:    "sim",
+		Handler:        h,
+		HandlerType:    handlerType,
 		Park:           parking(w),
 		Fetch:          fetchPart(w),
 		DeadLetter:     receiver.DeadLetter{Enabled: true, Topic: func(string) string { return dlqTopic }},
@@ -386,6 +410,9 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		t.Fatal(err)
 	}
 	m.r = r
+	if obs != nil {
+		obs.r.Store(r)
+	}
 	r.Start()
 	go func() { // the window sampler; ends with the member
 		for {
@@ -467,6 +494,15 @@ func (m *member) stop(t *testing.T, w *world, limit time.Duration, check bool) {
 			}
 		}
 		close(m.quit)
+		if m.sink != nil {
+			// As the daemon does: the handler closes after its receivers
+			// stopped, before the executor.
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := m.sink.Close(sctx); err != nil {
+				w.violate("member %d: closing the sink: %v", m.id, err)
+			}
+			scancel()
+		}
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := m.ex.Close(cctx); err != nil {
 			w.violate("member %d: %v", m.id, err)
@@ -621,6 +657,7 @@ func check(t *testing.T, w *world, members []*member) {
 			w.violateLocked("local record %v admitted by member %d never ended, though the member stopped", l.at, l.member)
 		}
 	}
+	w.checkSinkLocked()
 	if nDups > 0 && len(w.allowances) == 0 {
 		w.violateLocked("%d duplicates though nothing allowed them: %s", nDups, strings.Join(dups, ", "))
 	}
@@ -631,8 +668,8 @@ func check(t *testing.T, w *world, members []*member) {
 	for _, k := range sortedKeys(w.allowances) {
 		allowed = append(allowed, fmt.Sprintf("%s ×%d", k, w.allowances[k]))
 	}
-	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished",
-		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local))
+	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished, HTTP sink: %v",
+		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local), w.sink)
 }
 
 func first(xs []string, n int) []string { return xs[:min(n, len(xs))] }

@@ -59,6 +59,7 @@ type world struct {
 	// (shedStuck) as they do when memory is short.
 	budget *memory.Budget
 	pad    int
+	sink   *sinkMode // the members' handler is the HTTP sink (sink_test.go); nil: simHandler
 	c      *kfake.Cluster
 	vn     *kfake.VirtualNetwork
 	topicID,
@@ -87,6 +88,9 @@ type world struct {
 	violations  []string
 	allowances  map[string]int // what happened that allows duplicates
 	events      []string       // the run's schedule, for the failure report
+	served      map[pos]int    // requests the sink's server got, per record
+	openTries   int            // tries given to a sink and not acknowledged yet
+	answers     map[pos]uint8  // what the sink's server answered, per record (answeredDone, …)
 }
 
 func newWorld(seed uint64) *world {
@@ -106,6 +110,8 @@ func newWorld(seed uint64) *world {
 		deadLetter:  map[pos]int{},
 		prefix:      map[int32]int64{},
 		allowances:  map[string]int{},
+		served:      map[pos]int{},
+		answers:     map[pos]uint8{},
 	}
 }
 
@@ -495,17 +501,19 @@ type simHandler struct {
 	member int
 }
 
-func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
-	w := h.w
-	at := pos{m.Partition, m.Offset}
+// delivered records a try of m handed to member's handler: its position,
+// key, sequence number within the key and attempt number, and checks that
+// first deliveries follow each aggregate's order.
+func (w *world) delivered(member int, m *handler.Message) (at pos, key string, seq, attempt int) {
+	at = pos{m.Partition, m.Offset}
 	key, seq, ok := parseValue(m.Value)
 	if !ok || key != string(m.Key) {
-		w.violate("member %d got a record it cannot read at %v: key %q value %q", h.member, at, m.Key, m.Value)
+		w.violate("member %d got a record it cannot read at %v: key %q value %q", member, at, m.Key, m.Value)
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.attempts[at]++
-	w.deliveredTo[at] = append(w.deliveredTo[at], h.member)
-	attempt := w.attempts[at]
+	w.deliveredTo[at] = append(w.deliveredTo[at], member)
 	switch next := w.nextFirst[key]; {
 	case seq == next:
 		w.nextFirst[key] = seq + 1
@@ -513,6 +521,13 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 		w.violateLocked("aggregate %s: first delivery of #%d (partition %d offset %d) before #%d", key, seq, at.p, at.o, next)
 		w.nextFirst[key] = seq + 1
 	}
+	return at, key, seq, w.attempts[at]
+}
+
+func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	w := h.w
+	at, key, seq, attempt := w.delivered(h.member, m)
+	w.mu.Lock()
 	stale := w.stale
 	w.mu.Unlock()
 
@@ -631,5 +646,8 @@ func (w *world) historyLocked(at pos) string {
 		b, _ := choose(w.seed, at, a)
 		tries = append(tries, behaviourNames[b])
 	}
-	return fmt.Sprintf("tries [%s] by members %v, handled %d, dead letters %d", strings.Join(tries, " "), w.deliveredTo[at], w.handled[at], w.deadLetter[at])
+	if w.sink != nil {
+		tries = tries[:0] // a try's behaviour is chosen per request at the sink
+	}
+	return fmt.Sprintf("tries [%s] by members %v, handled %d, dead letters %d%s", strings.Join(tries, " "), w.deliveredTo[at], w.handled[at], w.deadLetter[at], w.sinkServedLocked(at))
 }

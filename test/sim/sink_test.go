@@ -1,0 +1,420 @@
+package sim
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
+	_ "github.com/wowd/wowd/internal/handlers" // registers the http sink
+	"github.com/wowd/wowd/internal/receiver"
+)
+
+// In a third of the seeds the members' handler is wowd's HTTP sink, the
+// real one (internal/handlers), posting over the in-memory network to a
+// server in the bubble that plays the handler's part: the same seeded
+// choices as simHandler, made per request instead of per try (503 for a
+// transient failure, 422 for a permanent one, Wowd-Action: skip, a
+// connection aborted without a response, a response later than the
+// sink's request-timeout, one that waits for the request's cancellation).
+// Half of those seeds batch (batch.max-messages), half speak h2c, half
+// bound the sink's concurrency below the window. The sink dials through
+// its member's network, so a cut or a crash closes its connections too.
+//
+// What the sink adds to the invariants: each try is acknowledged exactly
+// once, and by the time the member stopped (Close acknowledges what it
+// still holds); per aggregate, no request for a record reaches the server
+// before every earlier record of the aggregate was settled (a stronger
+// form of the order check, at the sink's far end); a batch never holds two
+// messages of one aggregate; a request the server holds past the sink's
+// request-timeout sees its context end.
+
+// sinkMode is how a run's members use the HTTP sink.
+type sinkMode struct {
+	batch       int  // batch.max-messages; 0: one message per request
+	h2c         bool // HTTP/2 without TLS instead of HTTP/1.1
+	concurrency int  // max-concurrency; 0: the window's
+}
+
+const (
+	sinkAddr = "127.0.0.1:8080"
+	// sinkRequestTimeout is the sink's request-timeout: with the batch's
+	// linger, less than handlerTimeout, as the sink requires.
+	sinkRequestTimeout = time.Second
+)
+
+// sinkFor returns the seed's use of the HTTP sink, nil when its members
+// handle messages with simHandler. Not from the run's rng: the other
+// choices of a seed stay as they were.
+func sinkFor(seed uint64) *sinkMode {
+	if mix(seed, 97)%3 != 0 {
+		return nil
+	}
+	s := &sinkMode{h2c: mix(seed, 96)%2 == 0}
+	if mix(seed, 95)%2 == 0 {
+		s.batch = 2 + int(mix(seed, 94)%7)
+	}
+	if mix(seed, 93)%2 == 0 {
+		s.concurrency = 1 + int(mix(seed, 92)%4)
+	}
+	return s
+}
+
+func (s *sinkMode) String() string {
+	if s == nil {
+		return "none"
+	}
+	return fmt.Sprintf("batch %d, h2c %v, max-concurrency %d", s.batch, s.h2c, s.concurrency)
+}
+
+// startSinkServer serves the sink's endpoint on the in-memory network
+// until the returned function is called, which waits for the server to
+// stop and every request's handler to return.
+func startSinkServer(t *testing.T, w *world) (stop func()) {
+	ln, err := w.vn.Listen("tcp", sinkAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	var handlers sync.WaitGroup // requests being answered
+	serve := func(rw http.ResponseWriter, r *http.Request) {
+		handlers.Add(1)
+		defer handlers.Done()
+		w.serveSink(rw, r)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(serve), Protocols: &protocols, ErrorLog: log.New(io.Discard, "", 0)}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln) // ends with Close
+	}()
+	return func() {
+		_ = srv.Close()
+		<-served
+		handlers.Wait() // the bubble ends only once every goroutine did
+	}
+}
+
+// newSink builds member id's HTTP sink. Its retries are reported to the
+// member's receiver, as the daemon does, once the receiver exists.
+func newSink(t *testing.T, w *world, m *member, log *zap.Logger) (handler.Handler, *sinkObserver) {
+	spec, ok := handler.Default().Lookup("http")
+	if !ok {
+		t.Fatal("no http handler registered")
+	}
+	raw := map[string]any{
+		"url":             "http://" + sinkAddr + "/sink",
+		"request-timeout": sinkRequestTimeout.String(),
+		"max-attempts":    3,
+		"backoff-initial": "100ms",
+		"backoff-max":     "400ms",
+		"max-concurrency": w.sink.concurrency,
+		"h2c":             w.sink.h2c,
+	}
+	if w.sink.batch > 0 {
+		raw["batch"] = map[string]any{"max-messages": w.sink.batch, "linger": "20ms"}
+	}
+	cfg, err := handlerconfig.Decode(spec, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &sinkObserver{}
+	h, err := spec.New(cfg, handler.Deps{
+		Dispatcher: "projection", Service: "sim", Timeout: handlerTimeout, Observer: obs,
+		Logger: log.Named("sink").With(zap.Int("member", m.id)),
+		Dial:   m.net.dial,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sinkHandler{w: w, member: m.id, sink: h}, obs
+}
+
+// sinkObserver hands the sink's retries to the member's receiver, which
+// restarts the try's deadline after each wait.
+type sinkObserver struct {
+	r atomic.Pointer[receiver.Receiver]
+}
+
+func (o *sinkObserver) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
+	if r := o.r.Load(); r != nil {
+		r.Retrying(m, attempt, err, wait)
+	}
+}
+
+// sinkHandler is a member's handler in a sink run: each try is recorded
+// as simHandler records it and handed to the sink, and the sink's
+// acknowledgement is checked (once per try) and recorded on its way back.
+type sinkHandler struct {
+	w      *world
+	member int
+	sink   handler.Handler
+}
+
+func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	w := h.w
+	at, key, seq, _ := w.delivered(h.member, m)
+	w.mu.Lock()
+	w.openTries++
+	w.mu.Unlock()
+	var acked atomic.Bool
+	h.sink.Handle(ctx, m, handler.AckFunc(func(err error) {
+		if !acked.CompareAndSwap(false, true) {
+			w.violate("member %d: the sink acknowledged a try of %v twice (then with %v)", h.member, at, err)
+			return
+		}
+		w.mu.Lock()
+		w.openTries--
+		w.mu.Unlock()
+		class, _ := handler.Classify(err)
+		w.checkAnswer(h.member, at, err, class)
+		switch {
+		case err == nil:
+			w.succeeded(at, key, seq)
+		case class == handler.Skip:
+			w.skipped(at, key, seq)
+		}
+		ack.Done(err)
+	}))
+}
+
+// Close closes the sink: what it still holds is acknowledged.
+func (h *sinkHandler) Close(ctx context.Context) error {
+	return h.sink.(handler.Closer).Close(ctx)
+}
+
+// arrive records a request for the record at (key, seq) reaching the
+// server and returns what the server does with it: the seeded choice for
+// the how-many-th request of the record this is. Per aggregate, every
+// earlier record must be settled by then.
+func (w *world) arrive(at pos, key string, seq int) (behaviour, time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.served[at]++
+	if at.p >= 0 {
+		for s := range seq {
+			if !w.settledSeq[key][s] {
+				w.violateLocked("aggregate %s: a request for #%d (partition %d offset %d) reached the sink before #%d was handled, skipped or dead-lettered",
+					key, seq, at.p, at.o, s)
+				break
+			}
+		}
+	}
+	return choose(w.seed, at, w.served[at])
+}
+
+// What the server answered for a record, over all its requests (a bit
+// each), written before the answer leaves.
+const (
+	answeredDone uint8 = 1 << iota
+	answeredDeadLetter
+	answeredSkip
+)
+
+// answered records the server's answer for at.
+func (w *world) answered(at pos, a uint8) {
+	w.mu.Lock()
+	w.answers[at] |= a
+	w.mu.Unlock()
+}
+
+// checkAnswer checks the sink's acknowledgement of a try of at against
+// what the server answered: done, a dead letter or a skip only where the
+// server said so for that record (in a batch, for that message's id).
+func (w *world) checkAnswer(member int, at pos, err error, class handler.Class) {
+	var want uint8
+	switch {
+	case err == nil:
+		want = answeredDone
+	case class == handler.Skip:
+		want = answeredSkip
+	case class == handler.Permanent:
+		want = answeredDeadLetter
+	default:
+		return // transient, canceled, closed: any request may end so
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.answers[at]&want == 0 {
+		w.violateLocked("member %d: the sink acknowledged a try of %v with %v, which the server never answered for it (answers %03b)", member, at, err, w.answers[at])
+	}
+}
+
+// sinkMessage is one message of a request: its position and its value.
+type sinkMessage struct {
+	id    string // the CloudEvent id, in a batch
+	at    pos
+	key   string
+	seq   int
+	b     behaviour
+	d     time.Duration
+	valid bool
+}
+
+// serveSink answers the sink's requests, single or batched.
+func (w *world) serveSink(rw http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the client gave up
+	}
+	var msgs []sinkMessage
+	batched := r.Header.Get("Content-Type") == "application/cloudevents-batch+json"
+	if batched {
+		msgs = w.batchMessages(body)
+	} else {
+		msgs = []sinkMessage{w.sinkMessage(r.Header.Get("kafka-partition"), r.Header.Get("kafka-offset"), r.Header.Get("kafka-key"), body)}
+	}
+	keys := map[string]bool{}
+	for i := range msgs {
+		m := &msgs[i]
+		if !m.valid {
+			http.Error(rw, "unreadable", http.StatusBadRequest)
+			return
+		}
+		if keys[m.key] {
+			w.violate("a batch holds two messages of aggregate %s", m.key)
+		}
+		keys[m.key] = true
+		m.b, m.d = w.arrive(m.at, m.key, m.seq)
+	}
+	for _, m := range msgs {
+		if m.b == panicOnce {
+			panic(http.ErrAbortHandler) // the connection ends without a response
+		}
+	}
+	arrived := time.Now()
+	var wait, until time.Duration // the longest sleep; the longest wait for the cancellation
+	for _, m := range msgs {
+		switch m.b {
+		case ackAsync, slow, hangOnce:
+			wait = max(wait, m.d)
+		case untilCancel:
+			until = max(until, m.d)
+		}
+	}
+	time.Sleep(wait)
+	if until > wait {
+		t := time.NewTimer(until - wait)
+		select {
+		case <-r.Context().Done():
+		case <-t.C:
+			// The sink cancels a request at its request-timeout; the server
+			// sees that as the connection or stream ending.
+			if late := time.Since(arrived); late > sinkRequestTimeout+200*time.Millisecond && r.Context().Err() == nil {
+				w.violate("a request for %v ran %v, past the sink's request-timeout (%v), and its context did not end", msgs[0].at, late, sinkRequestTimeout)
+			}
+		}
+		t.Stop()
+	}
+	if !batched {
+		switch at := msgs[0].at; msgs[0].b {
+		case failOnce:
+			http.Error(rw, "sim: 503", http.StatusServiceUnavailable)
+		case failPermanent:
+			w.answered(at, answeredDeadLetter)
+			http.Error(rw, "sim: 422", http.StatusUnprocessableEntity)
+		case skipIt:
+			w.answered(at, answeredSkip)
+			rw.Header().Set("Wowd-Action", "skip")
+		case untilCancel:
+			if r.Context().Err() != nil {
+				return
+			}
+			w.answered(at, answeredDone)
+		default:
+			w.answered(at, answeredDone)
+		}
+		return
+	}
+	type result struct {
+		ID     string `json:"id"`
+		Action string `json:"action"`
+	}
+	results := []result{} // an empty array, not null: every message is done
+	for _, m := range msgs {
+		switch m.b {
+		case failOnce:
+			results = append(results, result{m.id, "retry"})
+		case failPermanent:
+			w.answered(m.at, answeredDeadLetter)
+			results = append(results, result{m.id, "dead-letter"})
+		case skipIt:
+			w.answered(m.at, answeredSkip)
+			results = append(results, result{m.id, "skip"})
+		default:
+			w.answered(m.at, answeredDone) // no entry: done
+		}
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(map[string]any{"results": results})
+}
+
+// sinkMessage reads one message's position and value; valid is false
+// when they do not parse or do not agree.
+func (w *world) sinkMessage(partition, offset, key string, value []byte) sinkMessage {
+	p, perr := strconv.ParseInt(partition, 10, 32)
+	o, oerr := strconv.ParseInt(offset, 10, 64)
+	k, seq, ok := parseValue(value)
+	m := sinkMessage{at: pos{int32(p), o}, key: k, seq: seq, valid: perr == nil && oerr == nil && ok && k == key}
+	if !m.valid {
+		w.violate("the sink sent a message the server cannot read: partition %q offset %q key %q value %.40q", partition, offset, key, value)
+	}
+	return m
+}
+
+// batchMessages reads a CloudEvents batch.
+func (w *world) batchMessages(body []byte) []sinkMessage {
+	var events []map[string]any
+	if err := json.Unmarshal(body, &events); err != nil || len(events) == 0 {
+		w.violate("the sink sent a batch the server cannot read (%v): %.80q", err, body)
+		return []sinkMessage{{}}
+	}
+	str := func(e map[string]any, k string) string { s, _ := e[k].(string); return s }
+	var msgs []sinkMessage
+	for _, e := range events {
+		value, err := base64.StdEncoding.DecodeString(str(e, "data_base64"))
+		if err != nil {
+			w.violate("a batched event's data_base64: %v", err)
+		}
+		m := w.sinkMessage(str(e, "kafkapartition"), str(e, "kafkaoffset"), str(e, "kafkakey"), value)
+		m.id = str(e, "id")
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+// checkSinkLocked checks, once every member stopped, that the sinks acknowledged
+// every try they were given.
+func (w *world) checkSinkLocked() {
+	if w.sink != nil && w.openTries != 0 {
+		w.violateLocked("%d tries given to the sink were never acknowledged, though every member stopped", w.openTries)
+	}
+}
+
+// sinkServedLocked describes the requests the server got for at.
+func (w *world) sinkServedLocked(at pos) string {
+	if w.sink == nil {
+		return ""
+	}
+	var got []string
+	for n := 1; n <= w.served[at]; n++ {
+		b, _ := choose(w.seed, at, n)
+		got = append(got, behaviourNames[b])
+	}
+	return fmt.Sprintf("; requests at the sink [%s]", strings.Join(got, " "))
+}
