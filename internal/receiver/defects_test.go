@@ -497,7 +497,7 @@ func TestRewoundPartitionStartsOver(t *testing.T) {
 // partition 0, whose handler holds the first try of offset 3 (sent to held)
 // and acknowledges everything else at once; seen tells how many tries an
 // offset got.
-func rewindReceiver(t *testing.T, group string) (r *Receiver, held <-chan handler.Ack, seen func(int64) int) {
+func rewindReceiver(t *testing.T, group string, extra ...func(*Options)) (r *Receiver, held <-chan handler.Ack, seen func(int64) int) {
 	h := newHarness(t, 1)
 	var mu sync.Mutex
 	tries := map[int64]int{}
@@ -513,7 +513,7 @@ func rewindReceiver(t *testing.T, group string) (r *Receiver, held <-chan handle
 		}
 		ack.Done(nil)
 	})
-	r = h.receiver(group, hd, 64)
+	r = h.receiver(group, hd, 64, extra...)
 	stop(t, r) // the polls are driven by hand
 	r.stopping.Store(false)
 	r.closing.Store(false)
@@ -575,6 +575,31 @@ func TestRewindAboveAnUnfinishedRecordGoesBack(t *testing.T) {
 		t.Errorf("offset 3 handled %d times, want again after the rewind", n)
 	}
 	r.closePartition(np)
+}
+
+// The client sent back to an unfinished record goes with that record's
+// leader epoch, not without one (-1): it then checks the log against it, as
+// after any fetch, and finds a divergence below that record too instead of
+// reading whatever the log holds at its offset by then.
+func TestRewindBackGoesWithTheRecordsEpoch(t *testing.T) {
+	r, held, _ := rewindReceiver(t, "g-rewind-epoch")
+	var sent []map[string]map[int32]kgo.EpochOffset
+	r.seek = func(to map[string]map[int32]kgo.EpochOffset) { sent = append(sent, to) } // the poll loop is this goroutine
+	epochOf := func(fp kgo.FetchTopicPartition, epoch func(o int64) int32) kgo.FetchTopicPartition {
+		for _, rec := range fp.Records {
+			rec.LeaderEpoch = epoch(rec.Offset)
+		}
+		return fp
+	}
+	r.admitPartition(epochOf(partitionFetch(0, 10, ownKey), func(o int64) int32 { return int32(o / 2) })) // 3 is of epoch 1
+	testwait.For(t, 5*time.Second, "the first pass", func() bool { return r.InFlight() == 1 })
+	r.admitPartition(epochOf(partitionFetch(6, 10, ownKey), func(int64) int32 { return 7 })) // the log diverged at 6 while 3 is unfinished
+	want := kgo.EpochOffset{Epoch: 1, Offset: 3}
+	if len(sent) != 1 || sent[0][testTopic][0] != want {
+		t.Errorf("the client was sent to %v, want once to partition 0 at %+v", sent, want)
+	}
+	(<-held).Done(nil)
+	r.closePartition(r.parts[tp{testTopic, 0}])
 }
 
 // A poll that brings a partition twice (fetches of two brokers buffered

@@ -191,9 +191,12 @@ type Options struct {
 
 // Receiver is one consumer-group member feeding the executor.
 type Receiver struct {
-	o      Options
-	log    *zap.Logger
-	cl     *kgo.Client
+	o   Options
+	log *zap.Logger
+	cl  *kgo.Client
+	// seek, when set (tests), replaces cl.SetOffsets where the poll loop
+	// sends the client back (rewind, shedStuck).
+	seek   func(map[string]map[int32]kgo.EpochOffset)
 	lease  *lease // how long the member can be sure it is in its group; parking writes stay within it
 	m      *metrics.Receiver
 	topics []string
@@ -904,11 +907,12 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) bool {
 		r.dropHeld(p, sort.Search(n, func(i int) bool { return p.held[i].Offset >= first }))
 	}
 	p.mu.Lock()
-	last, unfinished := p.tr.last, p.tr.firstUnfinished()
+	last := p.tr.last
+	unfinished, epoch := p.tr.firstUnfinished()
 	p.hwm = fp.HighWatermark
 	p.mu.Unlock()
 	if last >= 0 && first <= last {
-		if p = r.rewind(p, first, last, unfinished); p == nil {
+		if p = r.rewind(p, first, last, unfinished, epoch); p == nil {
 			return false // the client goes back further first; these come again
 		}
 		p.mu.Lock()
@@ -1103,7 +1107,7 @@ func (r *Receiver) shedStuck() bool {
 		// move until it is fetched again is checked for a truncation as
 		// any fetch position is (an epoch of -1 would turn that off).
 		first, epoch := p.held[0].Offset, p.held[0].LeaderEpoch
-		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: epoch, Offset: first}}})
+		r.sendBack(p, first, epoch)
 		r.dropHeld(p, 0)
 		p.mu.Lock()
 		r.liftShareLocked(p, p.pending.Load()) // finished meanwhile: no completion is left to lift it
@@ -1201,6 +1205,17 @@ func (r *Receiver) admitRecords(p *partition, recs []*kgo.Record) {
 	r.keyBuf, r.taskBuf = keys[:0], tasks[:0]
 }
 
+// sendBack makes the client fetch p again from offset, the offset of a
+// record of leader epoch epoch.
+func (r *Receiver) sendBack(p *partition, offset int64, epoch int32) {
+	to := map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: epoch, Offset: offset}}}
+	if r.seek != nil {
+		r.seek(to)
+		return
+	}
+	r.cl.SetOffsets(to)
+}
+
 // rewind starts a new incarnation of p, whose client went back from last to
 // first: the broker reported that records the client had read were lost
 // (the log was truncated), and the client resumed where the log diverged
@@ -1208,13 +1223,17 @@ func (r *Receiver) admitRecords(p *partition, recs []*kgo.Record) {
 // not be what the log holds now, so their finished prefix is committed no
 // more: the old incarnation is closed (its unfinished records dropped), and
 // the new one counts from where the client resumed. If the old incarnation
-// had an unfinished record below first (unfinished, -1 when none), the
-// client is sent back to it first, so that nothing the old incarnation left
-// unfinished is skipped; rewind then returns nil and the fetch in hand is
-// not admitted (it comes again). It runs in the poll loop, between a poll
+// had an unfinished record below first (unfinished, -1 when none; epoch is
+// its leader epoch), the client is sent back to it first, so that nothing
+// the old incarnation left unfinished is skipped; rewind then returns nil
+// and the fetch in hand is not admitted (it comes again). The epoch goes
+// with the offset, so that the client checks the log against it as it does
+// after any fetch: were the log truncated below that record too, the
+// client would find the divergence and rewind again, instead of reading
+// whatever the log holds at that offset by then. It runs in the poll loop, between a poll
 // and AllowRebalance, and waits for a commit under way so that none of the
 // old incarnation can be sent after it.
-func (r *Receiver) rewind(p *partition, first, last, unfinished int64) *partition {
+func (r *Receiver) rewind(p *partition, first, last, unfinished int64, epoch int32) *partition {
 	back := unfinished >= 0 && unfinished < first
 	to := first
 	if back {
@@ -1233,7 +1252,7 @@ func (r *Receiver) rewind(p *partition, first, last, unfinished int64) *partitio
 	r.closePartition(p)
 	r.commitMu.unlock()
 	if back {
-		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: -1, Offset: to}}})
+		r.sendBack(p, to, epoch)
 		return nil
 	}
 	return np

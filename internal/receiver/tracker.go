@@ -115,12 +115,14 @@ func (t *tracker) jobs(fn func(*job)) {
 }
 
 // firstUnfinished returns the offset of the oldest record that has not
-// finished, or -1 when every delivered record has.
-func (t *tracker) firstUnfinished() int64 {
+// finished and its leader epoch, or -1 and -1 when every delivered record
+// has.
+func (t *tracker) firstUnfinished() (offset int64, epoch int32) {
 	if t.q.Len() == 0 { // an unordered tracker has no offsets
-		return -1
+		return -1, -1
 	}
-	return t.q.At(0).offset
+	e := t.q.At(0)
+	return e.offset, e.epoch
 }
 
 // watermark returns the offset to commit and its epoch, if any record has
