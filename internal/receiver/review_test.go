@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/handlers"
@@ -199,6 +200,44 @@ func TestStopDoesNotOverrunBehindARevoke(t *testing.T) {
 			t.Fatalf("Stop with a 500ms deadline took %v behind a revoke", took)
 		}
 		<-revoked
+	})
+}
+
+// A periodic commit that hangs (the coordinator does not answer) holds
+// commitMu, which Stop's final commit waits for: it must end at Stop's
+// deadline, not at commitTimeout. The final commit still gets its own
+// commitTimeout past the deadline (by design: a drain that used the whole
+// deadline must not skip it), and here it hangs too, as does the client's
+// leave behind it on the same connection (franz-go bounds that one by its
+// 10 s request overhead): 20 s in all, where a periodic commit that ignored
+// the deadline made it 50 s (each tick another commitTimeout).
+func TestStopDoesNotOverrunBehindAHungCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		var hang atomic.Bool
+		var hung atomic.Int32
+		h.c.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+			h.c.KeepControl()
+			if !hang.Load() {
+				return nil, nil, false
+			}
+			hung.Add(1)
+			return nil, nil, true // no answer: the commit waits for its context
+		})
+		r := h.receiver("g-stop-hung-commit", handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) {
+			ack.Done(nil)
+		}), 16)
+		hang.Store(true)
+		produce(t, h.c, testTopic, 4, 4)
+		testwait.For(t, 10*time.Second, "a periodic commit hung", func() bool { return hung.Load() > 0 })
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		_ = r.Stop(ctx)
+		if took, bound := time.Since(began), 500*time.Millisecond+2*commitTimeout+2*time.Second; took > bound {
+			t.Fatalf("Stop with a 500ms deadline took %v behind a hung periodic commit (bound %v)", took, bound)
+		}
+		hang.Store(false)
 	})
 }
 
