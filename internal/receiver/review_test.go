@@ -210,7 +210,7 @@ func TestStopDoesNotOverrunBehindARevoke(t *testing.T) {
 // deadline must not skip it), and here it hangs too, as does the client's
 // leave behind it on the same connection (franz-go bounds that one by its
 // 10 s request overhead): 20 s in all, where a periodic commit that ignored
-// the deadline made it 50 s (each tick another commitTimeout).
+// the deadline made it 40–50 s (another commitTimeout per tick it took).
 func TestStopDoesNotOverrunBehindAHungCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newVirtualHarness(t, 1)
