@@ -300,3 +300,46 @@ type observerFunc func(m *handler.Message, attempt int, err error, wait time.Dur
 func (f observerFunc) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
 	f(m, attempt, err, wait)
 }
+
+// A retake whose offset reads hang (the coordinator does not answer) holds
+// kgo's assign callback, and with it the poll loop Stop waits for: the
+// reads must end at Stop's deadline, not after three attempts of 10 s
+// each. Past the deadline a request behind the unanswered read on the same
+// connection still waits out its own bound (10 s: Stop took 10 s with the
+// fix, 30 s with the reads' deadline removed); the bound allows for both
+// the final commit's and the leave's, as TestStopDoesNotOverrunBehindAHungCommit
+// does. The drop is simulated as in
+// TestRetakeAfterTheCoordinatorDroppedTheMember.
+func TestStopDoesNotOverrunBehindARetakesReads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		var hang atomic.Bool
+		var hung atomic.Int32
+		h.c.ControlKey(int16(kmsg.OffsetFetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+			h.c.KeepControl()
+			if !hang.Load() {
+				return nil, nil, false
+			}
+			hung.Add(1)
+			return nil, nil, true // no answer: the read waits for its context
+		})
+		const group = "g-stop-hung-retake"
+		r := h.receiver(group, handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) {
+			ack.Done(nil)
+		}), 16)
+		produce(t, h.c, testTopic, 4, 4)
+		testwait.For(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
+		hang.Store(true)
+		r.member = "a member ID the coordinator dropped"
+		r.cl.ForceRebalance()
+		testwait.For(t, 10*time.Second, "retake's read hung", func() bool { return hung.Load() > 0 })
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		_ = r.Stop(ctx)
+		if took, bound := time.Since(began), 500*time.Millisecond+2*commitTimeout+2*time.Second; took > bound {
+			t.Fatalf("Stop with a 500ms deadline took %v behind a retake's hung reads (bound %v)", took, bound)
+		}
+		hang.Store(false)
+	})
+}
