@@ -243,6 +243,10 @@ type Receiver struct {
 	// its deadline.
 	stopExpired context.Context
 	expireStop  context.CancelFunc
+	// abortClient ends every request of the client (its context): Stop
+	// calls it once the client's Close has run for leaveTimeout (see
+	// closeClient).
+	abortClient context.CancelFunc
 	assignedSig chan struct{} // signaled by every assignment
 	stopping    atomic.Bool   // admission stopped: records polled from now on are not admitted
 	closing     atomic.Bool   // revokes no longer wait: Stop already drained
@@ -375,8 +379,12 @@ func New(o Options) (*Receiver, error) {
 	}
 	r.lease = &lease{}
 	opts = append(opts, kgo.WithHooks(r.o.Fetch, r.lease, ownBytes{}))
+	clientCtx, abortClient := context.WithCancel(context.Background())
+	r.abortClient = abortClient
+	opts = append(opts, kgo.WithContext(clientCtx))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		abortClient()
 		if r.park != nil {
 			r.park.tail.Close()
 		}
@@ -451,13 +459,30 @@ func (r *Receiver) Stop(ctx context.Context) error {
 	return r.stopErr
 }
 
+// leaveTimeout bounds the client's Close in Stop, past the final commit.
+// Close leaves the group, and first waits for the client's group
+// management to end, which may be in a JoinGroup that the coordinator
+// holds until every member has rejoined (up to the rebalance timeout) and
+// that franz-go does not end when its context is canceled, only when the
+// client's own context is. Past the bound the client's requests end: no
+// leave is sent, and the group drops the member after its session timeout.
+const leaveTimeout = 10 * time.Second
+
+// closeClient closes the client (leaving the group) within leaveTimeout.
+func (r *Receiver) closeClient() {
+	abort := time.AfterFunc(leaveTimeout, r.abortClient)
+	r.cl.Close()
+	abort.Stop()
+	r.abortClient()
+}
+
 func (r *Receiver) stop(ctx context.Context) error {
 	defer context.AfterFunc(ctx, r.expireStop)() // before stopping: a revoke that sees stopping is bounded by it
 	defer r.o.Fetch.Leave()
 	r.stopping.Store(true)
 	r.changed.Notify() // ingest admissions waiting for room give up
 	if !r.started {
-		r.cl.Close()
+		r.closeClient()
 		if r.park != nil {
 			r.park.tail.Close()
 		}
@@ -518,7 +543,7 @@ func (r *Receiver) stop(ctx context.Context) error {
 	close(r.watchStop)
 	<-r.watchDone
 
-	r.cl.Close() // leaves the group; the final revoke finds nothing left to do
+	r.closeClient() // leaves the group; the final revoke finds nothing left to do
 	r.partsMu.Lock()
 	for k, p := range r.parts {
 		r.closePartition(p)

@@ -343,3 +343,45 @@ func TestStopDoesNotOverrunBehindARetakesReads(t *testing.T) {
 		hang.Store(false)
 	})
 }
+
+// A JoinGroup the coordinator does not answer (it holds one until every
+// member rejoined, up to the rebalance timeout) keeps the client's group
+// management running, and the client's Close waits for it before leaving;
+// franz-go ends the request only when the client's own context ends. Stop
+// must still end within its deadline, the final commit's commitTimeout
+// (the client holds commits while it joins) and leaveTimeout: it took
+// 10.5 s, where a Close left to the join took 70 s (kgo's default
+// rebalance timeout and its 10 s request overhead). Found by the
+// simulation (seed 1023, a stop during a rebalance).
+func TestStopDoesNotOverrunBehindAHungJoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		var hang atomic.Bool
+		var hung atomic.Int32
+		h.c.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+			h.c.KeepControl()
+			if !hang.Load() {
+				return nil, nil, false
+			}
+			hung.Add(1)
+			return nil, nil, true // no answer
+		})
+		const group = "g-stop-hung-join"
+		r := h.receiver(group, handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) {
+			ack.Done(nil)
+		}), 16)
+		produce(t, h.c, testTopic, 4, 4)
+		testwait.For(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
+		hang.Store(true)
+		r.cl.ForceRebalance()
+		testwait.For(t, 10*time.Second, "a join hung", func() bool { return hung.Load() > 0 })
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		_ = r.Stop(ctx)
+		if took, bound := time.Since(began), 500*time.Millisecond+commitTimeout+leaveTimeout+2*time.Second; took > bound {
+			t.Fatalf("Stop with a 500ms deadline took %v behind a hung join (bound %v)", took, bound)
+		}
+		hang.Store(false)
+	})
+}
