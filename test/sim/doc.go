@@ -12,7 +12,9 @@
 // deadline, one that waits for its cancellation), the group churn (members
 // joining, stopping with a random deadline, crashing, cut off the network
 // long enough to lose their session) and the broker faults (failed commits,
-// refused dead-letter writes, fetch errors, coordinators and leaders
+// coordinators that answer no commit for up to 15 s, so that the commit,
+// and the member's heartbeats and leave behind it, wait; refused
+// dead-letter writes, fetch errors, coordinators and leaders
 // moving), in half of the seeds parking (on-failure park) with an operator
 // asking for redrives, skips and discards of parked aggregates at random
 // and redriving every one left once the faults stop, and late state writes
@@ -54,7 +56,9 @@
 //   - once the faults and the churn stopped, every partition was committed
 //     to its end within a bounded simulated time;
 //   - a member that stopped gracefully committed at least the finished
-//     prefix of every partition it owned when it was told to stop;
+//     prefix of every partition it owned when it was told to stop, and its
+//     Stop returned within its deadline + 20 s (docs/operations.md,
+//     "Stopping");
 //   - with the HTTP sink: each try is acknowledged exactly once, by the
 //     time its member stopped, and done, skipped or dead-lettered only
 //     where the server answered so for that message; no request for a

@@ -172,6 +172,7 @@ func run(t *testing.T, seed uint64) {
 	for range 1 + rng.IntN(2) {
 		startMember()
 	}
+	stalls := rand.New(rand.NewPCG(seed, 3)) // which commit faults are stalls instead, and how long
 	var faults []*kfake.FaultHandle
 	for deadline := time.Now().Add(chaos); time.Now().Before(deadline); {
 		time.Sleep(time.Duration(200+rng.IntN(2500)) * time.Millisecond)
@@ -217,6 +218,15 @@ func run(t *testing.T, seed uint64) {
 		case a < 58:
 			f := 0.2 + 0.6*rng.Float64()
 			d := time.Duration(500+rng.IntN(4000)) * time.Millisecond
+			if stalls.IntN(3) == 0 { // drawn apart, so that the rest of a seed's schedule stays as it was
+				d := time.Duration(1000+stalls.IntN(14_000)) * time.Millisecond
+				w.event("the coordinators answer no commit for %v", d)
+				w.mu.Lock()
+				w.commitStall = time.Now().Add(d)
+				w.stalls++
+				w.mu.Unlock()
+				break
+			}
 			w.event("%.0f%% of commits fail for %v", 100*f, d)
 			w.mu.Lock()
 			w.commitFail = f
@@ -244,6 +254,16 @@ func run(t *testing.T, seed uint64) {
 		case a < 94:
 			p := int32(rng.IntN(int(w.parts)))
 			node := int32(rng.IntN(3))
+			if w.stalling() {
+				// While a commit waits, so does every later request on the
+				// member's connection to that broker, its metadata requests
+				// too, and franz-go (1.22) starts a goroutine for every
+				// fetch answered with a new leader until its metadata
+				// request is answered: in simulated time, millions. Not
+				// combined, then.
+				w.event("leader of partition %d would move to node %d: not while commits stall", p, node)
+				break
+			}
 			w.event("leader of partition %d moves to node %d", p, node)
 			if err := c.MoveTopicPartition(topic, p, node); err != nil {
 				t.Error(err)
@@ -270,6 +290,7 @@ func run(t *testing.T, seed uint64) {
 	w.event("calm")
 	w.mu.Lock()
 	w.commitFail = 0
+	w.commitStall = time.Time{} // commits stalled now are still processed when their stall ends, in order
 	w.mu.Unlock()
 	for _, f := range faults {
 		f.Remove()
@@ -348,6 +369,7 @@ func run(t *testing.T, seed uint64) {
 	}
 	w.bg.Wait()
 	check(t, w, members)
+	close(w.over)
 	c.Close()
 	if t.Failed() {
 		mix := w.behaviourMix()
@@ -470,12 +492,20 @@ func (m *member) stop(t *testing.T, w *world, limit time.Duration, check bool) {
 				}
 			}
 		})
+		began := time.Now()
 		err := m.r.Stop(ctx)
+		took := time.Since(began)
 		close(stopped)
 		sampled.Wait()
 		cancel()
 		if err != nil && !strings.Contains(err.Error(), "unfinished at the shutdown deadline") && !m.net.isCut() {
 			w.event("member %d stop: %v", m.id, err)
+		}
+		// docs/operations.md, "Stopping": the deadline, then 10 s for the
+		// final commit and franz-go's 10 s for a leave behind a coordinator
+		// that does not answer.
+		if bound := limit + 20*time.Second + time.Second; check && !m.net.isCut() && took > bound {
+			w.violate("member %d: Stop with a deadline of %v took %v (bound %v)", m.id, limit, took, bound)
 		}
 		if err != nil && strings.Contains(err.Error(), "final commit skipped") {
 			check = false // the group was rebalancing until the deadline: nothing could be committed
@@ -668,8 +698,8 @@ func check(t *testing.T, w *world, members []*member) {
 	for _, k := range sortedKeys(w.allowances) {
 		allowed = append(allowed, fmt.Sprintf("%s ×%d", k, w.allowances[k]))
 	}
-	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished, HTTP sink: %v",
-		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local), w.sink)
+	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished, %d commit stalls, HTTP sink: %v",
+		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local), w.stalls, w.sink)
 }
 
 func first(xs []string, n int) []string { return xs[:min(n, len(xs))] }

@@ -66,6 +66,9 @@ type world struct {
 	dlqID [16]byte
 
 	bg sync.WaitGroup // goroutines of handlers and timers the run started: waited for at its end
+	// over is closed when the run ends, before the broker closes: commits
+	// still stalled then are let go.
+	over chan struct{}
 
 	mu          sync.Mutex // guards everything below
 	crng        *rand.Rand // decides which commits fail; used under mu
@@ -82,6 +85,11 @@ type world struct {
 	deadLetter  map[pos]int // dead letters the broker acknowledged
 	prefix      map[int32]int64
 	commitFail  float64 // share of commit requests answered with an error
+	// commitStall: until then the coordinator answers no commit; each one
+	// it receives meanwhile is processed (applied or refused) only then.
+	commitStall time.Time
+	lastWake    time.Time // when the last commit stalled is processed: later ones come after it
+	stalls      int       // stalls the run scheduled
 	stale       handler.Ack
 	local       []localRecord // records admitted through Admit (the ingest's way in)
 	nextLocal   int64         // the next local record's offset (its partition is -1)
@@ -96,6 +104,7 @@ type world struct {
 func newWorld(seed uint64) *world {
 	return &world{
 		seed:        seed,
+		over:        make(chan struct{}),
 		crng:        rand.New(rand.NewPCG(seed, 7)),
 		ends:        map[int32]int64{},
 		nextFirst:   map[string]int{},
@@ -259,7 +268,33 @@ func (w *world) watchCommits() {
 		if fail {
 			w.allowances["a commit failed"]++
 		}
+		// Stalled commits are processed in the order received, as a
+		// coordinator appends commits to its log, also across connections:
+		// a commit from a connection the member has given up on never lands
+		// after the one it sent next. So a commit received while earlier
+		// ones still wait, waits for them.
+		var stall time.Duration
+		if now := time.Now(); now.Before(w.commitStall) || now.Before(w.lastWake) {
+			wake := w.commitStall
+			if !w.lastWake.Before(wake) {
+				wake = w.lastWake.Add(time.Millisecond)
+			}
+			w.lastWake = wake
+			stall = wake.Sub(now)
+		}
 		w.mu.Unlock()
+		if stall > 0 {
+			// The answer waits, and so does every later request on the
+			// member's connection to the coordinator (its heartbeats, its
+			// next commits, its leave): the member times the commit out
+			// (commitTimeout) while the broker may still apply it later.
+			w.c.SleepControl(func() {
+				select {
+				case <-time.After(stall):
+				case <-w.over:
+				}
+			})
+		}
 		if !fail {
 			return nil, nil, false
 		}
@@ -278,6 +313,15 @@ func (w *world) watchCommits() {
 		}
 		return resp, nil, true
 	})
+}
+
+// stalling reports whether commits stall now, or some stalled earlier still
+// wait for their answer.
+func (w *world) stalling() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	return now.Before(w.commitStall) || now.Before(w.lastWake)
 }
 
 // deadLetterHook marks the source of every dead letter the broker
