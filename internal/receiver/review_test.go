@@ -15,6 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -214,30 +215,13 @@ func TestStopDoesNotOverrunBehindARevoke(t *testing.T) {
 func TestStopDoesNotOverrunBehindAHungCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newVirtualHarness(t, 1)
-		var hang atomic.Bool
-		var hung atomic.Int32
-		h.c.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
-			h.c.KeepControl()
-			if !hang.Load() {
-				return nil, nil, false
-			}
-			hung.Add(1)
-			return nil, nil, true // no answer: the commit waits for its context
-		})
-		r := h.receiver("g-stop-hung-commit", handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) {
-			ack.Done(nil)
-		}), 16)
-		hang.Store(true)
+		hang := unanswered(h.c, kmsg.OffsetCommit)
+		r := h.receiver("g-stop-hung-commit", acking, 16)
+		hang.on.Store(true)
 		produce(t, h.c, testTopic, 4, 4)
-		testwait.For(t, 10*time.Second, "a periodic commit hung", func() bool { return hung.Load() > 0 })
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		defer cancel()
-		began := time.Now()
-		_ = r.Stop(ctx)
-		if took, bound := time.Since(began), 500*time.Millisecond+2*commitTimeout+2*time.Second; took > bound {
-			t.Fatalf("Stop with a 500ms deadline took %v behind a hung periodic commit (bound %v)", took, bound)
-		}
-		hang.Store(false)
+		testwait.For(t, 10*time.Second, "a periodic commit hung", func() bool { return hang.hung.Load() > 0 })
+		stopWithin(t, r, "a hung periodic commit", 2*commitTimeout+2*time.Second)
+		hang.on.Store(false)
 	})
 }
 
@@ -313,34 +297,17 @@ func (f observerFunc) Retrying(m *handler.Message, attempt int, err error, wait 
 func TestStopDoesNotOverrunBehindARetakesReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newVirtualHarness(t, 1)
-		var hang atomic.Bool
-		var hung atomic.Int32
-		h.c.ControlKey(int16(kmsg.OffsetFetch), func(kmsg.Request) (kmsg.Response, error, bool) {
-			h.c.KeepControl()
-			if !hang.Load() {
-				return nil, nil, false
-			}
-			hung.Add(1)
-			return nil, nil, true // no answer: the read waits for its context
-		})
+		hang := unanswered(h.c, kmsg.OffsetFetch)
 		const group = "g-stop-hung-retake"
-		r := h.receiver(group, handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) {
-			ack.Done(nil)
-		}), 16)
+		r := h.receiver(group, acking, 16)
 		produce(t, h.c, testTopic, 4, 4)
 		testwait.For(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
-		hang.Store(true)
+		hang.on.Store(true)
 		r.member = "a member ID the coordinator dropped"
 		r.cl.ForceRebalance()
-		testwait.For(t, 10*time.Second, "retake's read hung", func() bool { return hung.Load() > 0 })
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		defer cancel()
-		began := time.Now()
-		_ = r.Stop(ctx)
-		if took, bound := time.Since(began), 500*time.Millisecond+2*commitTimeout+2*time.Second; took > bound {
-			t.Fatalf("Stop with a 500ms deadline took %v behind a retake's hung reads (bound %v)", took, bound)
-		}
-		hang.Store(false)
+		testwait.For(t, 10*time.Second, "retake's read hung", func() bool { return hang.hung.Load() > 0 })
+		stopWithin(t, r, "a retake's hung reads", 2*commitTimeout+2*time.Second)
+		hang.on.Store(false)
 	})
 }
 
@@ -356,32 +323,53 @@ func TestStopDoesNotOverrunBehindARetakesReads(t *testing.T) {
 func TestStopDoesNotOverrunBehindAHungJoin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newVirtualHarness(t, 1)
-		var hang atomic.Bool
-		var hung atomic.Int32
-		h.c.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
-			h.c.KeepControl()
-			if !hang.Load() {
-				return nil, nil, false
-			}
-			hung.Add(1)
-			return nil, nil, true // no answer
-		})
+		hang := unanswered(h.c, kmsg.JoinGroup)
 		const group = "g-stop-hung-join"
-		r := h.receiver(group, handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) {
-			ack.Done(nil)
-		}), 16)
+		r := h.receiver(group, acking, 16)
 		produce(t, h.c, testTopic, 4, 4)
 		testwait.For(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
-		hang.Store(true)
+		hang.on.Store(true)
 		r.cl.ForceRebalance()
-		testwait.For(t, 10*time.Second, "a join hung", func() bool { return hung.Load() > 0 })
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		defer cancel()
-		began := time.Now()
-		_ = r.Stop(ctx)
-		if took, bound := time.Since(began), 500*time.Millisecond+commitTimeout+leaveTimeout+2*time.Second; took > bound {
-			t.Fatalf("Stop with a 500ms deadline took %v behind a hung join (bound %v)", took, bound)
-		}
-		hang.Store(false)
+		testwait.For(t, 10*time.Second, "a join hung", func() bool { return hang.hung.Load() > 0 })
+		stopWithin(t, r, "a hung join", commitTimeout+leaveTimeout+2*time.Second)
+		hang.on.Store(false)
 	})
+}
+
+// acking acknowledges every message at once.
+var acking = handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { ack.Done(nil) })
+
+// hangingKey is a kind of request the broker leaves unanswered while on is
+// set; hung counts the requests left so.
+type hangingKey struct {
+	on   atomic.Bool
+	hung atomic.Int32
+}
+
+// unanswered makes c leave the requests of key unanswered (the client's
+// request waits for its context) while the returned key's on is set.
+func unanswered(c *kfake.Cluster, key kmsg.Key) *hangingKey {
+	k := &hangingKey{}
+	c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !k.on.Load() {
+			return nil, nil, false
+		}
+		k.hung.Add(1)
+		return nil, nil, true
+	})
+	return k
+}
+
+// stopWithin stops r with a 500ms deadline and fails if Stop takes more
+// than the deadline plus past.
+func stopWithin(t *testing.T, r *Receiver, behind string, past time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_ = r.Stop(ctx)
+	if took, bound := time.Since(began), 500*time.Millisecond+past; took > bound {
+		t.Fatalf("Stop with a 500ms deadline took %v behind %s (bound %v)", took, behind, bound)
+	}
 }
