@@ -31,7 +31,9 @@ type Deps struct {
 	// Dial, when set, opens the handler's network connections in place of
 	// the system's dialer (a net.Dialer): an in-memory network in tests, a
 	// dialer through a proxy. A handler that connects somewhere uses it
-	// when it is set. wowd itself leaves it nil.
+	// when it is set, for the destination's own address: proxy settings
+	// from the environment (HTTP_PROXY and the like) do not apply on top
+	// of it. wowd itself leaves it nil.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 

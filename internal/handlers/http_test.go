@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -695,11 +697,26 @@ func TestRequestTimeoutMustFitTheHandlerTimeout(t *testing.T) {
 	}
 }
 
+// proxyChild marks the child process of TestHTTPDialsThroughDeps.
+const proxyChild = "WOWD_TEST_PROXY_CHILD"
+
 // TestHTTPDialsThroughDeps: with handler.Deps.Dial set, the sink opens its
-// connections with it. The URL's host does not resolve: only the given
-// dialer, which connects to the test server whatever it is asked for, can
-// deliver the message.
+// connections with it, for the sink's own address. The URL's host does not
+// resolve: only the given dialer, which connects to the test server
+// whatever it is asked for, can deliver the message. The test runs again
+// in a child process whose environment names a proxy (net/http reads the
+// environment once per process): Dial must still be asked for the sink,
+// not the proxy.
 func TestHTTPDialsThroughDeps(t *testing.T) {
+	if os.Getenv(proxyChild) == "" {
+		t.Run("proxy in the environment", func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run", "^TestHTTPDialsThroughDeps$", "-test.count=1")
+			cmd.Env = append(os.Environ(), proxyChild+"=1", "HTTP_PROXY=http://proxy.invalid:3128", "http_proxy=", "NO_PROXY=", "no_proxy=")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("with HTTP_PROXY set: %v\n%s", err, out)
+			}
+		})
+	}
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
 	var dials atomic.Int32
 	var asked atomic.Value

@@ -21,11 +21,15 @@ import (
 // (net/http's default is 2 per host) closes a connection each time a
 // request ends while more are in flight, to dial another for the next.
 //
-// dial, when not nil, opens the connections (handler.Deps.Dial).
+// dial, when not nil, opens the connections (handler.Deps.Dial) to the
+// sink's own address: the proxy the environment names is not applied on
+// top of it, which would hand dial the proxy's address instead. Without
+// dial, requests go through that proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY).
 func newTransport(cfg HTTPConfig, dial func(ctx context.Context, network, address string) (net.Conn, error)) (*http.Transport, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if dial != nil {
 		tr.DialContext = dial
+		tr.Proxy = nil
 	}
 	tr.ForceAttemptHTTP2 = true // also with a TLSClientConfig of our own
 	tr.MaxIdleConns = 0         // no limit
