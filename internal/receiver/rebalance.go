@@ -116,7 +116,8 @@ func (r *Receiver) retake(ctx context.Context, cl *kgo.Client, assigned map[stri
 // where the group committed nothing; and, where Kafka cannot say either,
 // at this member's last committed offset, which is below anything it held
 // unfinished. It reads for up to half a minute; a partition none of these
-// covers keeps its position, logged as an error.
+// covers keeps its position, logged as an error. Reads that fail once the
+// receiver stops admitting (Stop's deadline cuts them) set nothing.
 func (r *Receiver) restartOffsets(ctx context.Context, cl *kgo.Client, ps map[string][]int32) map[string]map[int32]kgo.EpochOffset {
 	from := make(map[string]map[int32]kgo.EpochOffset)
 	set := func(topic string, p int32, o int64) {
@@ -145,6 +146,14 @@ func (r *Receiver) restartOffsets(ctx context.Context, cl *kgo.Client, ps map[st
 		if err == nil || ctx.Err() != nil {
 			break
 		}
+	}
+	if err != nil && r.stopping.Load() {
+		// Cut by the stop (or failing while it runs): admission has
+		// stopped, so nothing polled from these partitions is handled
+		// whatever their position, and no fallback (nor its warnings) is
+		// needed.
+		r.log.Info("stopping: the partitions taken again are not read from anywhere", zap.Any("partitions", ps), zap.Error(err))
+		return nil
 	}
 	if err != nil {
 		r.log.Warn("reading where the partitions taken again restart; they restart from this member's last commit", zap.Error(err))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/handlers"
@@ -299,7 +303,8 @@ func TestStopDoesNotOverrunBehindARetakesReads(t *testing.T) {
 		h := newVirtualHarness(t, 1)
 		hang := unanswered(h.c, kmsg.OffsetFetch)
 		const group = "g-stop-hung-retake"
-		r := h.receiver(group, acking, 16)
+		core, logs := observer.New(zap.InfoLevel)
+		r := h.receiver(group, acking, 16, func(o *Options) { o.Logger = zap.New(zapcore.NewTee(o.Logger.Core(), core)) })
 		produce(t, h.c, testTopic, 4, 4)
 		testwait.For(t, 10*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
 		hang.on.Store(true)
@@ -308,6 +313,16 @@ func TestStopDoesNotOverrunBehindARetakesReads(t *testing.T) {
 		testwait.For(t, 10*time.Second, "retake's read hung", func() bool { return hang.hung.Load() > 0 })
 		stopWithin(t, r, "a retake's hung reads", 2*commitTimeout+2*time.Second)
 		hang.on.Store(false)
+		// The reads were cut because the receiver stops: no fallback to
+		// warn of, nothing is admitted any more.
+		for _, e := range logs.All() {
+			if e.Level >= zap.WarnLevel && (strings.Contains(e.Message, "taken again restart") || strings.Contains(e.Message, "may be skipped")) {
+				t.Errorf("a stop that cut retake's reads logged %v %q", e.Level, e.Message)
+			}
+		}
+		if logs.FilterMessageSnippet("not read from anywhere").Len() == 0 {
+			t.Error("the stop that cut retake's reads was not logged")
+		}
 	})
 }
 
