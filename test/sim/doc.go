@@ -61,12 +61,13 @@
 //     Stop returned within its deadline + 20 s (docs/operations.md,
 //     "Stopping");
 //   - with the HTTP sink: each try is acknowledged exactly once, by the
-//     time its member stopped, and done, skipped or dead-lettered only
-//     where the server answered so for that message; no request for a
-//     message reaches the server before every earlier message of its
-//     aggregate was settled; a batch holds one message per aggregate; a
-//     request the server holds past the sink's request-timeout sees its
-//     context end;
+//     time the sink's Close returns, which it does by its member's stop
+//     deadline (closed with it, as the daemon does), and done, skipped or
+//     dead-lettered only where the server answered so to a request of that
+//     try it still waited for; no request for a message reaches the
+//     server before every earlier message of its aggregate was settled; a
+//     batch holds one message per aggregate; a request the server holds
+//     past the sink's request-timeout sees its context end;
 //   - duplicates appear only in runs where something allowed them (a
 //     crash, a lost partition, a dropped record, a try past its deadline, a
 //     failed commit).

@@ -530,12 +530,8 @@ func (m *member) stop(t *testing.T, w *world, limit time.Duration, check bool) {
 		close(m.quit)
 		if m.sink != nil {
 			// As the daemon does: the handler closes after its receivers
-			// stopped, before the executor.
-			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := m.sink.Close(sctx); err != nil {
-				w.violate("member %d: closing the sink: %v", m.id, err)
-			}
-			scancel()
+			// stopped, before the executor, with the stop's deadline.
+			m.sink.close(deadline)
 		}
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := m.ex.Close(cctx); err != nil {
@@ -702,8 +698,8 @@ func check(t *testing.T, w *world, members []*member) {
 	for _, k := range sortedKeys(w.allowances) {
 		allowed = append(allowed, fmt.Sprintf("%s ×%d", k, w.allowances[k]))
 	}
-	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished, %d commit stalls, HTTP sink: %v",
-		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local), w.stalls, w.sink)
+	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished, %d commit stalls, HTTP sink: %v (%d closes canceled requests in flight)",
+		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local), w.stalls, w.sink, w.sinkCancels)
 }
 
 func first(xs []string, n int) []string { return xs[:min(n, len(xs))] }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +37,12 @@ import (
 // its member's network, so a cut or a crash closes its connections too.
 //
 // What the sink adds to the invariants: each try is acknowledged exactly
-// once, and by the time the member stopped (Close acknowledges what it
-// still holds); per aggregate, no request for a record reaches the server
-// before every earlier record of the aggregate was settled (a stronger
+// once, and by the time Close returns, which it does by the stop's
+// deadline (the daemon closes handlers with the stop's context: past it,
+// Close cancels what is in flight); done, skipped or dead-lettered only as
+// the server answered a request of that try the sink still waited for; per
+// aggregate, no request for a record reaches the server before every
+// earlier record of the aggregate was settled (a stronger
 // form of the order check, at the sink's far end); a batch never holds two
 // messages of one aggregate; a request the server holds past the sink's
 // request-timeout sees its context end.
@@ -164,6 +169,7 @@ type sinkHandler struct {
 	w      *world
 	member int
 	sink   handler.Handler
+	open   atomic.Int32 // tries given to the sink and not acknowledged yet
 }
 
 func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
@@ -171,9 +177,16 @@ func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handle
 	at, key, seq, _ := w.delivered(h.member, m)
 	w.mu.Lock()
 	w.openTries++
+	w.tries++
+	try := w.tries
 	w.mu.Unlock()
+	h.open.Add(1)
+	// The try's number travels as a record header, so that the server's
+	// answers are told apart per try.
+	tm := *m
+	tm.Headers = append(slices.Clip(m.Headers), handler.Header{Key: tryHeader, Value: []byte(strconv.Itoa(try))})
 	var acked atomic.Bool
-	h.sink.Handle(ctx, m, handler.AckFunc(func(err error) {
+	h.sink.Handle(ctx, &tm, handler.AckFunc(func(err error) {
 		if !acked.CompareAndSwap(false, true) {
 			w.violate("member %d: the sink acknowledged a try of %v twice (then with %v)", h.member, at, err)
 			return
@@ -181,8 +194,9 @@ func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handle
 		w.mu.Lock()
 		w.openTries--
 		w.mu.Unlock()
+		h.open.Add(-1)
 		class, _ := handler.Classify(err)
-		w.checkAnswer(h.member, at, err, class)
+		w.checkAnswer(h.member, at, try, err, class)
 		switch {
 		case err == nil:
 			w.succeeded(at, key, seq)
@@ -193,9 +207,35 @@ func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handle
 	}))
 }
 
-// Close closes the sink: what it still holds is acknowledged.
-func (h *sinkHandler) Close(ctx context.Context) error {
-	return h.sink.(handler.Closer).Close(ctx)
+// close closes the sink as the daemon does, after the member's receiver
+// stopped, with the stop's own deadline: past it (a stop that overran, or
+// requests still in flight then), Close cancels the requests in flight and
+// says so. Either way Close returns by the deadline, or at once when it is
+// past (give or take a second for canceled requests to return), and every
+// try the sink was given is acknowledged by the time it returns.
+func (h *sinkHandler) close(deadline time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	by := deadline
+	if now := time.Now(); now.After(by) {
+		by = now // the stop overran: Close has no time left
+	}
+	err := h.sink.(handler.Closer).Close(ctx)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		h.w.violate("member %d: closing the sink: %v", h.member, err)
+	}
+	if err != nil {
+		h.w.event("member %d: closing the sink: %v", h.member, err)
+		h.w.mu.Lock()
+		h.w.sinkCancels++
+		h.w.mu.Unlock()
+	}
+	if late := time.Since(by); late > time.Second {
+		h.w.violate("member %d: closing the sink returned %v after it had no time left", h.member, late)
+	}
+	if n := h.open.Load(); n != 0 {
+		h.w.violate("member %d: %d tries given to the sink still unacknowledged when Close returned", h.member, n)
+	}
 }
 
 // arrive records a request for the record at (key, seq) reaching the
@@ -218,25 +258,36 @@ func (w *world) arrive(at pos, key string, seq int) (behaviour, time.Duration) {
 	return choose(w.seed, at, w.served[at])
 }
 
-// What the server answered for a record, over all its requests (a bit
-// each), written before the answer leaves.
+// tryHeader carries a try's number to the server (as the sink passes
+// record headers: Kafka-Header-Sim-Try, or the kafkaheadersimtry attribute
+// of a batched event).
+const tryHeader = "sim-try"
+
+// What the server answered for a try, over all its requests (a bit each),
+// written before the answer leaves and only while the request's client
+// still waits for it.
 const (
 	answeredDone uint8 = 1 << iota
 	answeredDeadLetter
 	answeredSkip
 )
 
-// answered records the server's answer for at.
-func (w *world) answered(at pos, a uint8) {
+// answered records the server's answer for a try, unless the request's
+// client left already (it never reads that answer).
+func (w *world) answered(r *http.Request, try int, a uint8) {
+	if r.Context().Err() != nil {
+		return
+	}
 	w.mu.Lock()
-	w.answers[at] |= a
+	w.answers[try] |= a
 	w.mu.Unlock()
 }
 
 // checkAnswer checks the sink's acknowledgement of a try of at against
-// what the server answered: done, a dead letter or a skip only where the
-// server said so for that record (in a batch, for that message's id).
-func (w *world) checkAnswer(member int, at pos, err error, class handler.Class) {
+// what the server answered to that try's requests: done, a dead letter or
+// a skip only where the server said so for that message (in a batch, for
+// that message's id) in a request the sink still waited for.
+func (w *world) checkAnswer(member int, at pos, try int, err error, class handler.Class) {
 	var want uint8
 	switch {
 	case err == nil:
@@ -250,14 +301,15 @@ func (w *world) checkAnswer(member int, at pos, err error, class handler.Class) 
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.answers[at]&want == 0 {
-		w.violateLocked("member %d: the sink acknowledged a try of %v with %v, which the server never answered for it (answers %03b)", member, at, err, w.answers[at])
+	if w.answers[try]&want == 0 {
+		w.violateLocked("member %d: the sink acknowledged try %d of %v with %v, which the server never answered for it (answers %03b)", member, try, at, err, w.answers[try])
 	}
 }
 
 // sinkMessage is one message of a request: its position and its value.
 type sinkMessage struct {
 	id    string // the CloudEvent id, in a batch
+	try   int    // the try's number (tryHeader)
 	at    pos
 	key   string
 	seq   int
@@ -277,7 +329,7 @@ func (w *world) serveSink(rw http.ResponseWriter, r *http.Request) {
 	if batched {
 		msgs = w.batchMessages(body)
 	} else {
-		msgs = []sinkMessage{w.sinkMessage(r.Header.Get("kafka-partition"), r.Header.Get("kafka-offset"), r.Header.Get("kafka-key"), body)}
+		msgs = []sinkMessage{w.sinkMessage(r.Header.Get("kafka-partition"), r.Header.Get("kafka-offset"), r.Header.Get("kafka-key"), r.Header.Get("Kafka-Header-Sim-Try"), body)}
 	}
 	keys := map[string]bool{}
 	for i := range msgs {
@@ -322,22 +374,17 @@ func (w *world) serveSink(rw http.ResponseWriter, r *http.Request) {
 		t.Stop()
 	}
 	if !batched {
-		switch at := msgs[0].at; msgs[0].b {
+		switch try := msgs[0].try; msgs[0].b {
 		case failOnce:
 			http.Error(rw, "sim: 503", http.StatusServiceUnavailable)
 		case failPermanent:
-			w.answered(at, answeredDeadLetter)
+			w.answered(r, try, answeredDeadLetter)
 			http.Error(rw, "sim: 422", http.StatusUnprocessableEntity)
 		case skipIt:
-			w.answered(at, answeredSkip)
+			w.answered(r, try, answeredSkip)
 			rw.Header().Set("Wowd-Action", "skip")
-		case untilCancel:
-			if r.Context().Err() != nil {
-				return
-			}
-			w.answered(at, answeredDone)
 		default:
-			w.answered(at, answeredDone)
+			w.answered(r, try, answeredDone)
 		}
 		return
 	}
@@ -351,13 +398,13 @@ func (w *world) serveSink(rw http.ResponseWriter, r *http.Request) {
 		case failOnce:
 			results = append(results, result{m.id, "retry"})
 		case failPermanent:
-			w.answered(m.at, answeredDeadLetter)
+			w.answered(r, m.try, answeredDeadLetter)
 			results = append(results, result{m.id, "dead-letter"})
 		case skipIt:
-			w.answered(m.at, answeredSkip)
+			w.answered(r, m.try, answeredSkip)
 			results = append(results, result{m.id, "skip"})
 		default:
-			w.answered(m.at, answeredDone) // no entry: done
+			w.answered(r, m.try, answeredDone) // no entry: done
 		}
 	}
 	rw.Header().Set("Content-Type", "application/json")
@@ -366,13 +413,14 @@ func (w *world) serveSink(rw http.ResponseWriter, r *http.Request) {
 
 // sinkMessage reads one message's position and value; valid is false
 // when they do not parse or do not agree.
-func (w *world) sinkMessage(partition, offset, key string, value []byte) sinkMessage {
+func (w *world) sinkMessage(partition, offset, key, try string, value []byte) sinkMessage {
 	p, perr := strconv.ParseInt(partition, 10, 32)
 	o, oerr := strconv.ParseInt(offset, 10, 64)
+	n, nerr := strconv.Atoi(try)
 	k, seq, ok := parseValue(value)
-	m := sinkMessage{at: pos{int32(p), o}, key: k, seq: seq, valid: perr == nil && oerr == nil && ok && k == key}
+	m := sinkMessage{try: n, at: pos{int32(p), o}, key: k, seq: seq, valid: perr == nil && oerr == nil && nerr == nil && ok && k == key}
 	if !m.valid {
-		w.violate("the sink sent a message the server cannot read: partition %q offset %q key %q value %.40q", partition, offset, key, value)
+		w.violate("the sink sent a message the server cannot read: partition %q offset %q key %q try %q value %.40q", partition, offset, key, try, value)
 	}
 	return m
 }
@@ -391,7 +439,7 @@ func (w *world) batchMessages(body []byte) []sinkMessage {
 		if err != nil {
 			w.violate("a batched event's data_base64: %v", err)
 		}
-		m := w.sinkMessage(str(e, "kafkapartition"), str(e, "kafkaoffset"), str(e, "kafkakey"), value)
+		m := w.sinkMessage(str(e, "kafkapartition"), str(e, "kafkaoffset"), str(e, "kafkakey"), str(e, "kafkaheadersimtry"), value)
 		m.id = str(e, "id")
 		msgs = append(msgs, m)
 	}

@@ -90,6 +90,7 @@ type world struct {
 	commitStall time.Time
 	lastWake    time.Time // when the last commit stalled is processed: later ones come after it
 	stalls      int       // stalls the run scheduled
+	sinkCancels int       // sink closes that canceled requests in flight
 	stale       handler.Ack
 	local       []localRecord // records admitted through Admit (the ingest's way in)
 	nextLocal   int64         // the next local record's offset (its partition is -1)
@@ -98,7 +99,8 @@ type world struct {
 	events      []string       // the run's schedule, for the failure report
 	served      map[pos]int    // requests the sink's server got, per record
 	openTries   int            // tries given to a sink and not acknowledged yet
-	answers     map[pos]uint8  // what the sink's server answered, per record (answeredDone, …)
+	answers     map[int]uint8  // what the sink's server answered, per try (answeredDone, …), to requests whose client still waited
+	tries       int            // tries given to a sink so far: the last try's number
 }
 
 func newWorld(seed uint64) *world {
@@ -120,7 +122,7 @@ func newWorld(seed uint64) *world {
 		prefix:      map[int32]int64{},
 		allowances:  map[string]int{},
 		served:      map[pos]int{},
-		answers:     map[pos]uint8{},
+		answers:     map[int]uint8{},
 	}
 }
 
