@@ -610,6 +610,7 @@ func produce(t *testing.T, w *world, rng *rand.Rand, records, keys int, d time.D
 		w.mu.Lock()
 		for _, r := range recs {
 			w.ends[r.Partition] = max(w.ends[r.Partition], r.Offset+1)
+			w.produced[string(r.Key)] = append(w.produced[string(r.Key)], pos{r.Partition, r.Offset})
 		}
 		w.mu.Unlock()
 		time.Sleep(d / batches)

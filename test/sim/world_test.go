@@ -73,7 +73,8 @@ type world struct {
 	mu          sync.Mutex // guards everything below
 	crng        *rand.Rand // decides which commits fail; used under mu
 	ends        map[int32]int64
-	nextFirst   map[string]int // per key: the sequence number whose first delivery comes next
+	nextFirst   map[string]int   // per key: the sequence number whose first delivery comes next
+	produced    map[string][]pos // per key: where each of its records is, by sequence number
 	attempts    map[pos]int
 	deliveredTo map[pos][]int      // the members each try went to
 	commitLog   map[int32][]string // per partition: the commits the broker received
@@ -110,6 +111,7 @@ func newWorld(seed uint64) *world {
 		crng:        rand.New(rand.NewPCG(seed, 7)),
 		ends:        map[int32]int64{},
 		nextFirst:   map[string]int{},
+		produced:    map[string][]pos{},
 		attempts:    map[pos]int{},
 		deliveredTo: map[pos][]int{},
 		commitLog:   map[int32][]string{},
@@ -564,7 +566,7 @@ func (w *world) delivered(member int, m *handler.Message) (at pos, key string, s
 	case seq == next:
 		w.nextFirst[key] = seq + 1
 	case seq > next:
-		w.violateLocked("aggregate %s: first delivery of #%d (partition %d offset %d) before #%d", key, seq, at.p, at.o, next)
+		w.violateLocked("aggregate %s: first delivery of #%d (partition %d offset %d) to member %d before #%d%s", key, seq, at.p, at.o, member, next, w.missedLocked(key, next))
 		w.nextFirst[key] = seq + 1
 	}
 	return at, key, seq, w.attempts[at]
@@ -686,6 +688,20 @@ func sortedKeys[K ~string | ~int32, V any](m map[K]V) []K {
 }
 
 // historyLocked describes what happened to the record at so far.
+// missedLocked describes record #seq of key, passed over by a first
+// delivery of a later one: where it is, what became of it, and the
+// partition's last commits.
+func (w *world) missedLocked(key string, seq int) string {
+	ps := w.produced[key]
+	if seq >= len(ps) {
+		return ""
+	}
+	at := ps[seq]
+	log := w.commitLog[at.p][max(0, len(w.commitLog[at.p])-12):]
+	return fmt.Sprintf(" (partition %d offset %d: %s, parked %d times; last commits of the partition: %s)",
+		at.p, at.o, w.historyLocked(at), w.parked[at], strings.Join(log, ", "))
+}
+
 func (w *world) historyLocked(at pos) string {
 	var tries []string
 	for a := 1; a <= w.attempts[at]; a++ {
