@@ -40,7 +40,9 @@ type Deps struct {
 // Observer receives events from handlers that retry internally.
 type Observer interface {
 	// Retrying reports that attempt (1-based) of m failed with err and the
-	// handler will try again after wait.
+	// handler will try again after wait. m must be the pointer Handle was
+	// given, not a copy: wowd finds the try by it (to restart its
+	// deadline after the wait), and ignores a report it cannot place.
 	Retrying(m *Message, attempt int, err error, wait time.Duration)
 }
 

@@ -127,6 +127,11 @@ type retrier struct {
 	mu      sync.Mutex              // guards waiting, closed and the state and timer of every call
 	waiting map[*retryCall]struct{} // calls whose timer runs
 	closed  bool                    // set by Close
+	// starting counts the calls whose backoff ended and whose next
+	// attempt has not yet been handed to h (fire): Close waits for them
+	// before it closes h, so h never gets an attempt after its Close.
+	// Added to under mu while not closed, so before Close waits.
+	starting sync.WaitGroup
 }
 
 var (
@@ -182,7 +187,9 @@ func (r *retrier) Handle(ctx context.Context, m *Message, ack Ack) {
 }
 
 // Close acknowledges the messages waiting to retry, then closes the wrapped
-// handler. Attempts in progress are reported when they end, without retry.
+// handler, once the attempts whose backoff ended just before are handed to
+// it (for a blocking handler, once they end, at most until ctx is done).
+// Attempts in progress are reported when they end, without retry.
 func (r *retrier) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
@@ -200,6 +207,19 @@ func (r *retrier) Close(ctx context.Context) error {
 	r.mu.Unlock()
 	for _, c := range dropped {
 		c.finish(c.withAttempts(ErrClosed))
+	}
+	// A backoff that ended just before Close hands its attempt to h now:
+	// h closes after it has it (and acknowledges it, closing, as one in
+	// progress), not before. For a blocking h that is the attempt's end,
+	// so no longer than ctx.
+	handed := make(chan struct{})
+	go func() {
+		r.starting.Wait()
+		close(handed)
+	}()
+	select {
+	case <-handed:
+	case <-ctx.Done():
 	}
 	if cl, ok := r.h.(Closer); ok {
 		return cl.Close(ctx)
@@ -286,7 +306,9 @@ func (c *retryCall) fire() {
 	delete(r.waiting, c)
 	c.timer = nil
 	c.state = retryRunning
+	r.starting.Add(1)
 	r.mu.Unlock()
+	defer r.starting.Done()
 	c.try()
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/wowd/wowd/handler"
@@ -249,6 +250,87 @@ func TestWithRetryClose(t *testing.T) {
 	if b, ok := handler.WithRetry(&flaky{}, handler.RetryPolicy{}).(handler.Blocker); !ok || b.Blocking() {
 		t.Error("a handler that does not block is reported as blocking")
 	}
+}
+
+// handing fails its first attempt transiently and holds its second in
+// Handle until release is closed, noting whether it was closed meanwhile.
+type handing struct {
+	calls     atomic.Int32
+	entered   chan struct{}
+	release   chan struct{}
+	closed    atomic.Bool
+	closedMid atomic.Bool // Close came while the second attempt was being handed over
+}
+
+func (h *handing) Handle(_ context.Context, _ *handler.Message, ack handler.Ack) {
+	if h.calls.Add(1) == 1 {
+		ack.Done(errors.New("down"))
+		return
+	}
+	close(h.entered)
+	<-h.release
+	if h.closed.Load() {
+		h.closedMid.Store(true)
+	}
+	ack.Done(handler.ErrClosed)
+}
+
+func (h *handing) Close(context.Context) error {
+	h.closed.Store(true)
+	return nil
+}
+
+// A retry whose backoff ended just before Close is being handed to the
+// wrapped handler (on the timer's goroutine) when Close runs: Close must
+// close the wrapped handler only after the handler has it, so that the
+// handler (the HTTP sink) never gets an attempt after its own Close and
+// acknowledges it past it. Without the wait, the simulation's sink could
+// acknowledge a try after Close returned.
+func TestWithRetryCloseWaitsForAHandOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := &handing{entered: make(chan struct{}), release: make(chan struct{})}
+		h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond})
+		ack, ch := outcome(t)
+		h.Handle(context.Background(), msg, ack)
+		<-inner.entered // the second attempt is being handed over
+		closed := make(chan error, 1)
+		go func() { closed <- h.(handler.Closer).Close(context.Background()) }()
+		synctest.Wait()
+		if inner.closed.Load() {
+			t.Error("the wrapped handler was closed while an attempt was being handed to it")
+		}
+		close(inner.release)
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if !inner.closed.Load() || inner.closedMid.Load() {
+			t.Errorf("closed %v, closed during the hand-over %v; want closed after it", inner.closed.Load(), inner.closedMid.Load())
+		}
+		if err := await(t, ch); !errors.Is(err, handler.ErrClosed) {
+			t.Errorf("outcome %v, want ErrClosed", err)
+		}
+
+		// A blocking attempt that does not end: Close waits no longer than
+		// its context.
+		inner = &handing{entered: make(chan struct{}), release: make(chan struct{})}
+		h = handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond})
+		ack, ch = outcome(t)
+		h.Handle(context.Background(), msg, ack)
+		<-inner.entered
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		began := time.Now()
+		if err := h.(handler.Closer).Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(began); took != time.Second || !inner.closed.Load() {
+			t.Errorf("Close took %v (closed %v); want its context's second", took, inner.closed.Load())
+		}
+		cancel()
+		close(inner.release)
+		if err := await(t, ch); !errors.Is(err, handler.ErrClosed) {
+			t.Errorf("outcome %v, want ErrClosed", err)
+		}
+	})
 }
 
 func TestRetryPolicyBackoff(t *testing.T) {

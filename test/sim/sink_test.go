@@ -147,17 +147,25 @@ func newSink(t *testing.T, w *world, m *member, log *zap.Logger) (handler.Handle
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &sinkHandler{w: w, member: m.id, sink: h}, obs
+	return &sinkHandler{w: w, member: m.id, sink: h, obs: obs}, obs
 }
 
 // sinkObserver hands the sink's retries to the member's receiver, which
 // restarts the try's deadline after each wait.
 type sinkObserver struct {
 	r atomic.Pointer[receiver.Receiver]
+	// orig maps the copy of a message handed to the sink (with the try's
+	// header) to the receiver's message: the receiver finds a try by the
+	// message's pointer (handler.Observer), and a report about the copy
+	// would restart no deadline.
+	orig sync.Map
 }
 
 func (o *sinkObserver) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
 	if r := o.r.Load(); r != nil {
+		if om, ok := o.orig.Load(m); ok {
+			m = om.(*handler.Message)
+		}
 		r.Retrying(m, attempt, err, wait)
 	}
 }
@@ -169,6 +177,7 @@ type sinkHandler struct {
 	w      *world
 	member int
 	sink   handler.Handler
+	obs    *sinkObserver
 	open   atomic.Int32 // tries given to the sink and not acknowledged yet
 }
 
@@ -186,6 +195,7 @@ func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handle
 	tm := *m
 	tm.Headers = append(slices.Clip(m.Headers), handler.Header{Key: tryHeader, Value: []byte(strconv.Itoa(try))})
 	var acked atomic.Bool
+	h.obs.orig.Store(&tm, m)
 	h.sink.Handle(ctx, &tm, handler.AckFunc(func(err error) {
 		if !acked.CompareAndSwap(false, true) {
 			w.violate("member %d: the sink acknowledged a try of %v twice (then with %v)", h.member, at, err)
@@ -195,6 +205,7 @@ func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handle
 		w.openTries--
 		w.mu.Unlock()
 		h.open.Add(-1)
+		h.obs.orig.Delete(&tm)
 		class, _ := handler.Classify(err)
 		w.checkAnswer(h.member, at, try, err, class)
 		switch {
