@@ -16,7 +16,7 @@ import (
 
 // HTTPConfig configures the http sink.
 type HTTPConfig struct {
-	URL             string            `config:"url" required:"true" desc:"Absolute http or https URL each message is POSTed to; requests go through the proxy that HTTPS_PROXY or HTTP_PROXY names, unless NO_PROXY exempts the host."`
+	URL             string            `config:"url" required:"true" desc:"Absolute http or https URL each message is POSTed to; requests go through the proxy that HTTPS_PROXY or HTTP_PROXY names, unless NO_PROXY exempts the host, the host is localhost or a loopback address, or h2c is set."`
 	RequestTimeout  time.Duration     `config:"request-timeout" reload:"true" desc:"Time limit of one request, reading the response included; less than the dispatcher's handler.timeout."`
 	MaxAttempts     int               `config:"max-attempts" desc:"Attempts per message, the first included, before a transient failure is reported; 0 retries transient failures forever."`
 	BackoffInitial  time.Duration     `config:"backoff-initial" desc:"Wait before the first retry; it doubles with each retry, with jitter."`

@@ -710,10 +710,14 @@ const proxyChild = "WOWD_TEST_PROXY_CHILD"
 func TestHTTPDialsThroughDeps(t *testing.T) {
 	if os.Getenv(proxyChild) == "" {
 		t.Run("proxy in the environment", func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run", "^TestHTTPDialsThroughDeps$", "-test.count=1")
+			cmd := exec.Command(os.Args[0], "-test.run", "^TestHTTPDialsThroughDeps$", "-test.count=1", "-test.v")
 			cmd.Env = append(os.Environ(), proxyChild+"=1", "HTTP_PROXY=http://proxy.invalid:3128", "http_proxy=", "NO_PROXY=", "no_proxy=")
-			if out, err := cmd.CombinedOutput(); err != nil {
+			out, err := cmd.CombinedOutput()
+			if err != nil {
 				t.Fatalf("with HTTP_PROXY set: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "--- PASS: TestHTTPDialsThroughDeps") {
+				t.Fatalf("the child process did not run the test:\n%s", out)
 			}
 		})
 	}
@@ -734,5 +738,23 @@ func TestHTTPDialsThroughDeps(t *testing.T) {
 	}
 	if dials.Load() == 0 || asked.Load() != "sink.invalid:8080" {
 		t.Errorf("%d dials, asked for %v; want the sink's address through Deps.Dial", dials.Load(), asked.Load())
+	}
+}
+
+// With h2c the sink connects directly, whatever proxy the environment
+// names: a proxy would be sent the HTTP/2 preface, which it cannot
+// forward. Without h2c the environment's proxy applies.
+func TestHTTPH2CBypassesTheProxy(t *testing.T) {
+	cfg := defaultHTTPConfig()
+	cfg.URL = "http://sink.example:8080/"
+	for _, h2c := range []bool{false, true} {
+		cfg.H2C = h2c
+		tr, err := newTransport(*cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if direct := tr.Proxy == nil; direct != h2c {
+			t.Errorf("h2c %v: connects directly %v", h2c, direct)
+		}
 	}
 }

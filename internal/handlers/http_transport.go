@@ -24,7 +24,8 @@ import (
 // dial, when not nil, opens the connections (handler.Deps.Dial) to the
 // sink's own address: the proxy the environment names is not applied on
 // top of it, which would hand dial the proxy's address instead. Without
-// dial, requests go through that proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY).
+// dial, requests go through that proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY),
+// except with h2c.
 func newTransport(cfg HTTPConfig, dial func(ctx context.Context, network, address string) (net.Conn, error)) (*http.Transport, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if dial != nil {
@@ -37,6 +38,9 @@ func newTransport(cfg HTTPConfig, dial func(ctx context.Context, network, addres
 	if cfg.H2C {
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetUnencryptedHTTP2(true) // alone: prior knowledge, no HTTP/1.1
+		// An HTTP proxy would be sent the HTTP/2 preface, which it cannot
+		// forward: h2c connects directly.
+		tr.Proxy = nil
 	}
 	tc, err := cfg.TLS.config()
 	if err != nil {
