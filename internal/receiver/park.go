@@ -485,11 +485,11 @@ func (r *Receiver) takeOwnership(p *partition) ([]park.State, error) {
 	}
 	// The adopted states before the owner record: a reader that sees the
 	// owner record sees them too.
-	if err := r.produceDurably(p.ctx, recs...); err != nil {
+	if err := r.produceDurably(p, recs...); err != nil {
 		return nil, err
 	}
 	owner := park.OwnerRecord(r.o.Park.StateTopic, r.o.Service, r.o.Dispatcher, p.topic, p.partition, epoch)
-	if err := r.produceDurably(p.ctx, owner); err != nil {
+	if err := r.produceDurably(p, owner); err != nil {
 		return nil, err
 	}
 	// Deleting what no reader keeps any more only tidies the topic: a
@@ -629,7 +629,7 @@ func (j *job) park() {
 		kgo.RecordHeader{Key: park.HeaderSince, Value: []byte(since.UTC().Format("2006-01-02T15:04:05.000Z07:00"))},
 	)
 	rec := &kgo.Record{Topic: park.Topic(src.Topic), Key: src.Key, Value: src.Value, Headers: hs, Timestamp: src.Timestamp}
-	if !r.lease.holds() || j.p.parkEpoch.Load() == 0 { // no epoch: not loaded, see loadParked
+	if !r.lease.holds() || r.stale(j.p) || j.p.parkEpoch.Load() == 0 { // no epoch: not loaded, see loadParked
 		j.releasePark() // park reserves again
 		j.waitLease(j.park)
 		return
@@ -667,7 +667,7 @@ func (j *job) park() {
 // then parks the aggregate and finishes the record.
 func (j *job) writeParked(st *park.State) {
 	r := j.r
-	if !r.lease.holds() {
+	if !r.lease.holds() || r.stale(j.p) {
 		j.waitLease(func() { j.writeParked(st) })
 		return
 	}
@@ -870,7 +870,7 @@ func (t *parkAction) run() {
 				floor = max(floor, src.Offset+1)
 			}
 			if deadLetter {
-				if err := r.produceDurably(p.ctx, r.parkedDeadLetter(rec)); err != nil {
+				if err := r.produceDurably(p, r.parkedDeadLetter(rec)); err != nil {
 					r.actionCanceled(k, req.Action, at)
 					return
 				}
@@ -886,7 +886,7 @@ func (t *parkAction) run() {
 				// Failed again: the aggregate stays parked, this message its head.
 				st.Head = park.Position{Partition: rec.Partition, Offset: rec.Offset}
 				st.Offset, st.Class, st.Reason, st.Attempts = src.Offset, f.class, truncate(f.reason, maxErrorHeader), f.attempts
-				if err := r.produceDurably(p.ctx, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
+				if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
 					r.actionCanceled(k, req.Action, at)
 					return
 				}
@@ -907,14 +907,14 @@ func (t *parkAction) run() {
 		from = next
 		st.Head = park.Position{Partition: st.Head.Partition, Offset: next}
 		st.Offset = floor // the source offset from which records are still parked
-		if err := r.produceDurably(p.ctx, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
+		if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
 			r.actionCanceled(k, req.Action, at)
 			return
 		}
 	}
 	// Every parked message is handled (or dead-lettered): unpark.
 	tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(st.RecordKey())}
-	if err := r.produceDurably(p.ctx, tomb); err != nil {
+	if err := r.produceDurably(p, tomb); err != nil {
 		r.actionCanceled(k, req.Action, at)
 		return
 	}
@@ -939,7 +939,7 @@ func (r *Receiver) endRequest(p *partition, k parkKey, req park.Request) {
 	ps.mu.RUnlock()
 	for _, key := range keys {
 		tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(key)}
-		if err := r.produceDurably(p.ctx, tomb); err != nil {
+		if err := r.produceDurably(p, tomb); err != nil {
 			r.log.Warn("deleting a request acted on; the next owner of the partition acts on it again", zap.String("aggregate", k.key), zap.Error(err))
 			break
 		}
@@ -980,7 +980,7 @@ func (j *job) waitLease(fn func()) {
 	r := j.r
 	j.tries++
 	wait := r.holdBackoff(j.tries)
-	r.log.Warn("parking write held: no answer from the group coordinator for most of a session, the partition may be another member's already",
+	r.log.Warn("parking write held: no answer from the group coordinator for most of a session, or the membership the partition was assigned under has ended; the partition may be another member's already",
 		zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
 		zap.Int("attempt", j.tries), zap.Duration("wait", wait))
 	j.after(wait, fn)
@@ -1001,6 +1001,25 @@ func (r *Receiver) awaitLease(ctx context.Context, at []zap.Field) error {
 	return nil
 }
 
+// errStaleMembership is the error of a parking write not made: the
+// partition was assigned under a membership that has ended (see stale).
+var errStaleMembership = errors.New("the partition was assigned under a group membership that has ended")
+
+// stale reports whether p was assigned under a group membership that has
+// ended: the coordinator dropped this member, which joins again under a new
+// member ID, and kgo keeps the partitions it had until the next assignment
+// lets them go (see retake). Another member may own p meanwhile, at an
+// owner epoch the stale incarnation's reader has seen: its takeOwnership
+// would write an epoch above it and fence that owner's parkings out (every
+// state it writes after would be passed over, and the messages it parks
+// behind them lost to the next owner). So a stale incarnation writes no
+// parking state. The lease alone does not tell: the new membership's
+// answers extend it.
+func (r *Receiver) stale(p *partition) bool {
+	m, _ := r.cl.GroupMetadata()
+	return m != p.member
+}
+
 // errLeaseEnded is the error of a parking write not made: the member's
 // lease ended (see lease.go).
 var errLeaseEnded = errors.New("no answer from the group coordinator for most of a session: the partition may be another member's already")
@@ -1008,21 +1027,32 @@ var errLeaseEnded = errors.New("no answer from the group coordinator for most of
 // produceDurably writes recs, retrying with backoff until the broker
 // acknowledges them all or ctx ends. Each attempt starts only within the
 // member's lease (see lease.go).
-func (r *Receiver) produceDurably(ctx context.Context, recs ...*kgo.Record) error {
+func (r *Receiver) produceDurably(p *partition, recs ...*kgo.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
+	ctx := p.ctx
 	for attempt := 1; ; attempt++ {
-		err := errLeaseEnded
-		if r.lease.holds() {
+		var err error
+		switch {
+		case !r.lease.holds():
+			err = errLeaseEnded
+		case r.stale(p):
+			err = errStaleMembership
+		default:
 			err = r.cl.ProduceSync(ctx, recs...).FirstErr()
 		}
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
 		wait := r.holdBackoff(attempt)
-		r.log.Error("parking write failed; retrying", zap.String("topic", recs[0].Topic), zap.Int("attempt", attempt),
-			zap.Duration("wait", wait), zap.Error(err))
+		if err == errStaleMembership {
+			r.log.Info("parking write held: the partition was assigned under a group membership that has ended; the next assignment lets it go",
+				zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("attempt", attempt), zap.Duration("wait", wait))
+		} else {
+			r.log.Error("parking write failed; retrying", zap.String("topic", recs[0].Topic), zap.Int("attempt", attempt),
+				zap.Duration("wait", wait), zap.Error(err))
+		}
 		if err := sleepCtx(ctx, wait); err != nil {
 			return err
 		}
@@ -1102,7 +1132,7 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, req park.Request) {
 		ps.mu.RUnlock()
 		if len(keys) > 0 {
 			tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(keys[len(keys)-1])}
-			if err := r.produceDurably(p.ctx, tomb); err != nil {
+			if err := r.produceDurably(p, tomb); err != nil {
 				r.log.Warn("deleting a request to park an aggregate parked already; the next owner of the partition looks at it again", zap.String("aggregate", k.key), zap.Error(err))
 			}
 		}
@@ -1135,7 +1165,7 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, req park.Request) {
 		Aggregate: k.key, Head: park.Position{Partition: int32(head), Offset: ends[int32(head)]},
 		Since: time.Now(), Class: "by-hand", Reason: "parked by hand by " + req.By, Epoch: p.parkEpoch.Load(),
 	}
-	if err := r.produceDurably(p.ctx, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
+	if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
 		r.actionCanceled(k, req.Action, at)
 		return
 	}

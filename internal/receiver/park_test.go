@@ -979,6 +979,81 @@ func TestRevokeUnderANewMemberIDIsALoss(t *testing.T) {
 	})
 }
 
+// TestAStaleIncarnationTakesNoParkingOwnership: a partition assigned under
+// a membership the coordinator has since ended (kgo keeps it, without
+// onLost, when a rejoin is answered UNKNOWN_MEMBER_ID, until the next
+// assignment lets it go: see retake) must not take the parking ownership
+// when its load finishes late. Another member may own the partition by
+// then at an owner epoch this member's tail has read: takeOwnership would
+// write an epoch above it, and every state that owner writes afterwards
+// would be passed over, its parked messages lost to the next owner (the
+// simulation's seed 4 with commit stalls delivered an aggregate's #40
+// before #15 so). Here the load is held by leaving the state topic's
+// offset reads unanswered; the membership's end is simulated, as in
+// TestRetakeAfterTheCoordinatorDroppedTheMember, by giving the
+// incarnation a member ID that is not the client's.
+func TestAStaleIncarnationTakesNoParkingOwnership(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-stale-incarnation"
+		h := newVirtualHarness(t, 1)
+		hold := unansweredIf(h.c, kmsg.ListOffsets, func(req kmsg.Request) bool {
+			return slices.ContainsFunc(req.(*kmsg.ListOffsetsRequest).Topics, func(t kmsg.ListOffsetsRequestTopic) bool { return t.Topic == testStateTopic })
+		})
+		hold.on.Store(true)
+		sink := newParkSink(func(string, uint64) bool { return false })
+		r := h.receiver(group, sink, 16, parking)
+		var p *partition
+		testwait.For(t, 30*time.Second, "partition 0 assigned, its load held", func() bool {
+			r.partsMu.RLock()
+			defer r.partsMu.RUnlock()
+			p = r.parts[tp{testTopic, 0}]
+			return p != nil && hold.hung.Load() > 0
+		})
+		p.member = "a membership the coordinator ended"
+
+		// The partition's owner in the group's next generation, at epoch 7,
+		// has agg-1 parked.
+		const epoch = 7
+		owned := func(agg string) *park.State {
+			return &park.State{Service: "svc", Dispatcher: "d", Topic: testTopic, Partition: 0, Offset: -1, Aggregate: agg,
+				Head: park.Position{Partition: 0, Offset: 0}, Since: time.Now(), Class: "by-hand", Reason: "the owner", Epoch: epoch}
+		}
+		h.produceState(park.OwnerRecord(testStateTopic, "svc", "d", testTopic, 0, epoch), stateRecord(testStateTopic, owned("agg-1")))
+		hold.on.Store(false)
+		testwait.For(t, 30*time.Second, "the stale incarnation's load read the state topic", r.park.caughtUp.Load)
+		time.Sleep(10 * time.Second) // room for takeOwnership's writes
+
+		// The owner parks agg-2 after that: its state must stay current.
+		h.produceState(stateRecord(testStateTopic, owned("agg-2")))
+		for _, agg := range []string{"agg-1", "agg-2"} {
+			if st := h.parkedState(agg); st == nil || st.Epoch != epoch {
+				t.Errorf("%s's state %+v; want the owner's, at epoch %d: the stale incarnation raised the partition's owner epoch", agg, st, epoch)
+			}
+		}
+		if e := p.parkEpoch.Load(); e != 0 {
+			t.Errorf("the stale incarnation took owner epoch %d", e)
+		}
+
+		// The next assignment lets the stale incarnation go and takes the
+		// partition again, at an epoch above the owner's, adopting its
+		// parked aggregates.
+		r.member = "a member ID the coordinator dropped"
+		r.cl.ForceRebalance()
+		testwait.For(t, 30*time.Second, "partition 0 taken again and loaded", func() bool {
+			r.partsMu.RLock()
+			defer r.partsMu.RUnlock()
+			np := r.parts[tp{testTopic, 0}]
+			return np != nil && np != p && np.parkEpoch.Load() > epoch
+		})
+		for _, agg := range []string{"agg-1", "agg-2"} {
+			if _, parked := r.parkedAgg(testTopic, agg); !parked {
+				t.Errorf("%s, parked by the owner, is not parked once the partition is taken again", agg)
+			}
+		}
+		stop(t, r)
+	})
+}
+
 // A redriven message, read back from the parked topic by a client without
 // the receiver's hook, gets its own copy of its bytes as a fetched one does
 // (ownsItsBytes).

@@ -20,6 +20,9 @@ type partition struct {
 	ctx       context.Context // given to handlers; canceled on close
 	cancel    context.CancelFunc
 	since     time.Time // when the incarnation began
+	// member is the group member ID the incarnation was assigned under
+	// (see Receiver.stale); set before the partition is shared.
+	member string
 
 	mu     sync.Mutex // guards tr, paused, first, hwm, and the change of closed
 	tr     *tracker

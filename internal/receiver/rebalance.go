@@ -31,6 +31,7 @@ func (r *Receiver) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[
 				r.closePartition(old) // a loss we were not told about
 			}
 			np := newPartition(topic, p)
+			np.member = r.member // retake made it the session's
 			r.parts[k] = np
 			fresh = append(fresh, np)
 		}

@@ -364,10 +364,15 @@ type hangingKey struct {
 // unanswered makes c leave the requests of key unanswered (the client's
 // request waits for its context) while the returned key's on is set.
 func unanswered(c *kfake.Cluster, key kmsg.Key) *hangingKey {
+	return unansweredIf(c, key, func(kmsg.Request) bool { return true })
+}
+
+// unansweredIf is unanswered for the requests of key that match.
+func unansweredIf(c *kfake.Cluster, key kmsg.Key, match func(kmsg.Request) bool) *hangingKey {
 	k := &hangingKey{}
-	c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+	c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		if !k.on.Load() {
+		if !k.on.Load() || !match(req) {
 			return nil, nil, false
 		}
 		k.hung.Add(1)
