@@ -198,6 +198,12 @@ func (b *Book) fence(pk partKey) int64 {
 	return f
 }
 
+// OwnerEpoch returns the highest owner epoch of a source partition the
+// book holds (0 without one): states of lower epochs are passed over.
+func (b *Book) OwnerEpoch(topic string, partition int32) int64 {
+	return b.fence(partKey{topic, partition})
+}
+
 // valid returns the aggregate's current state: of the highest epoch at or
 // above its partition's fence, or nil.
 func (b *Book) valid(records map[int64]*State) *State {

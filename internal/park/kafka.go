@@ -120,6 +120,26 @@ func Read(ctx context.Context, opts []kgo.Opt, topic string, from, to map[int32]
 // ReadState returns the parked aggregates of a state topic by
 // Key(topic, aggregate), as of now, with their pending requests.
 func ReadState(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic string) (map[string]*State, error) {
+	book, err := ReadBook(ctx, opts, adm, topic)
+	if book == nil {
+		return nil, err
+	}
+	// A request is pending on its aggregate; one on an aggregate that is
+	// not parked is stale, and not shown.
+	states := book.All()
+	for k, req := range book.AllRequests() {
+		if s := states[k]; s != nil {
+			withReq := *s
+			withReq.Request = req.Request
+			states[k] = &withReq
+		}
+	}
+	return states, err
+}
+
+// ReadBook reads a state topic, as of now, into a Book. With an error, the
+// Book holds what could be read, or is nil when nothing could.
+func ReadBook(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic string) (*Book, error) {
 	ends, err := stateEnds(ctx, adm, topic, true)
 	if err != nil {
 		return nil, err
@@ -138,17 +158,7 @@ func ReadState(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic stri
 		bad = errors.Join(bad, book.Apply(string(r.Key), s))
 		return nil
 	})
-	// A request is pending on its aggregate; one on an aggregate that is
-	// not parked is stale, and not shown.
-	states := book.All()
-	for k, req := range book.AllRequests() {
-		if s := states[k]; s != nil {
-			withReq := *s
-			withReq.Request = req.Request
-			states[k] = &withReq
-		}
-	}
-	return states, errors.Join(err, bad)
+	return book, errors.Join(err, bad)
 }
 
 // Parked returns the parked messages of s's aggregate, from its head on, in

@@ -869,21 +869,32 @@ func (w *world) operator(t *testing.T, action string, pick uint64) {
 func (w *world) lateStateWrite(t *testing.T, pick uint64) {
 	cl := w.operatorClient(t)
 	defer cl.Close()
-	states := w.parkedStates(t, cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	book, err := park.ReadBook(ctx, []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext)}, kadm.NewClient(cl), stateTopic)
+	if err != nil {
+		w.event("a late state write: reading the state topic: %v", err)
+		return
+	}
+	states := book.All()
 	picked := pickParked(states, pick)
 	if picked == nil {
 		return
 	}
 	s := *picked
-	if s.Epoch <= 1 {
+	// An earlier ownership's: below the partition's owner record. (The
+	// state's own epoch may be above it, where an owner's adoption was
+	// cut before its owner record: a member that had written nothing
+	// there could not write late at the epoch below, and a parking it made
+	// there would be a true one, not the far one written here.)
+	owner := book.OwnerEpoch(s.Topic, s.Partition)
+	if owner <= 1 {
 		return // no earlier ownership with an epoch
 	}
 	s.Request = nil
-	s.Epoch--
+	s.Epoch = owner - 1
 	s.Head.Offset += 1 << 20
 	s.Offset += 1 << 20
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	recs := []*kgo.Record{
 		{Topic: stateTopic, Key: []byte(s.RecordKey())},
 		{Topic: stateTopic, Key: []byte(s.RecordKey()), Value: s.Marshal()},
