@@ -554,10 +554,17 @@ func TestRewindAboveAnUnfinishedRecordGoesBack(t *testing.T) {
 	r.admitPartition(partitionFetch(0, 10, key))
 	testwait.For(t, 5*time.Second, "the first pass", func() bool { return r.InFlight() == 2 })
 	old := r.parts[tp{testTopic, 0}]
+	old.member = "m-1"
 	r.admitPartition(partitionFetch(6, 10, key)) // the client resumed at 6
 	np := r.parts[tp{testTopic, 0}]
 	if np == old || !old.isClosed() {
 		t.Fatal("the rewind did not start a new incarnation")
+	}
+	if np.member != old.member {
+		// Else it is stale (see Receiver.stale) and writes no parking
+		// state until the next assignment: the simulation's seed 7 stalled
+		// a partition so.
+		t.Errorf("the new incarnation is of member %q, want the same membership's %q", np.member, old.member)
 	}
 	if n := np.tr.span(); n != 0 {
 		t.Fatalf("%d records of the fetch above the unfinished record were admitted", n)

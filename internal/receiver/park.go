@@ -1074,7 +1074,7 @@ func (r *Receiver) produceDurably(p *partition, recs ...*kgo.Record) error {
 func (r *Receiver) actionPartition(p *partition) *partition {
 	rp := newLocalPartition()
 	rp.cancel()
-	rp.topic, rp.partition, rp.unwindowed = p.topic, p.partition, true
+	rp.topic, rp.partition, rp.unwindowed, rp.member = p.topic, p.partition, true, p.member
 	rp.ctx, rp.cancel = context.WithCancel(p.ctx)
 	context.AfterFunc(rp.ctx, func() { r.closePartition(rp) })
 	return rp

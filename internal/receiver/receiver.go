@@ -1269,6 +1269,7 @@ func (r *Receiver) rewind(p *partition, first, last, unfinished int64, epoch int
 		zap.Int64("client_resumed_at", first), zap.Int64("delivering_from", to))
 	r.m.Rewind()
 	np := newPartition(p.topic, p.partition)
+	np.member = p.member                   // the same membership
 	np.parkEpoch.Store(p.parkEpoch.Load()) // the same ownership: its parked aggregates stay
 	r.commitMu.lock()
 	r.partsMu.Lock()
