@@ -38,11 +38,13 @@
 //
 //   - every produced record was handled (or skipped by the handler) or
 //     dead-lettered, at least once: a parked one only counts once it was
-//     redriven, skipped or discarded;
+//     redriven, skipped or discarded; one whose dead-letter write was
+//     refused until the receiver gave up on it counts as done (the
+//     receiver's documented loss: it logs the record's position);
 //   - per aggregate, a record's first successful handling comes after every
-//     earlier record of the aggregate was handled, skipped or dead-lettered
-//     (never merely parked): handled messages follow offset order, with
-//     gaps only for what was skipped or discarded;
+//     earlier record of the aggregate was handled, skipped, dead-lettered
+//     or given up (never merely parked): handled messages follow offset
+//     order, with gaps only for what was skipped or discarded;
 //   - per aggregate, first deliveries came in offset order;
 //   - no commit ever went past a record that had not finished when the
 //     broker received the commit;

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/wowd/wowd/handler"
@@ -429,7 +430,9 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 			kgo.WithHooks(deadLetterHook{w}),
 			kgo.WithLogger(kzap.New(log.Named("kgo").With(zap.Int("member", id)), kzap.Level(kgo.LogLevelInfo))),
 		},
-		Logger:  log.With(zap.Int("member", id)),
+		Logger: log.With(zap.Int("member", id)).WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return zapcore.NewTee(c, givenUpCore{w})
+		})),
 		Metrics: m.m,
 	})
 	if err != nil {
@@ -610,7 +613,9 @@ func produce(t *testing.T, w *world, rng *rand.Rand, records, keys int, d time.D
 		w.mu.Lock()
 		for _, r := range recs {
 			w.ends[r.Partition] = max(w.ends[r.Partition], r.Offset+1)
-			w.produced[string(r.Key)] = append(w.produced[string(r.Key)], pos{r.Partition, r.Offset})
+			at := pos{r.Partition, r.Offset}
+			w.keyOf[at] = keySeq{string(r.Key), len(w.produced[string(r.Key)])}
+			w.produced[string(r.Key)] = append(w.produced[string(r.Key)], at)
 		}
 		w.mu.Unlock()
 		time.Sleep(d / batches)

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/memory"
@@ -75,6 +76,7 @@ type world struct {
 	ends        map[int32]int64
 	nextFirst   map[string]int   // per key: the sequence number whose first delivery comes next
 	produced    map[string][]pos // per key: where each of its records is, by sequence number
+	keyOf       map[pos]keySeq   // the key and sequence number of each record produced
 	attempts    map[pos]int
 	deliveredTo map[pos][]int      // the members each try went to
 	commitLog   map[int32][]string // per partition: the commits the broker received
@@ -112,6 +114,7 @@ func newWorld(seed uint64) *world {
 		ends:        map[int32]int64{},
 		nextFirst:   map[string]int{},
 		produced:    map[string][]pos{},
+		keyOf:       map[pos]keySeq{},
 		attempts:    map[pos]int{},
 		deliveredTo: map[pos][]int{},
 		commitLog:   map[int32][]string{},
@@ -195,7 +198,7 @@ func (w *world) succeeded(at pos, key string, seq int) {
 	if w.handled[at] == 0 && at.p >= 0 {
 		for s := range seq {
 			if !w.settledSeq[key][s] {
-				w.violateLocked("aggregate %s: #%d (partition %d offset %d) handled before #%d was handled, skipped or dead-lettered", key, seq, at.p, at.o, s)
+				w.violateLocked("aggregate %s: #%d (partition %d offset %d) handled before #%d was handled, skipped or dead-lettered%s", key, seq, at.p, at.o, s, w.missedLocked(key, s))
 				break
 			}
 		}
@@ -688,9 +691,59 @@ func sortedKeys[K ~string | ~int32, V any](m map[K]V) []K {
 }
 
 // historyLocked describes what happened to the record at so far.
-// missedLocked describes record #seq of key, passed over by a first
-// delivery of a later one: where it is, what became of it, and the
-// partition's last commits.
+// keySeq is a record's key and its sequence number within the key.
+type keySeq struct {
+	key string
+	seq int
+}
+
+// givenUp records a record whose dead-letter write was refused until the
+// receiver gave up on it, committing past it (documented: it stays in its
+// source topic): done for good, in the order checks too, as a loss the
+// run allows.
+func (w *world) givenUp(at pos) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ks, ok := w.keyOf[at]
+	if !ok {
+		w.violateLocked("a dead-letter write given up for %v, which was never produced", at)
+		return
+	}
+	w.allowances["a dead-letter write was given up"]++
+	w.settleLocked(at, ks.key, ks.seq)
+}
+
+// givenUpCore watches a member's log for the receiver's "dead-letter write
+// refused; giving up" error, which names the record given up.
+type givenUpCore struct{ w *world }
+
+const givenUpMessage = "dead-letter write refused; giving up"
+
+func (c givenUpCore) Enabled(l zapcore.Level) bool      { return l >= zapcore.ErrorLevel }
+func (c givenUpCore) With([]zapcore.Field) zapcore.Core { return c }
+func (c givenUpCore) Sync() error                       { return nil }
+func (c givenUpCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) && strings.HasPrefix(e.Message, givenUpMessage) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+func (c givenUpCore) Write(_ zapcore.Entry, fields []zapcore.Field) error {
+	at := pos{p: -2, o: -1}
+	for _, f := range fields {
+		switch f.Key {
+		case "partition":
+			at.p = int32(f.Integer)
+		case "offset":
+			at.o = f.Integer
+		}
+	}
+	c.w.givenUp(at)
+	return nil
+}
+
+// missedLocked describes record #seq of key, passed over by a later one:
+// where it is, what became of it, and the partition's last commits.
 func (w *world) missedLocked(key string, seq int) string {
 	ps := w.produced[key]
 	if seq >= len(ps) {
