@@ -196,13 +196,17 @@ type Receiver struct {
 	cl  *kgo.Client
 	// seek, when set (tests), replaces cl.SetOffsets where the poll loop
 	// sends the client back (rewind, shedStuck).
-	seek   func(map[string]map[int32]kgo.EpochOffset)
-	lease  *lease // how long the member can be sure it is in its group; parking writes stay within it
-	m      *metrics.Receiver
-	topics []string
-	routes map[string]*Route // o.Routes, addressable
-	groups []*executor.Group // the groups of the routes, each once
-	keyBuf []string          // scratch of the poll loop
+	seek func(map[string]map[int32]kgo.EpochOffset)
+	// beforeParkCheck, when set (tests), runs in a job's Run between its
+	// partition's closed check and its aggregate's parked check, with the
+	// job's aggregate.
+	beforeParkCheck func(aggregate string)
+	lease           *lease // how long the member can be sure it is in its group; parking writes stay within it
+	m               *metrics.Receiver
+	topics          []string
+	routes          map[string]*Route // o.Routes, addressable
+	groups          []*executor.Group // the groups of the routes, each once
+	keyBuf          []string          // scratch of the poll loop
 	// heldOrder and heldTurn: scratch and turn of admitHeld (poll loop only).
 	heldOrder []*partition
 	heldTurn  int
