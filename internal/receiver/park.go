@@ -376,7 +376,7 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	switch {
 	case act != nil:
 		r.startAction(k, p, *act)
-	case stale && r.lease.holds(): // a member cut off leaves it to the owner
+	case stale && r.lease.holds() && !r.stale(p): // a member cut off, or no longer the one p was assigned to, leaves it to the owner
 		r.log.Info("request on an aggregate that is not parked (or, to park it, already is); deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
 			zap.String("action", req.Request.Action), zap.String("by", req.Request.By))
 		ps.mu.RLock()
@@ -857,7 +857,7 @@ func (t *parkAction) run() {
 			// Nothing of the aggregate is handed over outside the lease:
 			// past it, another member may own the partition and redrive
 			// the aggregate too.
-			if err := r.awaitLease(p.ctx, at); err != nil {
+			if err := r.awaitLease(p, at); err != nil {
 				r.actionCanceled(k, req.Action, at)
 				return
 			}
@@ -986,13 +986,14 @@ func (j *job) waitLease(fn func()) {
 	j.after(wait, fn)
 }
 
-// awaitLease returns once the member's lease holds (see lease.go), or
-// ctx's error: an action on a parked aggregate goes on only while no other
-// member can own its partition.
-func (r *Receiver) awaitLease(ctx context.Context, at []zap.Field) error {
-	for attempt := 1; !r.lease.holds(); attempt++ {
+// awaitLease returns once the member's lease holds (see lease.go) and p is
+// not stale (see stale), or p's context's error: an action on a parked
+// aggregate goes on only while no other member can own its partition.
+func (r *Receiver) awaitLease(p *partition, at []zap.Field) error {
+	ctx := p.ctx
+	for attempt := 1; !r.lease.holds() || r.stale(p); attempt++ {
 		if attempt == 1 {
-			r.log.Warn("parked aggregate: action held, no answer from the group coordinator for most of a session; the partition may be another member's already", at...)
+			r.log.Warn("parked aggregate: action held, no answer from the group coordinator for most of a session, or the membership the partition was assigned under has ended; the partition may be another member's already", at...)
 		}
 		if err := sleepCtx(ctx, r.holdBackoff(attempt)); err != nil {
 			return err

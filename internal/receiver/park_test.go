@@ -1054,6 +1054,45 @@ func TestAStaleIncarnationTakesNoParkingOwnership(t *testing.T) {
 	})
 }
 
+// TestAStaleIncarnationRedrivesNothing: an operator's redrive, read by a
+// member whose partition was assigned under a membership that has ended
+// (see TestAStaleIncarnationTakesNoParkingOwnership), hands nothing to the
+// handler: another member may own the partition and redrive it too, and
+// the lease cannot tell (the new membership's answers extend it). Once the
+// partition is taken again, the redrive runs. Found by review.
+func TestAStaleIncarnationRedrivesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const keys, perKey = 4, 10
+		const group = "g-stale-redrive"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, keys*perKey, keys)
+		var broken atomic.Bool
+		broken.Store(true)
+		sink := newParkSink(func(key string, seq uint64) bool { return broken.Load() && key == "agg-3" && seq == 5 })
+		r := h.receiver(group, sink, 32, parking)
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
+		if got := sink.of("agg-3"); !slices.Equal(got, seqs(0, 5)) {
+			t.Fatalf("agg-3 handled %v", got)
+		}
+		r.partsMu.RLock()
+		p := r.parts[tp{testTopic, 0}]
+		r.partsMu.RUnlock()
+		p.member = "a membership the coordinator ended" // as after a JoinGroup answered UNKNOWN_MEMBER_ID
+		broken.Store(false)
+		h.ask("agg-3", park.Redrive)
+		time.Sleep(20 * time.Second)
+		if got := sink.of("agg-3"); len(got) > 5 {
+			t.Fatalf("the stale incarnation redrove agg-3: handled %v", got)
+		}
+		r.member = "a member ID the coordinator dropped"
+		r.cl.ForceRebalance()
+		testwait.For(t, 30*time.Second, "agg-3 redriven once the partition is taken again", func() bool {
+			return slices.Equal(sink.of("agg-3"), seqs(0, perKey))
+		})
+		stop(t, r)
+	})
+}
+
 // TestALostPartitionsRecordDoesNotRunAheadOfItsParkedAggregate: a job
 // whose turn comes just as its partition is lost (closed, then its parked
 // aggregates forgotten, as retake, onLost and onRevoked do) must not take
