@@ -29,7 +29,7 @@ import (
 // its sending plus the session timeout. The lease ends a quarter of the
 // session before that, for the writes in flight.
 type lease struct {
-	session atomic.Int64 // the group's session timeout (ns); 0 until the client is made: no lease
+	session atomic.Int64 // the group's session timeout, or its rebalance timeout if shorter (ns); 0 until the client is made: no lease
 	until   atomic.Int64 // unix nanoseconds; 0 before the first answer
 }
 

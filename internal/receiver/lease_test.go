@@ -3,6 +3,7 @@ package receiver
 import (
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,4 +48,25 @@ func TestLeaseFollowsTheCoordinatorsAnswers(t *testing.T) {
 	if l.holds() {
 		t.Fatal("the lease holds after it ended")
 	}
+}
+
+// The lease is bounded by the rebalance timeout when it is shorter than the
+// session: a rebalance drops a member that does not rejoin within it,
+// whatever its session. Found by review.
+func TestLeaseBoundedByTheShorterTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		for _, c := range []struct{ session, rebalance, want time.Duration }{
+			{45 * time.Second, time.Minute, 45 * time.Second},
+			{45 * time.Second, 10 * time.Second, 10 * time.Second},
+		} {
+			r := h.receiver("g-lease-"+c.rebalance.String(), acking, 16, func(o *Options) {
+				o.ClientOpts = append(o.ClientOpts, kgo.SessionTimeout(c.session), kgo.RebalanceTimeout(c.rebalance))
+			})
+			if got := time.Duration(r.lease.session.Load()); got != c.want {
+				t.Errorf("session %v, rebalance %v: the lease is based on %v, want %v", c.session, c.rebalance, got, c.want)
+			}
+			stop(t, r)
+		}
+	})
 }

@@ -396,6 +396,11 @@ func New(o Options) (*Receiver, error) {
 	}
 	r.cl = cl
 	if session, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok {
+		// A rebalance drops a member that does not rejoin within the
+		// rebalance timeout, whatever its session: the shorter bounds.
+		if rebalance, ok := cl.OptValue(kgo.RebalanceTimeout).(time.Duration); ok && rebalance > 0 {
+			session = min(session, rebalance)
+		}
 		r.lease.session.Store(int64(session))
 	}
 	maxBytes, ok := cl.OptValue(kgo.FetchMaxBytes).(int32)
