@@ -127,10 +127,10 @@ type retrier struct {
 	mu      sync.Mutex              // guards waiting, closed and the state and timer of every call
 	waiting map[*retryCall]struct{} // calls whose timer runs
 	closed  bool                    // set by Close
-	// starting counts the calls whose backoff ended and whose next
-	// attempt has not yet been handed to h (fire): Close waits for them
-	// before it closes h, so h never gets an attempt after its Close.
-	// Added to under mu while not closed, so before Close waits.
+	// starting counts the attempts being handed to h, first ones (Handle)
+	// and those whose backoff ended (fire): Close waits for them before it
+	// closes h, so h never gets an attempt after its Close. Added to under
+	// mu while not closed, so before Close waits.
 	starting sync.WaitGroup
 }
 
@@ -176,19 +176,24 @@ func (r *retrier) Handle(ctx context.Context, m *Message, ack Ack) {
 	}
 	r.mu.Lock()
 	closed := r.closed
+	if !closed {
+		r.starting.Add(1) // Close closes h only once h has this attempt
+	}
 	r.mu.Unlock()
 	if closed {
 		ack.Done(ErrClosed)
 		return
 	}
+	defer r.starting.Done()
 	c := &retryCall{r: r, ctx: ctx, m: m, ack: ack}
 	c.stop = context.AfterFunc(ctx, c.canceled)
 	c.try()
 }
 
 // Close acknowledges the messages waiting to retry, then closes the wrapped
-// handler, once the attempts whose backoff ended just before are handed to
-// it (for a blocking handler, once they end, at most until ctx is done).
+// handler, once the attempts being handed to it (a Handle running, a
+// backoff that just ended) have reached it (for a blocking handler, once
+// they end, at most until ctx is done).
 // Attempts in progress are reported when they end, without retry.
 func (r *retrier) Close(ctx context.Context) error {
 	r.mu.Lock()

@@ -310,6 +310,26 @@ func TestWithRetryCloseWaitsForAHandOver(t *testing.T) {
 			t.Errorf("outcome %v, want ErrClosed", err)
 		}
 
+		// A first attempt being handed over as Close runs: the same.
+		inner = &handing{entered: make(chan struct{}), release: make(chan struct{})}
+		inner.calls.Store(1) // its first call is the one that holds
+		h = handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond})
+		ack, ch = outcome(t)
+		go h.Handle(context.Background(), msg, ack)
+		<-inner.entered
+		go func() { closed <- h.(handler.Closer).Close(context.Background()) }()
+		synctest.Wait()
+		if inner.closed.Load() {
+			t.Error("the wrapped handler was closed while a first attempt was being handed to it")
+		}
+		close(inner.release)
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if err := await(t, ch); !errors.Is(err, handler.ErrClosed) {
+			t.Errorf("outcome %v, want ErrClosed", err)
+		}
+
 		// A blocking attempt that does not end: Close waits no longer than
 		// its context.
 		inner = &handing{entered: make(chan struct{}), release: make(chan struct{})}
