@@ -288,53 +288,43 @@ func (h *handing) Close(context.Context) error {
 // acknowledge a try after Close returned.
 func TestWithRetryCloseWaitsForAHandOver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		inner := &handing{entered: make(chan struct{}), release: make(chan struct{})}
-		h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond})
-		ack, ch := outcome(t)
-		h.Handle(context.Background(), msg, ack)
-		<-inner.entered // the second attempt is being handed over
-		closed := make(chan error, 1)
-		go func() { closed <- h.(handler.Closer).Close(context.Background()) }()
-		synctest.Wait()
-		if inner.closed.Load() {
-			t.Error("the wrapped handler was closed while an attempt was being handed to it")
+		policy := handler.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond}
+		// closeDuring closes the retrier while what is being handed to
+		// the wrapped handler (handle starts it).
+		closeDuring := func(what string, firstHolds bool, handle func(h handler.Handler, ack handler.Ack)) {
+			inner := &handing{entered: make(chan struct{}), release: make(chan struct{})}
+			if firstHolds {
+				inner.calls.Store(1) // its first call is the one that holds
+			}
+			h := handler.WithRetry(inner, policy)
+			ack, ch := outcome(t)
+			handle(h, ack)
+			<-inner.entered
+			closed := make(chan error, 1)
+			go func() { closed <- h.(handler.Closer).Close(context.Background()) }()
+			synctest.Wait()
+			if inner.closed.Load() {
+				t.Errorf("the wrapped handler was closed while %s was being handed to it", what)
+			}
+			close(inner.release)
+			if err := <-closed; err != nil {
+				t.Fatal(err)
+			}
+			if !inner.closed.Load() || inner.closedMid.Load() {
+				t.Errorf("%s: closed %v, closed during the hand-over %v; want closed after it", what, inner.closed.Load(), inner.closedMid.Load())
+			}
+			if err := await(t, ch); !errors.Is(err, handler.ErrClosed) {
+				t.Errorf("%s: outcome %v, want ErrClosed", what, err)
+			}
 		}
-		close(inner.release)
-		if err := <-closed; err != nil {
-			t.Fatal(err)
-		}
-		if !inner.closed.Load() || inner.closedMid.Load() {
-			t.Errorf("closed %v, closed during the hand-over %v; want closed after it", inner.closed.Load(), inner.closedMid.Load())
-		}
-		if err := await(t, ch); !errors.Is(err, handler.ErrClosed) {
-			t.Errorf("outcome %v, want ErrClosed", err)
-		}
-
-		// A first attempt being handed over as Close runs: the same.
-		inner = &handing{entered: make(chan struct{}), release: make(chan struct{})}
-		inner.calls.Store(1) // its first call is the one that holds
-		h = handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond})
-		ack, ch = outcome(t)
-		go h.Handle(context.Background(), msg, ack)
-		<-inner.entered
-		go func() { closed <- h.(handler.Closer).Close(context.Background()) }()
-		synctest.Wait()
-		if inner.closed.Load() {
-			t.Error("the wrapped handler was closed while a first attempt was being handed to it")
-		}
-		close(inner.release)
-		if err := <-closed; err != nil {
-			t.Fatal(err)
-		}
-		if err := await(t, ch); !errors.Is(err, handler.ErrClosed) {
-			t.Errorf("outcome %v, want ErrClosed", err)
-		}
+		closeDuring("a retry", false, func(h handler.Handler, ack handler.Ack) { h.Handle(context.Background(), msg, ack) })
+		closeDuring("a first attempt", true, func(h handler.Handler, ack handler.Ack) { go h.Handle(context.Background(), msg, ack) })
 
 		// A blocking attempt that does not end: Close waits no longer than
 		// its context.
-		inner = &handing{entered: make(chan struct{}), release: make(chan struct{})}
-		h = handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond})
-		ack, ch = outcome(t)
+		inner := &handing{entered: make(chan struct{}), release: make(chan struct{})}
+		h := handler.WithRetry(inner, policy)
+		ack, ch := outcome(t)
 		h.Handle(context.Background(), msg, ack)
 		<-inner.entered
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
