@@ -31,8 +31,8 @@ test-unit: ## everything but the real-Kafka suite
 	go vet ./...
 	go test -race -shuffle=on -timeout 20m ./...
 
-sim: ## the seeded fault simulation: the CI seeds, then SEEDS more (default 200)
-	go test -count=1 -timeout 60m ./test/sim -run TestSim -seeds $(SEEDS)
+sim: ## the seeded fault simulation: the CI seeds, then SEEDS more (default 200), with commit stalls
+	go test -count=1 -timeout 60m ./test/sim -run TestSim -stalls -seeds $(SEEDS)
 
 soak: ## three wowd processes against a real broker under faults for SOAK (default 10m)
 	WOWD_SOAK=$(SOAK) go test -count=1 -timeout 90m ./test/realkafka -run TestSoak -v
