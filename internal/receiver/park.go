@@ -109,6 +109,7 @@ type parkState struct {
 	tailStop  context.CancelFunc
 	tailDone  chan struct{}
 	catchDone chan struct{} // the background catch-up of startParking, if any; ends with the tail
+	leaseDone chan struct{} // the lease's confirmations (lease.run) ended; they stop with the tail
 	// ready is closed once Start created the parking topics: loads wait for
 	// it, so that an assignment before Start does not read a state topic
 	// still being created.
@@ -187,6 +188,14 @@ func (r *Receiver) startParking() {
 		defer close(ps.tailDone)
 		tail.Run(tctx)
 	}()
+	ps.leaseDone = make(chan struct{})
+	go func() {
+		defer close(ps.leaseDone)
+		r.lease.run(tctx, r.cl, r.o.GroupID, func(err error) {
+			r.log.Warn("confirming with the group coordinator that this member is still in the group; parking writes wait for it",
+				zap.String("group", r.o.GroupID), zap.Error(err))
+		})
+	}()
 	// Local (ingest) records are checked against what the tail read: wait
 	// for it to read the topic once, a while, then go on in the background.
 	// Until then they are given up (their Kafka copy is handled by the
@@ -218,6 +227,7 @@ func (r *Receiver) stopParking(ctx context.Context) error {
 	defer func() {
 		ps.tailStop()
 		<-ps.tailDone
+		<-ps.leaseDone
 		if ps.catchDone != nil {
 			<-ps.catchDone
 		}
@@ -1033,6 +1043,7 @@ func (r *Receiver) produceDurably(p *partition, recs ...*kgo.Record) error {
 		return nil
 	}
 	ctx := p.ctx
+	r.lease.await(ctx, 2*r.lease.interval()) // quietly, for the confirmation that follows a join
 	for attempt := 1; ; attempt++ {
 		var err error
 		switch {

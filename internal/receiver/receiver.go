@@ -381,7 +381,7 @@ func New(o Options) (*Receiver, error) {
 	if r.o.Fetch == nil {
 		r.o.Fetch = memory.Unbudgeted()
 	}
-	r.lease = &lease{}
+	r.lease = newLease()
 	opts = append(opts, kgo.WithHooks(r.o.Fetch, r.lease, ownBytes{}))
 	clientCtx, abortClient := context.WithCancel(context.Background())
 	r.abortClient = abortClient

@@ -18,7 +18,9 @@
 // refused dead-letter writes, fetch errors, coordinators and leaders
 // moving), in half of the seeds parking (on-failure park) with an operator
 // asking for redrives, skips and discards of parked aggregates at random
-// and redriving every one left once the faults stop, and late state writes
+// and redriving every one left once the faults stop, spells in which the
+// group's describes fail (a member's parking lease is extended only by a
+// describe that lists it, so its parking writes wait), and late state writes
 // of a partition's earlier ownership (a parked aggregate's head moved past
 // its messages, as a member that lost the partition could still deliver),
 // bursts of local records admitted to a member's receiver the way the

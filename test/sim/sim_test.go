@@ -180,10 +180,26 @@ func run(t *testing.T, seed uint64) {
 		startMember()
 	}
 	stalls := rand.New(rand.NewPCG(seed, 3)) // which commit faults are stalls instead, and how long
+	// When the group's describes fail, and for how long: a member's parking
+	// lease is extended only by a describe that lists it (see the
+	// receiver's lease.go), so parking writes wait meanwhile, and must
+	// catch up after. Drawn apart, like stalls.
+	describes := rand.New(rand.NewPCG(seed, 4))
 	var faults []*kfake.FaultHandle
 	for deadline := time.Now().Add(chaos); time.Now().Before(deadline); {
 		time.Sleep(time.Duration(200+rng.IntN(2500)) * time.Millisecond)
 		kickGhosts(t, w, members)
+		if describes.IntN(10) == 0 && w.park {
+			d := time.Duration(1000+describes.IntN(14_000)) * time.Millisecond
+			w.event("the group's describes fail for %v", d)
+			w.describeOut++
+			f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeGroups, kmsg.ConsumerGroupDescribe}, Err: kerr.CoordinatorNotAvailable, Count: -1})
+			faults = append(faults, f)
+			w.bg.Go(func() {
+				time.Sleep(d)
+				f.Remove()
+			})
+		}
 		ms := live()
 		switch a := rng.IntN(100); {
 		case a < 15 && len(ms) < 3:
@@ -717,8 +733,8 @@ func check(t *testing.T, w *world, members []*member) {
 	for _, k := range sortedKeys(w.allowances) {
 		allowed = append(allowed, fmt.Sprintf("%s ×%d", k, w.allowances[k]))
 	}
-	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished, %d commit stalls, HTTP sink: %v (%d closes canceled requests in flight)",
-		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local), w.stalls, w.sink, w.sinkCancels)
+	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished, %d commit stalls, %d describe outages, HTTP sink: %v (%d closes canceled requests in flight)",
+		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local), w.stalls, w.describeOut, w.sink, w.sinkCancels)
 }
 
 func first(xs []string, n int) []string { return xs[:min(n, len(xs))] }

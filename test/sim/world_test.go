@@ -93,6 +93,7 @@ type world struct {
 	commitStall time.Time
 	lastWake    time.Time // when the last commit stalled is processed: later ones come after it
 	stalls      int       // stalls the run scheduled
+	describeOut int       // spells in which the group's describes failed (the parking leases went unconfirmed)
 	sinkCancels int       // sink closes that canceled requests in flight
 	stale       handler.Ack
 	local       []localRecord // records admitted through Admit (the ingest's way in)
