@@ -260,12 +260,25 @@ func (b *Book) Partition(topic string, partition int32) (parked []*State, old []
 	return parked, old
 }
 
+// generationShift places the consumer group's generation above the
+// ownerships taken within one generation in an owner epoch (see NextEpoch).
+const generationShift = 20
+
 // NextEpoch returns the epoch the next owner of a source partition takes:
 // above every epoch the book holds for it, and at least generation (the
-// consumer group's generation that assigned it, so that two members that
-// both read the topic before either wrote still take different epochs).
+// consumer group's generation that assigned it) shifted by
+// generationShift, so that two members that both read the topic before
+// either wrote still take different epochs, the later generation's the
+// higher. A partition can be taken several times within one generation (a
+// rewind, a stale incarnation taken again), each time one above the
+// highest; without the shift those epochs passed the next generations, and
+// an owner of the next generation and a late writer of the earlier one
+// that had read the same book took the same epoch, their states replacing
+// each other's under the same keys (found by review). Only a generation
+// that went back (the group deleted and created again) gives way to the
+// highest epoch here.
 func (b *Book) NextEpoch(topic string, partition int32, generation int64) int64 {
-	return max(generation, b.highest[partKey{topic, partition}]+1)
+	return max(generation<<generationShift, b.highest[partKey{topic, partition}]+1)
 }
 
 // dropRequest forgets the request of a record key, if the book has it.

@@ -55,8 +55,8 @@ func TestBookPassesOverLateWritesOfEarlierOwners(t *testing.T) {
 	if got := b.Parked("t", "a"); got == nil || got.Head.Offset != 10 {
 		t.Fatalf("a legacy state: %+v", got)
 	}
-	if e := b.NextEpoch("t", 0, 3); e != 3 {
-		t.Fatalf("next epoch %d, want the generation 3", e)
+	if e := b.NextEpoch("t", 0, 3); e != 3<<generationShift {
+		t.Fatalf("next epoch %d, want generation 3's first, %d", e, 3<<generationShift)
 	}
 	adopted := st("a", 0, 3, 10)
 	apply(t, b, adopted.RecordKey(), adopted)
@@ -96,7 +96,7 @@ func TestBookPassesOverLateWritesOfEarlierOwners(t *testing.T) {
 	if b.Parked("t", "a") == nil {
 		t.Fatal("a fenced by partition 1's owner")
 	}
-	if e := b.NextEpoch("t", 0, 2); e != 5 {
+	if e := b.NextEpoch("t", 0, 0); e != 5 {
 		t.Fatalf("next epoch %d, want 5: above every epoch of the partition, whatever the generation", e)
 	}
 	parked, old = b.Partition("t", 0)
@@ -116,6 +116,28 @@ func TestBookPassesOverLateWritesOfEarlierOwners(t *testing.T) {
 	apply(t, b, b4.RecordKey(), nil)
 	if b.Parked("t", "b") != nil {
 		t.Fatal("b still parked after its delete")
+	}
+}
+
+// TestOwnersOfTwoGenerationsTakeDifferentEpochs: a partition taken three
+// times within generation 7 (a rewind, a stale incarnation taken again)
+// holds epochs above 7. A member of generation 7 whose write is late and
+// the owner of generation 8, both reading that book, must still take
+// different epochs, the later generation's the higher: with equal epochs
+// their states would replace each other's under the same keys.
+func TestOwnersOfTwoGenerationsTakeDifferentEpochs(t *testing.T) {
+	b := NewBook()
+	e := b.NextEpoch("t", 0, 7)
+	for range 3 {
+		ownerAt(t, b, 0, e)
+		e = b.NextEpoch("t", 0, 7)
+	}
+	late, next := b.NextEpoch("t", 0, 7), b.NextEpoch("t", 0, 8)
+	if late >= next {
+		t.Fatalf("generation 7 takes epoch %d, generation 8 %d: want the later generation's above", late, next)
+	}
+	if late != 7<<generationShift+3 {
+		t.Fatalf("generation 7's fourth ownership takes epoch %d, want %d", late, 7<<generationShift+3)
 	}
 }
 
