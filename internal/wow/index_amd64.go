@@ -6,18 +6,25 @@ import "golang.org/x/sys/cpu"
 
 // blockMasks sets m[k] to the masks of block k of d (64 bytes each; len(d)
 // is 64 times len(m)) as the block holds them, before fill clears what is
-// inside strings or escaped. Implemented with AVX2 where the processor has
-// it, else with SSE2, which every amd64 has.
+// inside strings or escaped. Implemented with AVX-512 (BW) where the
+// processor has it, else with AVX2 where it has that, else with SSE2, which
+// every amd64 has.
 func blockMasks(d []byte, m []blockMask) {
-	if hasAVX2 {
+	if hasAVX512 {
+		blockMasksAVX512(d, m)
+	} else if hasAVX2 {
 		blockMasksAVX2(d, m)
 	} else {
 		blockMasksSSE2(d, m)
 	}
 }
 
-// hasAVX2 is read once: whether blockMasks uses blockMasksAVX2.
-var hasAVX2 = cpu.X86.HasAVX2
+// hasAVX2 and hasAVX512 are read once: whether blockMasks uses
+// blockMasksAVX2 or blockMasksAVX512.
+var (
+	hasAVX2   = cpu.X86.HasAVX2
+	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+)
 
 // blockMasksSSE2 is blockMasks 16 bytes at a time.
 //
@@ -29,3 +36,9 @@ func blockMasksSSE2(d []byte, m []blockMask)
 //
 //go:noescape
 func blockMasksAVX2(d []byte, m []blockMask)
+
+// blockMasksAVX512 is blockMasks 64 bytes at a time; the processor must
+// have AVX-512 F and BW.
+//
+//go:noescape
+func blockMasksAVX512(d []byte, m []blockMask)

@@ -166,3 +166,50 @@ avxblock:
 
 avxdone:
 	RET
+
+// func blockMasksAVX512(d []byte, m []blockMask)
+//
+// blockMasksSSE2 64 bytes at a time: each comparison of a whole block
+// gives its mask in a mask register (VPMOVB2M the high bits), stored as
+// it is.
+TEXT ·blockMasksAVX512(SB), NOSPLIT, $0-48
+	MOVQ d_base+0(FP), SI
+	MOVQ m_base+24(FP), R8
+	MOVQ m_len+32(FP), CX
+	TESTQ CX, CX
+	JZ zdone
+	IMULQ $40, CX
+	ADDQ R8, CX // the end of m
+
+	MOVL $0x22, AX
+	VPBROADCASTB AX, Z8
+	MOVL $0x20, AX
+	VPBROADCASTB AX, Z9
+	MOVL $0x7b, AX
+	VPBROADCASTB AX, Z10
+	MOVL $0x7d, AX
+	VPBROADCASTB AX, Z11
+	MOVL $0x5c, AX
+	VPBROADCASTB AX, Z12
+
+zblock:
+	VMOVDQU64 0(SI), Z0
+	VPMOVB2M Z0, K1
+	VPCMPEQB Z8, Z0, K2
+	VPCMPEQB Z12, Z0, K3
+	VPORQ Z9, Z0, Z1
+	VPCMPEQB Z10, Z1, K4
+	VPCMPEQB Z11, Z1, K5
+	KMOVQ K2, 0(R8)  // quotes
+	KMOVQ K4, 8(R8)  // opens
+	KMOVQ K5, 16(R8) // closes
+	KMOVQ K1, 24(R8) // highs
+	KMOVQ K3, 32(R8) // escapes
+	ADDQ $64, SI
+	ADDQ $40, R8
+	CMPQ R8, CX
+	JNE zblock
+	VZEROUPPER
+
+zdone:
+	RET

@@ -9,5 +9,8 @@ func blockMaskVersions() map[string]func([]byte, []blockMask) {
 	if hasAVX2 {
 		v["avx2"] = blockMasksAVX2
 	}
+	if hasAVX512 {
+		v["avx512"] = blockMasksAVX512
+	}
 	return v
 }
