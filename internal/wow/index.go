@@ -64,34 +64,16 @@ func (x *index) fill() {
 		return
 	}
 	rest := x.d[from:]
-	full := min(len(rest)/64, indexWindow)
-	if full > 0 {
-		blockMasks(rest[:full*64], x.m[:full])
-	}
-	n := full
-	if r := len(rest) - full*64; full < indexWindow && r > 0 {
-		// The value's last, partial block.
-		if len(x.d) >= 64 {
-			// The masks of the value's last 64 bytes, shifted so that
-			// the block starts at bit 0, and zeros after its end.
-			b := &x.m[n]
-			blockMasks(x.d[len(x.d)-64:], x.m[n:n+1])
-			sh := uint(64 - r)
-			b.quotes >>= sh
-			b.opens >>= sh
-			b.closes >>= sh
-			b.highs >>= sh
-			b.escapes >>= sh
-		} else {
-			// A value shorter than a block, padded with spaces.
-			t := spaces
-			copy(t[:], rest[full*64:])
-			blockMasks(t[:], x.m[n:n+1])
-		}
-		n++
-	}
 	carry, escaped := x.carry, x.escaped
-	for k := range x.m[:n] {
+	n := min((len(rest)+63)/64, indexWindow)
+	done, ok := 0, false // blocks whose masks blockIndex completed
+	if escaped == 0 {
+		done, carry, ok = blockIndex(rest[:min(len(rest), n*64)], x.m[:n], carry)
+	}
+	if !ok {
+		x.masks(rest, n)
+	}
+	for k := done; k < n; k++ {
 		b := &x.m[k]
 		if b.escapes|escaped != 0 {
 			x.backslashes = true
@@ -105,6 +87,36 @@ func (x *index) fill() {
 		carry = uint64(int64(in) >> 63)
 	}
 	x.carry, x.escaped, x.n = carry, escaped, n
+}
+
+// masks sets the masks of the n blocks of the window that starts rest,
+// with blockMasks.
+func (x *index) masks(rest []byte, n int) {
+	full := min(len(rest)/64, n)
+	if full > 0 {
+		blockMasks(rest[:full*64], x.m[:full])
+	}
+	if full < n {
+		// The value's last, partial block.
+		r := len(rest) - full*64
+		if len(x.d) >= 64 {
+			// The masks of the value's last 64 bytes, shifted so that
+			// the block starts at bit 0, and zeros after its end.
+			b := &x.m[full]
+			blockMasks(x.d[len(x.d)-64:], x.m[full:full+1])
+			sh := uint(64 - r)
+			b.quotes >>= sh
+			b.opens >>= sh
+			b.closes >>= sh
+			b.highs >>= sh
+			b.escapes >>= sh
+		} else {
+			// A value shorter than a block, padded with spaces.
+			t := spaces
+			copy(t[:], rest[full*64:])
+			blockMasks(t[:], x.m[full:full+1])
+		}
+	}
 }
 
 // escapedBytes returns the bytes of a block that a backslash escapes, given

@@ -24,7 +24,30 @@ func blockMasks(d []byte, m []blockMask) {
 var (
 	hasAVX2   = cpu.X86.HasAVX2
 	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+	// hasIndexAVX512: whether blockIndex uses blockIndexAVX512.
+	hasIndexAVX512 = hasAVX512 && cpu.X86.HasPCLMULQDQ
 )
+
+// blockIndex indexes d, of any length, into m (a block for each 64 bytes
+// or fewer at the end), carry being fill's carry before d (with no escaped
+// byte before it), when the processor can do it in one pass: then it
+// returns true, with the number of blocks whose masks it completed (fill's
+// work) and the carry after them; the rest have their masks as blockMasks
+// gives them, and a last, partial block its bytes' masks only.
+func blockIndex(d []byte, m []blockMask, carry uint64) (int, uint64, bool) {
+	if hasIndexAVX512 {
+		done, out := blockIndexAVX512(d, m, carry)
+		return done, out, true
+	}
+	return 0, carry, false
+}
+
+// blockIndexAVX512 is blockIndex with AVX-512 (F, BW) and PCLMULQDQ. A
+// partial last block is read with a masked load, which does not fault on
+// the bytes it leaves out.
+//
+//go:noescape
+func blockIndexAVX512(d []byte, m []blockMask, carry uint64) (done int, out uint64)
 
 // blockMasksSSE2 is blockMasks 16 bytes at a time.
 //

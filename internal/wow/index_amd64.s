@@ -213,3 +213,93 @@ zblock:
 
 zdone:
 	RET
+
+// func blockIndexAVX512(d []byte, m []blockMask, carry uint64) (done int, out uint64)
+//
+// blockMasksAVX512 for d of any length (len(m) blocks, the last one
+// partial when len(d) is not a multiple of 64: a masked load reads only
+// its bytes, and the bytes after them are zeros, which no mask marks),
+// doing fill's work too for the blocks before the first that has a
+// backslash: the bytes inside strings are the prefix XOR of the quotes (a
+// carry-less multiplication by all ones) XOR carry, and the brackets among
+// them are cleared. It returns the number of blocks so completed and the
+// carry after them; the rest have their masks only.
+TEXT ·blockIndexAVX512(SB), NOSPLIT, $0-72
+	MOVQ d_base+0(FP), SI
+	MOVQ d_len+8(FP), CX
+	MOVQ m_base+24(FP), R8
+	MOVQ carry+48(FP), DX
+	XORQ R11, R11 // done
+	XORQ R9, R9   // a block with a backslash was met
+	TESTQ CX, CX
+	JZ idone
+
+	MOVL $0x22, AX
+	VPBROADCASTB AX, Z8
+	MOVL $0x20, AX
+	VPBROADCASTB AX, Z9
+	MOVL $0x7b, AX
+	VPBROADCASTB AX, Z10
+	MOVL $0x7d, AX
+	VPBROADCASTB AX, Z11
+	MOVL $0x5c, AX
+	VPBROADCASTB AX, Z12
+	MOVQ $-1, AX
+	VMOVQ AX, X13
+	KMOVQ AX, K7 // the bytes of a block to load: all
+
+iblock:
+	CMPQ CX, $64
+	JAE iload
+	MOVQ $1, AX // the last block: its len(d)%64 bytes
+	SHLQ CX, AX
+	DECQ AX
+	KMOVQ AX, K7
+
+iload:
+	VMOVDQU8.Z 0(SI), K7, Z0
+	VPMOVB2M Z0, K1
+	VPCMPEQB Z8, Z0, K2
+	VPCMPEQB Z12, Z0, K3
+	VPORQ Z9, Z0, Z1
+	VPCMPEQB Z10, Z1, K4
+	VPCMPEQB Z11, Z1, K5
+	KMOVQ K2, 0(R8)  // quotes
+	KMOVQ K1, 24(R8) // highs
+	KMOVQ K3, 32(R8) // escapes
+	KMOVQ K3, BX
+	ORQ BX, R9
+	JNZ iraw
+	KMOVQ K2, AX
+	VMOVQ AX, X2
+	VPCLMULQDQ $0x00, X13, X2, X2
+	VMOVQ X2, AX
+	XORQ DX, AX // inside strings
+	MOVQ AX, BX
+	NOTQ BX
+	KMOVQ K4, R10
+	ANDQ BX, R10
+	MOVQ R10, 8(R8) // opens outside strings
+	KMOVQ K5, R10
+	ANDQ BX, R10
+	MOVQ R10, 16(R8) // closes outside strings
+	SARQ $63, AX
+	MOVQ AX, DX
+	INCQ R11
+	JMP inext
+
+iraw:
+	KMOVQ K4, 8(R8)  // opens
+	KMOVQ K5, 16(R8) // closes
+
+inext:
+	ADDQ $64, SI
+	ADDQ $40, R8
+	SUBQ $64, CX
+	JG iblock
+	VZEROUPPER
+
+idone:
+	MOVQ R11, done+56(FP)
+	MOVQ DX, out+64(FP)
+	RET

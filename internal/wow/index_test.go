@@ -186,3 +186,50 @@ func FuzzIndex(f *testing.F) {
 		checkIndex(t, d)
 	})
 }
+
+// TestBlockIndex holds blockIndex, where it indexes in one pass, to
+// blockMasksGeneric (a last, partial block padded with zeros) and fill's
+// rule for the blocks it completes (done): the bytes inside strings are the
+// prefix XOR of the quotes XOR the carry, and brackets among them are
+// cleared. It must complete each block before the first with a backslash,
+// and no other. Values have backslashes in a few blocks only, so that whole
+// windows are completed, and lengths that end blocks anywhere.
+func TestBlockIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 5000 {
+		d := randomValue(rng, 1+rng.IntN(indexWindow*64))
+		for i, c := range d {
+			if c == '\\' && rng.IntN(16) != 0 {
+				d[i] = 'a'
+			}
+		}
+		n := (len(d) + 63) / 64
+		carry := uint64(0)
+		if rng.IntN(2) == 0 {
+			carry = ^uint64(0)
+		}
+		var got, want [indexWindow]blockMask
+		done, out, ok := blockIndex(d, got[:n], carry)
+		if !ok {
+			t.Skip("blockIndex does not index in one pass on this processor")
+		}
+		padded := make([]byte, n*64)
+		copy(padded, d)
+		blockMasksGeneric(padded, want[:n])
+		c, first := carry, n
+		for k := range n {
+			b := &want[k]
+			if b.escapes != 0 {
+				first = k
+				break
+			}
+			in := prefixXor(b.quotes) ^ c
+			b.opens &^= in
+			b.closes &^= in
+			c = uint64(int64(in) >> 63)
+		}
+		if done != first || got != want || out != c {
+			t.Fatalf("%q (carry %x): blockIndex = %d, %x, %x; want %d, %x, %x", d, carry, done, out, got[:n], first, c, want[:n])
+		}
+	}
+}
