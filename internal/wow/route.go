@@ -258,6 +258,10 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 				}
 				r.fields[f] = v
 			case f == -1:
+				if end, near := r.ix.nearQuote(i + 1); near && d[i] == '"' {
+					i = end + 1 // skipValue's common case, inlined
+					break
+				}
 				end, ok := r.skipValue(i)
 				if !ok {
 					return false, r.routeSyntax(i, "unterminated value")
@@ -447,6 +451,8 @@ func (r *routeScan) scanBody(i int) (int, bool, bool) {
 							}
 							i = end
 						}
+					} else if end, near := r.ix.nearQuote(i + 1); near && d[i] == '"' {
+						i = end + 1 // skipValue's common case, inlined
 					} else {
 						end, ok := r.skipValue(i)
 						if !ok {
