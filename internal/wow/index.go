@@ -89,7 +89,7 @@ func (x *index) fill() {
 	x.carry, x.escaped, x.n = carry, escaped, n
 }
 
-// masks sets the masks of the n blocks of the window that starts rest,
+// masks sets the masks of the n blocks of the window that rest starts,
 // with blockMasks.
 func (x *index) masks(rest []byte, n int) {
 	full := min(len(rest)/64, n)
