@@ -5,8 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,11 +83,122 @@ func TestSim(t *testing.T) {
 			seeds = append(seeds, 1000+uint64(i))
 		}
 	}
+	var current atomic.Uint64
+	stop := guardGoroutines(&current)
+	defer stop()
 	for _, seed := range seeds {
+		current.Store(seed)
 		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) { run(t, seed) })
 		})
 	}
+}
+
+// maxGoroutines is far above what any seed runs (a few thousand
+// goroutines) and far below a pile-up's: franz-go's goroutine per leader
+// hint (see the leader-move action) reached 230,000 in seconds, and
+// gigabytes soon after.
+var maxGoroutines = 100_000 // a variable for TestAPileUpEndsTheRun
+
+// guardGoroutines ends the test binary, naming the seed (current) and the
+// stacks most goroutines are in, once it runs more than maxGoroutines: a
+// pile-up stops the virtual clock, so the run would never end, only grow
+// until the machine runs out of memory. It checks every 100 ms of real
+// time, outside every bubble, until stop is called.
+func guardGoroutines(current *atomic.Uint64) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if n := runtime.NumGoroutine(); n > maxGoroutines {
+				buf := make([]byte, 64<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				fmt.Fprintf(os.Stderr, "seed %d: %d goroutines, above %d: a pile-up (replay it with -seed %d); the most common stacks:\n%s\n",
+					current.Load(), n, maxGoroutines, current.Load(), commonStacks(buf, 5))
+				os.Exit(2)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
+}
+
+// TestAPileUpEndsTheRun: the guard ends the binary, naming the seed and
+// the stack the goroutines pile up in, when a run starts too many (here
+// with a limit of 2,000, in a child process of this test binary).
+func TestAPileUpEndsTheRun(t *testing.T) {
+	if os.Getenv("SIM_PILE_UP") == "1" {
+		maxGoroutines = 2_000
+		var current atomic.Uint64
+		current.Store(4242)
+		stop := guardGoroutines(&current)
+		defer stop()
+		block := make(chan struct{})
+		for range 3_000 {
+			go pileUp(block)
+		}
+		time.Sleep(10 * time.Second)
+		close(block)
+		t.Fatal("the guard let 3,000 goroutines run for 10 s")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestAPileUpEndsTheRun$")
+	cmd.Env = append(os.Environ(), "SIM_PILE_UP=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("the child ended with %v, want exit status 2; output:\n%s", err, out)
+	}
+	for _, want := range []string{"seed 4242:", "a pile-up (replay it with -seed 4242)", "sim.pileUp"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the child's output lacks %q:\n%.2000s", want, out)
+		}
+	}
+}
+
+func pileUp(block chan struct{}) { <-block }
+
+// commonStacks returns the n most common goroutine stacks of a dump, by
+// their function lines, with their counts.
+func commonStacks(dump []byte, n int) string {
+	counts := make(map[string]int)
+	for _, g := range strings.Split(string(dump), "\n\n") {
+		lines := strings.Split(g, "\n")
+		var fns []string
+		for _, l := range lines[1:] {
+			if !strings.HasPrefix(l, "\t") && l != "" {
+				// Without the arguments and the creator's goroutine, which
+				// differ from one goroutine of a pile to the next.
+				if i := strings.LastIndexByte(l, '('); i > 0 && strings.HasSuffix(l, ")") {
+					l = l[:i]
+				}
+				if i := strings.Index(l, " in goroutine "); i > 0 {
+					l = l[:i]
+				}
+				fns = append(fns, l)
+			}
+			if len(fns) == 6 {
+				break
+			}
+		}
+		counts[strings.Join(fns, "\n  ")]++
+	}
+	keys := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(keys, func(a, b string) int { return counts[b] - counts[a] })
+	var out strings.Builder
+	for _, k := range keys[:min(n, len(keys))] {
+		fmt.Fprintf(&out, "%d ×\n  %s\n", counts[k], k)
+	}
+	return out.String()
 }
 
 // member is one wowd instance: its own executor, handler and receiver.
