@@ -23,7 +23,19 @@ import (
 // dead-letters all of the third's parked messages, and its next message is
 // delivered. The sink checks per-aggregate order throughout.
 func TestParkedAggregatesAcrossKill9(t *testing.T) {
-	e := newEnv(t, "park")
+	parkedAcrossKill9(t, "classic")
+}
+
+// TestParkedAggregatesAcrossKill9KIP848 is TestParkedAggregatesAcrossKill9
+// with the consumer group protocol (KIP-848), whose members' parking lease
+// is confirmed by a ConsumerGroupDescribe (the member's epoch at the
+// target assignment's) where the classic protocol's is by DescribeGroups.
+func TestParkedAggregatesAcrossKill9KIP848(t *testing.T) {
+	parkedAcrossKill9(t, "consumer")
+}
+
+func parkedAcrossKill9(t *testing.T, protocol string) {
+	e := newEnv(t, "park"+protocol[:2])
 	topic := e.topic("shop", "cart")
 	e.createTopic(topic, 4)
 	for _, tp := range []string{topic + ".parked", topic + ".dlq", "wowd-parked." + e.id + ".sink"} {
@@ -51,6 +63,7 @@ func TestParkedAggregatesAcrossKill9(t *testing.T) {
 	s.reject.Store(&reject)
 	cfg := e.config("shop", []string{"cart"}, s.URL())
 	cfg.OnFailure = "park"
+	cfg.GroupProtocol = protocol
 	c := newCluster(e, cfg)
 	p := c.start()
 	group := e.group("shop")
@@ -61,6 +74,7 @@ func TestParkedAggregatesAcrossKill9(t *testing.T) {
 	e.produce(prod, first)
 	ends := e.endOffsets(topic)
 	e.waitCommittedAtEnd(group, ends, 3*time.Minute)
+	checkGroupType(t, e, group, protocol)
 	for key, last := range map[string]int64{redrive: 2, skip: 1, discard: 0} {
 		if got := s.lastSeq(topic, key); got != last {
 			t.Fatalf("%s: last seq delivered %d, want %d: parked at the rejected one", key, got, last)
