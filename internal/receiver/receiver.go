@@ -397,9 +397,9 @@ func New(o Options) (*Receiver, error) {
 	r.cl = cl
 	if session, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok {
 		// A rebalance drops a member that does not rejoin within the
-		// rebalance timeout, whatever its session: the shorter bounds.
+		// rebalance timeout, whatever its session (see lease.go).
 		if rebalance, ok := cl.OptValue(kgo.RebalanceTimeout).(time.Duration); ok && rebalance > 0 {
-			session = min(session, rebalance)
+			r.lease.rebalance.Store(int64(rebalance))
 		}
 		r.lease.session.Store(int64(session))
 	}
