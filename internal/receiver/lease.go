@@ -77,10 +77,11 @@ type lease struct {
 	answered map[int32]int64 // by broker node: the latest sending (on the lease's clock) of a heartbeat or join it answered
 	consumer bool            // the latest group request answered was a ConsumerGroupHeartbeat (KIP-848)
 	settled  int64           // the sending of the latest describe that listed the member with no rebalance under way for it; 0 none
-	// pending is the end the latest confirmation allows with the consumer
-	// protocol, which the next one applies (see confirm), and pendingOf
-	// the member it was for.
+	// pending is the end a confirmation allowed with the consumer
+	// protocol, which a later one applies (see confirm), pendingAt when
+	// its describe was sent and pendingOf the member it was for.
 	pending   int64
+	pendingAt int64
 	pendingOf string
 
 	kick     chan struct{}                 // an answer came while the lease is short: confirm now (capacity 1)
@@ -204,10 +205,13 @@ type groupDescriber func(ctx context.Context, node int32, member string, consume
 // describe's error.
 //
 // With the consumer protocol the extension a confirmation allows is
-// applied only by the next one, a describe sent at least run's short
-// interval later, by which time the coordinator has made durable what it
-// did before the first: a member it had removed, but whose removal was not
-// yet durable, is then no longer listed.
+// applied only by a later one, a describe sent at least short() after it
+// (an earlier one leaves it waiting), by which time the coordinator has
+// made durable what it did before the first: a member it had removed, but
+// whose removal was not yet durable, is then no longer listed. That the
+// coordinator makes its state durable within short() is the assumption;
+// for the same reason a describe that finds no rebalance under way counts
+// as of short() before it was sent.
 func (l *lease) confirm(ctx context.Context, coordinator int32, member string, describe groupDescriber) error {
 	session, rebalance := l.session.Load(), l.rebalance.Load()
 	if session <= 0 || member == "" {
@@ -229,11 +233,15 @@ func (l *lease) confirm(ctx context.Context, coordinator int32, member string, d
 	defer l.mu.Unlock()
 	if !m.listed {
 		l.until.Store(0)
-		l.settled, l.pending, l.pendingOf = 0, 0, ""
+		l.settled, l.pending, l.pendingAt, l.pendingOf = 0, 0, 0, ""
 		return nil
 	}
 	if m.settled {
-		l.settled = max(l.settled, asked)
+		at := asked
+		if consumer {
+			at -= int64(l.short())
+		}
+		l.settled = max(l.settled, at)
 	}
 	if l.settled == 0 {
 		return nil // not seen without a rebalance under way yet: the rebalance timeout's count is not bounded
@@ -243,8 +251,11 @@ func (l *lease) confirm(ctx context.Context, coordinator int32, member string, d
 	}
 	end := min(sent+session-session/4, l.settled+rebalance-rebalance/4)
 	if consumer {
-		prev, of := l.pending, l.pendingOf
-		l.pending, l.pendingOf = end, member
+		prev, prevAt, of := l.pending, l.pendingAt, l.pendingOf
+		if prev != 0 && of == member && asked-prevAt < int64(l.short()) {
+			return nil // too soon after the confirmation waiting: it keeps waiting (a kick can come at once)
+		}
+		l.pending, l.pendingAt, l.pendingOf = end, asked, member
 		if prev == 0 || of != member {
 			return nil
 		}

@@ -104,33 +104,50 @@ func TestLeaseOnlyFromConfirmedAnswers(t *testing.T) {
 
 // With the consumer protocol (KIP-848) the coordinator's describe reads
 // its last durable state, which may still list a member it just removed:
-// a confirmation extends the lease only as far as the one before it
-// allowed, for the same member.
+// a confirmation extends the lease only as far as one at least short()
+// before it allowed, for the same member, and a describe that finds no
+// rebalance under way counts as of short() before it was sent. A second
+// describe right after the first (a heartbeat's kick) applies nothing and
+// leaves the first waiting. Found by the second review: kicks came with no
+// gap at all.
 func TestLeaseUnderTheConsumerProtocolLagsAConfirmation(t *testing.T) {
 	clock := time.Unix(1_000_000, 0)
 	l := newLeaseOn(func() time.Time { return clock })
-	l.session.Store(int64(8 * time.Second))
+	l.session.Store(int64(8 * time.Second)) // short() is 500 ms
 	describe := func(context.Context, int32, string, bool) (membership, error) {
 		return membership{listed: true, settled: true}, nil
 	}
 	coord := kgo.BrokerMetadata{NodeID: 1}
+	ctx := context.Background()
 	l.OnBrokerE2E(coord, int16(kmsg.ConsumerGroupHeartbeat), kgo.BrokerE2E{})
-	l.confirm(context.Background(), 1, "m-1", describe)
+	first := clock
+	l.confirm(ctx, 1, "m-1", describe)
 	if l.holds() || !l.awaitingNext() {
 		t.Fatalf("the first confirmation gave a lease (holds %v) or waits for none", l.holds())
 	}
-	clock = clock.Add(500 * time.Millisecond)
+	clock = clock.Add(time.Millisecond)
 	l.OnBrokerE2E(coord, int16(kmsg.ConsumerGroupHeartbeat), kgo.BrokerE2E{})
-	second := clock
-	l.confirm(context.Background(), 1, "m-2", describe) // another member ID: m-1's extension is not its
+	l.confirm(ctx, 1, "m-1", describe)
+	if l.holds() {
+		t.Fatal("a confirmation 1 ms after the first applied it")
+	}
+	clock = first.Add(500 * time.Millisecond)
+	l.confirm(ctx, 1, "m-2", describe) // another member ID: m-1's extension is not its
 	if l.holds() {
 		t.Fatal("a confirmation for member m-1 applied to m-2")
 	}
-	clock = clock.Add(500 * time.Millisecond)
-	l.OnBrokerE2E(coord, int16(kmsg.ConsumerGroupHeartbeat), kgo.BrokerE2E{})
-	l.confirm(context.Background(), 1, "m-2", describe)
-	if want := second.Add(6 * time.Second); !l.end().Equal(want) {
-		t.Fatalf("lease ends %v, want %v: the previous confirmation's extension", l.end(), want)
+	second := clock
+	clock = clock.Add(499 * time.Millisecond)
+	l.confirm(ctx, 1, "m-2", describe)
+	if l.holds() {
+		t.Fatal("a confirmation 499 ms after the one waiting applied it")
+	}
+	clock = second.Add(500 * time.Millisecond)
+	l.confirm(ctx, 1, "m-2", describe)
+	// m-2's waiting end: its answer (sent at first+1ms) plus 6 s, bounded by
+	// its settled describe (second - 500 ms) plus 6 s.
+	if want := second.Add(-500 * time.Millisecond).Add(6 * time.Second); !l.end().Equal(want) {
+		t.Fatalf("lease ends %v, want %v: the earlier confirmation's extension", l.end(), want)
 	}
 }
 
