@@ -5,7 +5,9 @@
 // fake: a minute of simulated traffic, rebalances and faults takes about a
 // second.
 //
-// One seed drives a run: the topic's shape, the traffic, what the handler
+// One seed drives a run: the group protocol (in a quarter of the seeds
+// the consumer protocol, KIP-848, with the broker's session and heartbeat
+// set like the classic members'), the topic's shape, the traffic, what the handler
 // does with each try of each message (synchronous or asynchronous
 // acknowledgement, a second acknowledgement, the Ack of an earlier message,
 // transient and permanent errors, Skip, a panic, a try that hangs past its

@@ -224,8 +224,9 @@ func run(t *testing.T, seed uint64) {
 	w := newWorld(seed)
 	w.parts = int32(2 + rng.IntN(5))
 	w.window = 16 << rng.IntN(3)
-	w.park = mix(seed, 99)%2 == 0 // not from rng: the other choices of a seed stay as they were
-	if mix(seed, 98)%3 == 0 {     // likewise
+	w.park = mix(seed, 99)%2 == 0     // not from rng: the other choices of a seed stay as they were
+	w.consumer = mix(seed, 97)%4 == 0 // likewise
+	if mix(seed, 98)%3 == 0 {         // likewise
 		b, err := memory.New(memory.MinLimit, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -238,9 +239,18 @@ func run(t *testing.T, seed uint64) {
 
 	var vn kfake.VirtualNetwork
 	w.vn = &vn
-	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(9092, 9093, 9094), kfake.ListenFn(vn.Listen),
+	copts := []kfake.Opt{kfake.NumBrokers(3), kfake.Ports(9092, 9093, 9094), kfake.ListenFn(vn.Listen)}
+	if w.consumer {
+		// The consumer protocol's timeouts are the broker's: the same as
+		// the classic members'.
+		copts = append(copts, kfake.BrokerConfigs(map[string]string{
+			"group.consumer.session.timeout.ms":    strconv.Itoa(int(sessionTimeout / time.Millisecond)),
+			"group.consumer.heartbeat.interval.ms": "500",
+		}))
+	}
+	c, err := kfake.NewCluster(append(copts,
 		kfake.SeedTopics(w.parts, topic), kfake.SeedTopics(w.parts, dlqTopic),
-		kfake.SeedTopics(w.parts, parkedTopic), kfake.SeedTopics(1, stateTopic))
+		kfake.SeedTopics(w.parts, parkedTopic), kfake.SeedTopics(1, stateTopic))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,6 +575,22 @@ func cutOff(members []*member) *member {
 	return nil
 }
 
+func protocolName(w *world) string {
+	if w.consumer {
+		return "consumer"
+	}
+	return "classic"
+}
+
+// groupProtocol is the client option of the run's group protocol: the
+// consumer protocol (KIP-848, the broker assigns) or the classic one.
+func groupProtocol(w *world) kgo.Opt {
+	if w.consumer {
+		return kgo.ServerSideBalancer()
+	}
+	return kgo.Balancers(kgo.CooperativeStickyBalancer())
+}
+
 func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 	m := &member{
 		id:   id,
@@ -605,9 +631,9 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 			kgo.SessionTimeout(sessionTimeout),
 			kgo.RebalanceTimeout(rebalanceTimeout),
 			kgo.HeartbeatInterval(500 * time.Millisecond),
-			kgo.Balancers(kgo.CooperativeStickyBalancer()),
 			kgo.WithHooks(deadLetterHook{w}),
 			kgo.WithLogger(kzap.New(log.Named("kgo").With(zap.Int("member", id)), kzap.Level(kgo.LogLevelInfo))),
+			groupProtocol(w),
 		},
 		Logger: log.With(zap.Int("member", id)).WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 			return zapcore.NewTee(c, givenUpCore{w})
@@ -883,8 +909,8 @@ func check(t *testing.T, w *world, members []*member) {
 	for _, k := range sortedKeys(w.allowances) {
 		allowed = append(allowed, fmt.Sprintf("%s ×%d", k, w.allowances[k]))
 	}
-	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished, %d commit stalls, %d describe outages, HTTP sink: %v (%d closes canceled requests in flight)",
-		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local), w.stalls, w.describeOut, w.sink, w.sinkCancels)
+	t.Logf("seed %d: %d members, %d records, %d duplicates (allowed by: %s), %d dead letters, %d of %d local records finished, %d commit stalls, %d describe outages, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight)",
+		w.seed, len(members), len(w.finished), nDups, strings.Join(allowed, ", "), len(dl), localDone, len(w.local), w.stalls, w.describeOut, protocolName(w), w.sink, w.sinkCancels)
 }
 
 func first(xs []string, n int) []string { return xs[:min(n, len(xs))] }

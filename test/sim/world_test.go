@@ -54,6 +54,9 @@ type world struct {
 	parts  int32
 	window int
 	park   bool // members park aggregates (on-failure park) instead of dead-lettering
+	// consumer: the members join with the consumer group protocol
+	// (KIP-848) instead of the classic one.
+	consumer bool
 	// budget, when set, is the memory budget the members' receivers share
 	// (wow.memory.limit at its least, 1% for fetches), with values padded
 	// by pad bytes, so that they hold fetched records and give them back
