@@ -61,19 +61,19 @@ import (
 // SyncGroup answers do not count: a coordinator accepts a late follower's
 // sync without restarting its session. With the consumer protocol the
 // describe reads the coordinator's last durable state, which may still
-// list a member just removed; there each confirmation extends the lease
-// only as far as the one before it could (see confirm).
+// list a member just removed; there a confirmation extends the lease only
+// as far as one made at least short() before it could (see confirm).
 //
 // The lease runs on the monotonic clock, and also ends by the wall clock,
 // so that neither a step of the wall clock nor a suspended process extends
 // it. confirm makes the describes; run repeats them.
 type lease struct {
 	session   atomic.Int64 // the group's session timeout (ns); 0 until the client is made: no lease
-	rebalance atomic.Int64 // the group's rebalance timeout (ns), no longer than the session where unset
+	rebalance atomic.Int64 // the group's rebalance timeout (ns); 0: unset, the session stands in for it
 	until     atomic.Int64 // the lease's end on its clock (see at); 0: no lease
 	untilWall atomic.Int64 // the same end in unix nanoseconds
 
-	mu       sync.Mutex      // guards answered, consumer, settled, pending and pendingOf. A leaf.
+	mu       sync.Mutex      // guards answered, consumer, settled and pending*; and the order of stores to until and untilWall. A leaf.
 	answered map[int32]int64 // by broker node: the latest sending (on the lease's clock) of a heartbeat or join it answered
 	consumer bool            // the latest group request answered was a ConsumerGroupHeartbeat (KIP-848)
 	settled  int64           // the sending of the latest describe that listed the member with no rebalance under way for it; 0 none
@@ -170,6 +170,9 @@ func (l *lease) holds() bool {
 // owner epoch as soon as the membership is confirmed, without a warning
 // for the moment in between.
 func (l *lease) await(ctx context.Context, d time.Duration) bool {
+	if l.holds() {
+		return true // the common case: no timer
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {

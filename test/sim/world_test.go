@@ -694,7 +694,6 @@ func sortedKeys[K ~string | ~int32, V any](m map[K]V) []K {
 	return keys
 }
 
-// historyLocked describes what happened to the record at so far.
 // keySeq is a record's key and its sequence number within the key.
 type keySeq struct {
 	key string
@@ -757,6 +756,7 @@ func (w *world) missedLocked(key string, seq int) string {
 		at.p, at.o, w.historyLocked(at), w.parked[at], strings.Join(log, ", "))
 }
 
+// historyLocked describes what happened to the record at so far.
 func (w *world) historyLocked(at pos) string {
 	var tries []string
 	for a := 1; a <= w.attempts[at]; a++ {
