@@ -1,14 +1,15 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -98,7 +99,7 @@ func TestSim(t *testing.T) {
 // goroutines) and far below a pile-up's: franz-go's goroutine per leader
 // hint (see the leader-move action) reached 230,000 in seconds, and
 // gigabytes soon after.
-var maxGoroutines = 100_000 // a variable for TestAPileUpEndsTheRun
+const maxGoroutines = 100_000
 
 // guardGoroutines ends the test binary, naming the seed (current) and the
 // stacks most goroutines are in, once it runs more than maxGoroutines: a
@@ -106,6 +107,11 @@ var maxGoroutines = 100_000 // a variable for TestAPileUpEndsTheRun
 // until the machine runs out of memory. It checks every 100 ms of real
 // time, outside every bubble, until stop is called.
 func guardGoroutines(current *atomic.Uint64) (stop func()) {
+	return guard(current, maxGoroutines, os.Stderr, os.Exit)
+}
+
+// guard is guardGoroutines with its limit, output and exit given.
+func guard(current *atomic.Uint64, limit int, out io.Writer, exit func(int)) (stop func()) {
 	done := make(chan struct{})
 	ended := make(chan struct{})
 	go func() {
@@ -118,12 +124,13 @@ func guardGoroutines(current *atomic.Uint64) (stop func()) {
 				return
 			case <-t.C:
 			}
-			if n := runtime.NumGoroutine(); n > maxGoroutines {
+			if n := runtime.NumGoroutine(); n > limit {
 				buf := make([]byte, 64<<20)
 				buf = buf[:runtime.Stack(buf, true)]
-				fmt.Fprintf(os.Stderr, "seed %d: %d goroutines, above %d: a pile-up (replay it with -seed %d); the most common stacks:\n%s\n",
-					current.Load(), n, maxGoroutines, current.Load(), commonStacks(buf, 5))
-				os.Exit(2)
+				fmt.Fprintf(out, "seed %d: %d goroutines, above %d: a pile-up (replay it with -seed %d); the most common stacks:\n%s\n",
+					current.Load(), n, limit, current.Load(), commonStacks(buf, 5))
+				exit(2)
+				return
 			}
 		}
 	}()
@@ -133,34 +140,36 @@ func guardGoroutines(current *atomic.Uint64) (stop func()) {
 	}
 }
 
-// TestAPileUpEndsTheRun: the guard ends the binary, naming the seed and
-// the stack the goroutines pile up in, when a run starts too many (here
-// with a limit of 2,000, in a child process of this test binary).
+// TestAPileUpEndsTheRun: the guard ends the binary (here a stand-in for
+// os.Exit, with a limit of 2,000, so that the test forks nothing: a fork
+// under the race detector in a busy process once crashed its runtime),
+// naming the seed and the stack the goroutines pile up in, when a run
+// starts too many.
 func TestAPileUpEndsTheRun(t *testing.T) {
-	if os.Getenv("SIM_PILE_UP") == "1" {
-		maxGoroutines = 2_000
-		var current atomic.Uint64
-		current.Store(4242)
-		stop := guardGoroutines(&current)
-		defer stop()
-		block := make(chan struct{})
-		for range 3_000 {
-			go pileUp(block)
+	var (
+		current atomic.Uint64
+		out     bytes.Buffer
+		code    = make(chan int, 1)
+	)
+	current.Store(4242)
+	stop := guard(&current, 2_000, &out, func(c int) { code <- c })
+	defer stop()
+	block := make(chan struct{})
+	defer close(block)
+	for range 3_000 {
+		go pileUp(block)
+	}
+	select {
+	case c := <-code:
+		if c != 2 {
+			t.Errorf("exit status %d, want 2", c)
 		}
-		time.Sleep(10 * time.Second)
-		close(block)
+	case <-time.After(10 * time.Second):
 		t.Fatal("the guard let 3,000 goroutines run for 10 s")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestAPileUpEndsTheRun$")
-	cmd.Env = append(os.Environ(), "SIM_PILE_UP=1")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
-		t.Fatalf("the child ended with %v, want exit status 2; output:\n%s", err, out)
-	}
 	for _, want := range []string{"seed 4242:", "a pile-up (replay it with -seed 4242)", "sim.pileUp"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("the child's output lacks %q:\n%.2000s", want, out)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the guard's output lacks %q:\n%.2000s", want, out.String())
 		}
 	}
 }
