@@ -113,23 +113,83 @@ func checkGroupType(t *testing.T, e *env, group, protocol string) {
 // a revoke or shutdown could not drain in time, or partitions were lost,
 // which the processes log.
 func TestRollingRestart(t *testing.T) {
+	rollingRestart(t, "classic", false)
+}
+
+// TestRollingRestartParkingKIP848 is TestRollingRestart with on-failure
+// park under the consumer group protocol (KIP-848), each process restarted
+// twice: the sink rejects one message of three aggregates for good (each
+// has a message in every produced batch), so their partitions' owners keep
+// writing to the parking topic, and take owner epochs, while partitions
+// move with every restart. Each owner must hold a parking lease confirmed by the
+// coordinator (a member at its target assignment's epoch) before it
+// writes; under churn a member can stay behind the target for a while, so
+// this checks that the group still settles after every restart and that
+// every other message is delivered, while the three stay parked at their
+// rejected message (nothing of theirs delivered past it) and `wowd parked
+// list` names them.
+func TestRollingRestartParkingKIP848(t *testing.T) {
+	rollingRestart(t, "consumer", true)
+}
+
+// TestRollingRestartParking is TestRollingRestartParkingKIP848 with the
+// classic protocol, whose lease a DescribeGroups of a Stable group
+// confirms.
+func TestRollingRestartParking(t *testing.T) {
+	rollingRestart(t, "classic", true)
+}
+
+func rollingRestart(t *testing.T, protocol string, parking bool) {
 	began := time.Now()
-	e := newEnv(t, "roll")
+	name := "roll"
+	if parking {
+		name = "rollpk" + protocol[:2]
+	}
+	e := newEnv(t, name)
 	topic := e.topic("shop", "cart")
 	e.createTopic(topic, crashPartitions)
 	s := newSink(t)
 	// Fast, but slow enough that every SIGTERM finds requests in flight.
+	// With parking, slower: revocations take a while to drain, so members
+	// stay behind their target assignment longer during the churn.
 	s.setLatency(time.Millisecond)
-	c := newCluster(e, e.config("shop", []string{"cart"}, s.URL()))
+	if parking {
+		s.setLatency(20 * time.Millisecond)
+	}
+	cfg := e.config("shop", []string{"cart"}, s.URL())
+	cfg.GroupProtocol = protocol
+	// With parking, these aggregates' message of seq rejectSeq fails for
+	// good: it and every later message of theirs are parked.
+	const rejectSeq = 3
+	var parkedList []string
+	parkedKeys := map[string]bool{}
+	if parking {
+		cfg.OnFailure = "park"
+		for _, tp := range []string{topic + ".parked", topic + ".dlq", "wowd-parked." + e.id + ".sink"} {
+			e.deleteAtEnd(tp)
+		}
+		parkedList = []string{"agg-7", "agg-11", "agg-13"}
+		for _, k := range parkedList {
+			parkedKeys[k] = true
+		}
+		reject := func(d *delivery) bool { return parkedKeys[d.key] && d.seq == rejectSeq }
+		s.reject.Store(&reject)
+	}
+	c := newCluster(e, cfg)
 	procs := c.startN(3)
 	group := e.group("shop")
 
-	// Produce a steady stream until the restarts are over.
+	// Produce a steady stream until the restarts are over. parked holds
+	// the positions of the parked aggregates' messages from rejectSeq on:
+	// the sink must never see them.
 	prod := e.producer()
 	var (
 		produced atomic.Int64
 		prodErr  error
 		wg       sync.WaitGroup
+		parkedMu sync.Mutex
+		parked   = map[tpoKey]bool{}
+		lastSeqs = map[string]int64{}
 	)
 	stopProd := make(chan struct{})
 	wg.Add(1)
@@ -146,9 +206,14 @@ func TestRollingRestart(t *testing.T) {
 			case <-tick.C:
 			}
 			recs := make([]*kgo.Record, 800)
+			recSeqs := make([]int64, len(recs))
 			for i := range recs {
 				key := fmt.Sprintf("agg-%d", rng.IntN(crashAggregates))
+				if i < len(parkedList) {
+					key = parkedList[i] // a message of each parked aggregate in every batch
+				}
 				recs[i] = &kgo.Record{Topic: topic, Key: []byte(key), Value: wowEvent("shop", "cart", key, seqs[key], "")}
+				recSeqs[i] = seqs[key]
 				seqs[key]++
 			}
 			ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
@@ -158,6 +223,16 @@ func TestRollingRestart(t *testing.T) {
 				prodErr = err
 				return
 			}
+			parkedMu.Lock()
+			for i, r := range recs { // the client set each record's partition and offset
+				if key := string(r.Key); parkedKeys[key] {
+					lastSeqs[key] = recSeqs[i]
+					if recSeqs[i] >= rejectSeq {
+						parked[tpoKey{topic, r.Partition, r.Offset}] = true
+					}
+				}
+			}
+			parkedMu.Unlock()
 			produced.Add(int64(len(recs)))
 		}
 	}()
@@ -172,8 +247,13 @@ func TestRollingRestart(t *testing.T) {
 	t.Cleanup(stopProducer)
 
 	settle(c, s, procs)
-	for i := range procs {
-		t.Logf("restart %d: %d produced, %d delivered; SIGTERM %s", i+1, produced.Load(), s.delivered.Load(), procs[i].name)
+	restarts := len(procs)
+	if parking {
+		restarts *= 2 // each process twice: partitions and their parked aggregates move more often
+	}
+	for n := range restarts {
+		i := n % len(procs)
+		t.Logf("restart %d: %d produced, %d delivered; SIGTERM %s", n+1, produced.Load(), s.delivered.Load(), procs[i].name)
 		c.stop(procs[i])
 		if t.Failed() {
 			c.fatalf("%s did not stop cleanly", procs[i].name)
@@ -192,11 +272,32 @@ func TestRollingRestart(t *testing.T) {
 		t.Fatalf("end offsets add up to %d, produced %d", sum(ends), produced.Load())
 	}
 
-	waitDelivered(t, s, c, ends, nil, 5*time.Minute)
+	waitDelivered(t, s, c, ends, parked, 5*time.Minute)
 	s.checkOrder(t)
 	e.waitCommittedAtEnd(group, ends, time.Minute)
+	if parking {
+		for key := range parkedKeys {
+			if lastSeqs[key] <= rejectSeq {
+				t.Fatalf("%s: only seqs up to %d produced, none after the rejected one: the run was too short to test parking", key, lastSeqs[key])
+			}
+			if got := s.lastSeq(topic, key); got != rejectSeq-1 {
+				t.Errorf("%s: last seq delivered %d, want %d: parked at the rejected one through every restart", key, got, rejectSeq-1)
+			}
+		}
+		cfgPath := c.writeConfig("cli", "127.0.0.1:0")
+		code, out := runWowd(t, processEnv(nil), "parked", "list", "--config", cfgPath, "--dispatcher", "sink")
+		if code != 0 {
+			t.Fatalf("wowd parked list: exit %d:\n%s", code, out)
+		}
+		for key := range parkedKeys {
+			if !strings.Contains(out, " "+key+" ") {
+				t.Errorf("wowd parked list does not name %s:\n%s", key, out)
+			}
+		}
+		t.Logf("%d messages of %d aggregates parked", len(parked), len(parkedKeys))
+	}
 	c.stopAll()
-	e.checkCommittedDelivered(s, group, nil)
+	e.checkCommittedDelivered(s, group, parked)
 	c.checkLogs()
 
 	// Duplicates are allowed only where the logs say a drain was cut short.
@@ -211,8 +312,8 @@ func TestRollingRestart(t *testing.T) {
 	} else if d > 0 {
 		t.Logf("%d duplicates, explained by %s", d, strings.Join(explained, ", "))
 	}
-	t.Logf("RESULT rolling restart: %d records, 3 SIGTERM restarts, %d duplicates, took %v",
-		sum(ends), s.dups.Load(), time.Since(began).Round(time.Second))
+	t.Logf("RESULT rolling restart (%s protocol, parking %v): %d records, %d SIGTERM restarts, %d duplicates, took %v",
+		protocol, parking, sum(ends), restarts, s.dups.Load(), time.Since(began).Round(time.Second))
 }
 
 // TestConfigFlag checks the command line the other tests rely on:

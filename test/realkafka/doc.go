@@ -2,9 +2,10 @@
 // broker. Its tests build the wowd binary, run several instances of it as
 // separate processes against the broker of internal/kafkatest, and record
 // every request that reaches an HTTP sink served by the test: at-least-once
-// across kill -9 and rolling restarts, bounded memory and window under a slow
-// sink, backoff during a sink outage, poison records, records produced by
-// kcat (librdkafka), and the KIP-848 consumer group protocol.
+// across kill -9 and rolling restarts, parked aggregates across kill -9 and
+// rolling restarts, bounded memory and window under a slow sink, backoff
+// during a sink outage, poison records, records produced by kcat
+// (librdkafka), and the KIP-848 consumer group protocol.
 //
 // The tests skip unless a broker can be had (see internal/kafkatest); with
 // WOWD_REQUIRE_KAFKA=1 they fail instead. Run them with
