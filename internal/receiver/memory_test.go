@@ -158,6 +158,55 @@ func TestReceiversShareTheMemoryBudget(t *testing.T) {
 	}
 }
 
+// batchRead signals a batch read by a client.
+type batchRead chan struct{}
+
+func (c batchRead) OnFetchBatchRead(kgo.BrokerMetadata, string, int32, kgo.FetchBatchMetrics) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// A client's first fetch is sized by the budget too, however late New gets
+// to sizing it (a busy machine): the client joins the group and fetches as
+// soon as it is made, and until New sized them its limits are the
+// configured ones, here the whole topic. The receiver is not started, so
+// nothing is polled: what the client buffers is its first fetch.
+func TestTheFirstFetchStaysWithinTheBudget(t *testing.T) {
+	c := newCluster(t, 12, testTopic)
+	produceWow(t, c, 12_000) // ~5.6 MB decompressed
+	h := harnessOn(t, c)
+	b, err := memory.New(32<<20, 1) // 335 KB for fetched records
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(batchRead, 1)
+	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { ack.Done(nil) })
+	r := h.newReceiver("g-first-fetch", hd, 256, func(o *Options) {
+		o.ClientOpts = append(o.ClientOpts, kgo.FetchMaxBytes(16<<20), kgo.FetchMaxPartitionBytes(1<<20), kgo.WithHooks(read))
+		o.Fetch = b.Join()
+		// New sizes the fetches only once the client read a batch, or a
+		// second later (the client joins and fetches well within it).
+		o.afterClient = func(*kgo.Client) {
+			select {
+			case <-read:
+			case <-time.After(time.Second):
+			}
+		}
+	})
+	defer stop(t, r)
+	var first int64
+	testwait.For(t, 30*time.Second, "a fetch buffered", func() bool {
+		first = r.cl.BufferedFetchBytes() // one fetch, counted at once
+		return first > 0
+	})
+	t.Logf("the first fetch holds %d bytes; the budget's part %d", first, b.FetchBytes())
+	if bound := b.FetchBytes() + 64<<10; first > bound {
+		t.Fatalf("the first fetch holds %d bytes of records; the budget allows %d (+ a batch)", first, b.FetchBytes())
+	}
+}
+
 // batchCounter counts the records of the batches a client read.
 type batchCounter struct{ records atomic.Int64 }
 

@@ -15,6 +15,9 @@ import (
 // it before fetching the partitions, and with an empty map at the start of
 // every group session: the receiver is a member again.
 func (r *Receiver) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	// kgo fetches the partitions once this returns: not with the limits
+	// the client was made with (New closes fitted right after sizing them).
+	<-r.fitted
 	assigned = r.retake(ctx, cl, assigned) // while commits still wait (rebalancing)
 	r.joined.Store(true)
 	r.rebalancing.Store(false)

@@ -187,6 +187,10 @@ type Options struct {
 	// Tracer records a span per message (package tracing); nil: none. The
 	// record's W3C trace context reaches the handler either way.
 	Tracer trace.Tracer
+
+	// afterClient, when set (tests), runs in New right after the client
+	// is made, before its fetches are sized.
+	afterClient func(*kgo.Client)
 }
 
 // Receiver is one consumer-group member feeding the executor.
@@ -252,8 +256,11 @@ type Receiver struct {
 	// closeClient).
 	abortClient context.CancelFunc
 	assignedSig chan struct{} // signaled by every assignment
-	stopping    atomic.Bool   // admission stopped: records polled from now on are not admitted
-	closing     atomic.Bool   // revokes no longer wait: Stop already drained
+	// fitted is closed once New sized the client's fetches (fitFetch):
+	// onAssigned waits for it, so no partition is fetched before.
+	fitted   chan struct{}
+	stopping atomic.Bool // admission stopped: records polled from now on are not admitted
+	closing  atomic.Bool // revokes no longer wait: Stop already drained
 
 	panicLogged atomic.Bool // the stack of a handler panic was logged
 
@@ -303,7 +310,8 @@ type tp struct {
 	partition int32
 }
 
-// New builds a receiver; it connects nothing until Start.
+// New builds a receiver. Its client joins the group and fetches from now
+// on; records are taken from it (and handled) after Start.
 func New(o Options) (*Receiver, error) {
 	if len(o.Routes) == 0 {
 		return nil, errors.New("receiver: no topics")
@@ -332,6 +340,7 @@ func New(o Options) (*Receiver, error) {
 		epoch:       time.Now(),
 		room:        make(chan struct{}, 1),
 		assignedSig: make(chan struct{}, 1),
+		fitted:      make(chan struct{}),
 		parts:       make(map[tp]*partition),
 		local:       newLocalPartition(),
 		pollDone:    make(chan struct{}),
@@ -395,6 +404,9 @@ func New(o Options) (*Receiver, error) {
 		return nil, fmt.Errorf("kafka client for %s/%s: %w", o.Dispatcher, o.Context, err)
 	}
 	r.cl = cl
+	if o.afterClient != nil {
+		o.afterClient(cl)
+	}
 	if session, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok {
 		// A rebalance drops a member that does not rejoin within the
 		// rebalance timeout, whatever its session (see lease.go).
@@ -412,9 +424,12 @@ func New(o Options) (*Receiver, error) {
 		maxPart = 1 << 20 // kgo's default
 	}
 	r.o.Fetch.Configure(maxBytes, maxPart)
-	// Now, not in the poll loop: the client may fetch as soon as it has
-	// joined, before the loop's first round runs.
+	// Now, not in the poll loop: the client fetches as soon as it has
+	// joined, before Start. Until this ran, its limits are the configured
+	// ones: onAssigned waits for it (fitted), and kgo fetches an assigned
+	// partition only after onAssigned returns.
 	r.fitFetch()
+	close(r.fitted)
 	return r, nil
 }
 

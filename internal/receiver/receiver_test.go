@@ -179,6 +179,15 @@ type harness struct {
 
 func (h *harness) receiver(group string, hd handler.Handler, window int, extra ...func(*Options)) *Receiver {
 	h.t.Helper()
+	r := h.newReceiver(group, hd, window, extra...)
+	r.Start()
+	return r
+}
+
+// newReceiver is receiver without Start: the client joins and fetches,
+// nothing is polled.
+func (h *harness) newReceiver(group string, hd handler.Handler, window int, extra ...func(*Options)) *Receiver {
+	h.t.Helper()
 	g := h.ex.Group(false)
 	o := Options{
 		Dispatcher: "d", Context: "shop", Service: "svc", GroupID: group,
@@ -205,7 +214,6 @@ func (h *harness) receiver(group string, hd handler.Handler, window int, extra .
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	r.Start()
 	return r
 }
 
