@@ -260,6 +260,18 @@ func (rt *Daemon) IngestAddr() string {
 // build creates the handlers and receivers.
 func (rt *Daemon) build(reg *handler.Registry) error {
 	cfg := rt.cfg
+	// Every receiver's client fetches as soon as it is made: each sizes
+	// its first fetch to its part of the memory budget among all of them,
+	// not among those made before it.
+	receivers := 0
+	for _, d := range cfg.Dispatchers {
+		for _, ctxName := range d.Contexts {
+			if len(aggregates(d, cfg.Contexts[ctxName])) > 0 {
+				receivers++
+			}
+		}
+	}
+	rt.memory.Reserve(receivers)
 	for _, name := range slices.Sorted(maps.Keys(cfg.Dispatchers)) {
 		d := cfg.Dispatchers[name]
 		spec, ok := reg.Lookup(d.Handler.Type)

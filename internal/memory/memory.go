@@ -141,8 +141,13 @@ type Budget struct {
 	limit int64
 	fetch int64 // decompressed bytes all clients may buffer together
 
-	mu      sync.Mutex // guards members
+	mu      sync.Mutex // guards members and reserved
 	members int
+	// reserved counts clients announced (Reserve) that have not joined
+	// yet: parts are shared among members + reserved, so the first
+	// clients to join do not size their first fetches to a part they
+	// keep only until the others join.
+	reserved int
 }
 
 // New returns a budget of limit bytes, of which fetchPercent percent are
@@ -171,6 +176,7 @@ func (b *Budget) Apply() int64 { return debug.SetMemoryLimit(b.limit) }
 func (b *Budget) Join() *Fetch {
 	b.mu.Lock()
 	b.members++
+	b.reserved = max(0, b.reserved-1)
 	b.mu.Unlock()
 	f := &Fetch{b: b}
 	f.ratio.Store(math.Float64bits(InitialRatio))
@@ -189,7 +195,16 @@ func Unbudgeted() *Fetch {
 func (b *Budget) share() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.fetch / int64(max(1, b.members))
+	return b.fetch / int64(max(1, b.members+b.reserved))
+}
+
+// Reserve announces n clients about to join: until each has joined, the
+// parts are shared as if it had. The daemon reserves every receiver before
+// making the first, whose client fetches as soon as it is made.
+func (b *Budget) Reserve(n int) {
+	b.mu.Lock()
+	b.reserved += max(0, n)
+	b.mu.Unlock()
 }
 
 // Fetch is one client's part of the budget. It is the client's

@@ -151,6 +151,36 @@ func TestFetchLimitsKeepTheSumWithinTheShare(t *testing.T) {
 	}
 }
 
+// Clients reserved before they join share the budget from the first one's
+// join: the first client's part is already a third with three reserved.
+func TestReservedClientsShareFromTheStart(t *testing.T) {
+	b, err := New(256<<20, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Reserve(3)
+	a := b.Join()
+	if got, want := a.Part(), b.FetchBytes()/3; got != want {
+		t.Fatalf("first of three reserved clients: part %d; want a third of %d = %d", got, b.FetchBytes(), want)
+	}
+	b.Join()
+	c := b.Join()
+	if got, want := a.Part(), b.FetchBytes()/3; got != want {
+		t.Fatalf("all three joined: part %d; want %d", got, want)
+	}
+	// The reservation is used up: a leave gives the part back at once.
+	c.Leave()
+	if got, want := a.Part(), b.FetchBytes()/2; got != want {
+		t.Fatalf("one of three left: part %d; want half, %d", got, want)
+	}
+	// Joining past the reservation counts as before.
+	b.Join()
+	b.Join()
+	if got, want := a.Part(), b.FetchBytes()/4; got != want {
+		t.Fatalf("four members: part %d; want a quarter, %d", got, want)
+	}
+}
+
 // However small the budget, a fetch is never sized below the floor, nor
 // above the configured limit when that is smaller.
 func TestFetchLimitsFloor(t *testing.T) {
