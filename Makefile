@@ -31,7 +31,7 @@ test-unit: ## everything but the real-Kafka suite
 	go vet ./...
 	go test -race -shuffle=on -timeout 20m ./...
 
-sim: ## the seeded fault simulation: the CI seeds, then SEEDS more (default 200), with commit stalls
+sim: ## the seeded fault simulation, all with commit stalls: the CI seeds, then SEEDS more (default 200)
 	go test -count=1 -timeout 60m ./test/sim -run TestSim -stalls -seeds $(SEEDS)
 
 soak: ## three wowd processes against a real broker under faults for SOAK (default 10m)

@@ -14,9 +14,9 @@
 // deadline, one that waits for its cancellation), the group churn (members
 // joining, stopping with a random deadline, crashing, cut off the network
 // long enough to lose their session) and the broker faults (failed commits,
-// with -stalls coordinators that answer no commit for up to 15 s, so that
-// the commit, and the member's heartbeats and leave behind it, wait (on in
-// make sim, off in the CI run for now);
+// in runs with stalls coordinators that answer no commit for up to 15 s,
+// so that the commit, and the member's heartbeats and leave behind it,
+// wait);
 // refused dead-letter writes, fetch errors, coordinators and leaders
 // moving), in half of the seeds parking (on-failure park) with an operator
 // asking for redrives, skips and discards of parked aggregates at random
@@ -78,11 +78,15 @@
 //     crash, a lost partition, a dropped record, a try past its deadline, a
 //     failed commit).
 //
-// A failure names its seed; the run replays with
+// The CI run (`go test ./test/sim`) runs each of its fixed seeds twice,
+// without and then with commit stalls (subtests seed=N and
+// seed=N/stalls); `make sim SEEDS=N` runs the fixed seeds and N more, all
+// with stalls (-stalls). A failure names its seed; the run replays with
 //
-//	go test ./test/sim -run TestSim -seed N -v
+//	go test ./test/sim -run TestSim -seed N -v          # seed=N
+//	go test ./test/sim -run TestSim -seed N -stalls -v  # seed=N/stalls
 //
 // Goroutines still interleave differently from run to run, so a replay
 // reproduces the same inputs and schedule of faults but not always the same
-// interleaving. `make sim SEEDS=N` runs N seeds after the fixed CI set.
+// interleaving.
 package sim

@@ -43,12 +43,12 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "run only this seed (replays a failure)")
 	seedsFlag = flag.Int("seeds", 0, "run this many more seeds after the CI set (make sim SEEDS=N)")
 	logFlag   = flag.Bool("simlog", false, "log what the receivers log (verbose)")
-	// stallsFlag is off in the CI run (go test ./...) and on in make sim.
-	// The stalls found the defects fixed in 0b7a19e, 260847a and
-	// 3896d53 (seed 4 in CI, seed 12 under -race: a record handled ahead
-	// of its aggregate's parked messages); they join the CI run once they
-	// have run clean under -race for longer than one session.
-	stallsFlag = flag.Bool("stalls", false, "turn a third of the commit-failure actions into commit stalls (coordinators that answer no commit for 1-15 s)")
+	// stallsFlag runs every seed with commit stalls only (make sim). The
+	// CI run (go test ./...), without it, runs each CI seed twice: as it
+	// is, then with stalls. The stalls found the defects fixed in 0b7a19e,
+	// 260847a and 3896d53 (seed 4 in CI, seed 12 under -race: a record
+	// handled ahead of its aggregate's parked messages).
+	stallsFlag = flag.Bool("stalls", false, "run every seed with a third of the commit-failure actions turned into commit stalls (coordinators that answer no commit for 1-15 s); without it the CI seeds run without and then with stalls, other seeds without")
 )
 
 // ciSeeds run in every `go test`: enough to cover every behaviour and fault
@@ -84,14 +84,26 @@ func TestSim(t *testing.T) {
 			seeds = append(seeds, 1000+uint64(i))
 		}
 	}
+	// Each seed runs with stalls, without them, or (the CI run) first
+	// without and then with them.
+	modes := []bool{*stallsFlag}
+	if !*stallsFlag && *seedFlag == 0 && *seedsFlag == 0 {
+		modes = []bool{false, true}
+	}
 	var current atomic.Uint64
 	stop := guardGoroutines(&current)
 	defer stop()
-	for _, seed := range seeds {
-		current.Store(seed)
-		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { run(t, seed) })
-		})
+	for _, withStalls := range modes {
+		for _, seed := range seeds {
+			current.Store(seed)
+			name := "seed=" + strconv.FormatUint(seed, 10)
+			if withStalls {
+				name += "/stalls"
+			}
+			t.Run(name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { run(t, seed, withStalls) })
+			})
+		}
 	}
 }
 
@@ -227,10 +239,12 @@ type member struct {
 	quit     chan struct{} // stops the window sampler
 }
 
-// run is one simulation.
-func run(t *testing.T, seed uint64) {
+// run is one simulation; withStalls, a third of its commit-failure
+// actions are commit stalls instead.
+func run(t *testing.T, seed uint64, withStalls bool) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	w := newWorld(seed)
+	w.stallsOn = withStalls
 	w.parts = int32(2 + rng.IntN(5))
 	w.window = 16 << rng.IntN(3)
 	w.park = mix(seed, 99)%2 == 0     // not from rng: the other choices of a seed stay as they were
@@ -374,7 +388,7 @@ func run(t *testing.T, seed uint64) {
 		case a < 58:
 			f := 0.2 + 0.6*rng.Float64()
 			d := time.Duration(500+rng.IntN(4000)) * time.Millisecond
-			if *stallsFlag && stalls.IntN(3) == 0 { // drawn apart, so that the rest of a seed's schedule stays as it was
+			if w.stallsOn && stalls.IntN(3) == 0 { // drawn apart, so that the rest of a seed's schedule stays as it was
 				d := time.Duration(1000+stalls.IntN(14_000)) * time.Millisecond
 				w.event("the coordinators answer no commit for %v", d)
 				w.mu.Lock()
@@ -411,8 +425,8 @@ func run(t *testing.T, seed uint64) {
 				// only triggers a metadata update, and its Count bounds
 				// the refetches. What set off seed 2207's pile-up was a
 				// leader move while a member was cut off (below). This
-				// exclusion stays only so that -stalls schedules do not
-				// change again; it could go.
+				// exclusion stays only so that the schedules with stalls
+				// do not change again; it could go.
 				w.event("the next %d fetches of partition %d would fail: not while commits stall", n, p)
 				break
 			}
@@ -438,7 +452,7 @@ func run(t *testing.T, seed uint64) {
 				w.event("leader of partition %d would move to node %d: not while commits stall", p, node)
 				break
 			}
-			if m := cutOff(members); *stallsFlag && m != nil {
+			if m := cutOff(members); w.stallsOn && m != nil {
 				// A member cut off learns of the move only once it is
 				// back, and that may be while commits stall: then its
 				// metadata request waits behind its commit, and its fetch
@@ -446,8 +460,8 @@ func run(t *testing.T, seed uint64) {
 				// leader hint another goroutine (seed 2207 with -stalls:
 				// partition 0 moved while member 1 was cut off, the cut
 				// healed in a stall; 230,000 goroutines in kip951move). Not
-				// combined, then, in runs with stalls (in the CI run this
-				// leaves the schedules as they were).
+				// combined, then, in runs with stalls (runs without them
+				// keep the schedules they had).
 				w.event("leader of partition %d would move to node %d: not while member %d is cut off", p, node, m.id)
 				break
 			}

@@ -54,6 +54,9 @@ type world struct {
 	parts  int32
 	window int
 	park   bool // members park aggregates (on-failure park) instead of dead-lettering
+	// stallsOn: a third of the commit-failure actions are commit stalls
+	// (coordinators that answer no commit for 1-15 s).
+	stallsOn bool
 	// consumer: the members join with the consumer group protocol
 	// (KIP-848) instead of the classic one.
 	consumer bool
