@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
 )
 
 // partition is one incarnation of an owned partition: created on
@@ -125,17 +126,25 @@ func (p *partition) isClosed() bool { return p.closed.Load() }
 func (r *Receiver) closePartition(p *partition) {
 	p.mu.Lock()
 	closing := !p.closed.Load()
+	from, to := int64(-1), int64(-1)
 	if closing {
 		if p.paused != 0 && p.partition >= 0 {
 			r.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 		}
 		p.paused = 0
 		p.closed.Store(true)
+		from, to = p.uncommittedLocked()
 	}
 	p.mu.Unlock()
 	p.cancel()
 	if !closing {
 		return
+	}
+	if from >= 0 {
+		if ce := r.log.Check(zap.DebugLevel, closedUncommitted); ce != nil {
+			ce.Write(zap.String("topic", p.topic), zap.Int32("partition", p.partition),
+				zap.Int64("from", from), zap.Int64("to", to))
+		}
 	}
 	// End the tries in its handlers (after the cancel: a try made from now
 	// on sees the partition's context canceled and ends itself), and keep
@@ -151,6 +160,35 @@ func (r *Receiver) closePartition(p *partition) {
 	if p.pending.Load() > 0 {
 		r.retire(p)
 	}
+}
+
+// closedUncommitted is logged (debug) as an incarnation closes with
+// records it took in above its last commit, from and to being their first
+// and last offsets: the records a next owner may deliver again. The
+// simulation (test/sim) reads it to tell the duplicates at-least-once
+// delivery allows from others.
+const closedUncommitted = "partition let go with records above its last commit: its next owner may deliver them again, whatever became of them here"
+
+// uncommittedLocked returns the offsets of the records the incarnation p
+// took in above its last successful commit (all of them, without one),
+// first and last, or -1, -1 when there are none. Whether they finished,
+// were dropped, or finish after the close, the next owner starts at the
+// group's committed offset: from, or above it where a commit of p was
+// applied without an answer (a commit in flight, one that timed out), so
+// it may deliver them again. Called with p.mu held; -1, -1 for the
+// records of no partition (the ingest's, a parked-aggregate action's).
+func (p *partition) uncommittedLocked() (from, to int64) {
+	if p.partition < 0 || p.tr.set != nil || p.first < 0 {
+		return -1, -1
+	}
+	from = p.committed.Load()
+	if from < 0 {
+		from = p.first
+	}
+	if from > p.tr.last {
+		return -1, -1
+	}
+	return from, p.tr.last
 }
 
 // retire has the deadline watcher watch p, an incarnation no longer owned

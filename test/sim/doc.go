@@ -74,9 +74,21 @@
 //     server before every earlier message of its aggregate was settled; a
 //     batch holds one message per aggregate; a request the server holds
 //     past the sink's request-timeout sees its context end;
-//   - duplicates appear only in runs where something allowed them (a
-//     crash, a lost partition, a dropped record, a try past its deadline, a
-//     failed commit).
+//   - a record is handled more than once only for a cause of its own
+//     (checkDuplicatesLocked in sim_test.go): the success of its try came
+//     once the try's deadline may have passed (handler timeout or more
+//     after the try began); an incarnation of its partition was let go
+//     with it above that incarnation's last successful commit, whether it
+//     finished there, was dropped or abandoned, or finished after the close
+//     (the receiver logs the offsets at debug level as it closes the
+//     incarnation: a crash, a cut, a failed or stalled commit, a stop past
+//     its deadline and the sink's close canceling requests all count only
+//     through it); the client rewound its partition from above it to it
+//     or below; it was parked and a redrive of its aggregate was cut short
+//     or failed to read its parked messages; or, for a whole partition, a
+//     member lost that partition. Every partition a member's counters
+//     count as lost, and every rewind they count, must be in what the
+//     simulation read of its log.
 //
 // The CI run (`go test ./test/sim`) runs each of its fixed seeds twice,
 // without and then with commit stalls (subtests seed=N and

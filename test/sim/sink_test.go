@@ -183,6 +183,7 @@ type sinkHandler struct {
 
 func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
 	w := h.w
+	called := time.Now()
 	at, key, seq, _ := w.delivered(h.member, m)
 	w.mu.Lock()
 	w.openTries++
@@ -210,7 +211,7 @@ func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handle
 		w.checkAnswer(h.member, at, try, err, class)
 		switch {
 		case err == nil:
-			w.succeeded(at, key, seq)
+			w.succeeded(at, key, seq, called)
 		case class == handler.Skip:
 			w.skipped(at, key, seq)
 		}

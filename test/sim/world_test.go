@@ -105,12 +105,19 @@ type world struct {
 	local       []localRecord // records admitted through Admit (the ingest's way in)
 	nextLocal   int64         // the next local record's offset (its partition is -1)
 	violations  []string
-	allowances  map[string]int // what happened that allows duplicates
-	events      []string       // the run's schedule, for the failure report
-	served      map[pos]int    // requests the sink's server got, per record
-	openTries   int            // tries given to a sink and not acknowledged yet
-	answers     map[int]uint8  // what the sink's server answered, per try (answeredDone, …), to requests whose client still waited
-	tries       int            // tries given to a sink so far: the last try's number
+	events      []string      // the run's schedule, for the failure report
+	served      map[pos]int   // requests the sink's server got, per record
+	openTries   int           // tries given to a sink and not acknowledged yet
+	answers     map[int]uint8 // what the sink's server answered, per try (answeredDone, …), to requests whose client still waited
+	tries       int           // tries given to a sink so far: the last try's number
+
+	// What allows a record to be handled more than once (see
+	// checkDuplicatesLocked), as the receivers report it:
+	uncommitted map[int32][]span // per partition: the offsets each closed incarnation took in above its last commit
+	late        map[pos]int      // successes acknowledged once the try's deadline may have passed
+	cutShort    map[string]int   // per aggregate: redrives cut short (or that failed reading), which start again from their last progress
+	rewound     map[int32][]span // per partition: the offsets a client delivered again after it rewound
+	lostParts   map[int32]int    // partitions lost by a member
 }
 
 func newWorld(seed uint64) *world {
@@ -132,7 +139,11 @@ func newWorld(seed uint64) *world {
 		settledSeq:  map[string]map[int]bool{},
 		deadLetter:  map[pos]int{},
 		prefix:      map[int32]int64{},
-		allowances:  map[string]int{},
+		uncommitted: map[int32][]span{},
+		late:        map[pos]int{},
+		cutShort:    map[string]int{},
+		rewound:     map[int32][]span{},
+		lostParts:   map[int32]int{},
 		served:      map[pos]int{},
 		answers:     map[int]uint8{},
 	}
@@ -150,12 +161,8 @@ func (w *world) violateLocked(format string, args ...any) {
 	}
 }
 
-// allow records an event that allows duplicates.
-func (w *world) allow(what string) {
-	w.mu.Lock()
-	w.allowances[what]++
-	w.mu.Unlock()
-}
+// span is a range of offsets, both ends included.
+type span struct{ from, to int64 }
 
 func (w *world) event(format string, args ...any) {
 	w.mu.Lock()
@@ -197,11 +204,22 @@ func (w *world) settleLocked(at pos, key string, seq int) {
 }
 
 // succeeded records a successful handling of the record at (key, seq),
-// before its acknowledgement. The first success of a record must come after
-// every earlier record of its aggregate is done for good: handled, skipped
-// or dead-lettered (never merely parked, never not yet tried).
-func (w *world) succeeded(at pos, key string, seq int) {
+// before its acknowledgement, of a try handed to the handler at called. The
+// first success of a record must come after every earlier record of its
+// aggregate is done for good: handled, skipped or dead-lettered (never
+// merely parked, never not yet tried).
+//
+// A success acknowledged handlerTimeout or more after its try began may
+// come after the deadline watcher took the try's outcome (it takes a try
+// strictly past its deadline, which a handler's retry report only moves
+// later): then the acknowledgement is ignored and the record tried again,
+// a duplicate of this record alone.
+func (w *world) succeeded(at pos, key string, seq int, called time.Time) {
+	late := time.Since(called) >= handlerTimeout
 	w.mu.Lock()
+	if late {
+		w.late[at]++
+	}
 	if w.handled[at] == 0 && at.p >= 0 {
 		for s := range seq {
 			if !w.settledSeq[key][s] {
@@ -278,10 +296,9 @@ func (w *world) watchCommits() {
 				}
 			}
 		}
+		// A failed commit is not applied: the member's last commit, from
+		// which its incarnation's uncommitted records count, stays.
 		fail := w.commitFail > 0 && w.crng.Float64() < w.commitFail
-		if fail {
-			w.allowances["a commit failed"]++
-		}
 		// Stalled commits are processed in the order received, as a
 		// coordinator appends commits to its log, also across connections:
 		// a commit from a connection the member has given up on never lands
@@ -593,24 +610,24 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	b, d := choose(w.seed, at, attempt)
 	switch b {
 	case ackSync:
-		w.succeeded(at, key, seq)
+		w.succeeded(at, key, seq, called)
 		ack.Done(nil)
 		w.used(ack)
 	case ackAsync, slow:
 		w.bg.Go(func() {
 			time.Sleep(d)
-			w.succeeded(at, key, seq)
+			w.succeeded(at, key, seq, called)
 			ack.Done(nil)
 			w.used(ack)
 		})
 	case ackTwice:
-		w.succeeded(at, key, seq)
+		w.succeeded(at, key, seq, called)
 		defer ack.Done(nil)
 		ack.Done(nil)
 	case ackStale:
 		w.bg.Go(func() {
 			time.Sleep(d)
-			w.succeeded(at, key, seq)
+			w.succeeded(at, key, seq, called)
 			ack.Done(nil)
 			stale.Done(nil) // an Ack used before: its job may carry another record by now
 			w.used(ack)
@@ -627,7 +644,7 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	case hangOnce:
 		w.bg.Go(func() {
 			time.Sleep(d) // past the deadline: this acknowledgement is ignored
-			w.succeeded(at, key, seq)
+			w.succeeded(at, key, seq, called)
 			ack.Done(nil)
 		})
 	case untilCancel:
@@ -643,7 +660,7 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 				if late := time.Since(called); late > handlerTimeout+handlerTimeout/10+50*time.Millisecond {
 					w.violate("member %d: the try of %v ran %v, past its deadline (%v), and its context did not end", h.member, at, late, handlerTimeout)
 				}
-				w.succeeded(at, key, seq)
+				w.succeeded(at, key, seq, called)
 				ack.Done(nil)
 			}
 		})
@@ -717,32 +734,107 @@ func (w *world) givenUp(at pos) {
 	w.settleLocked(at, ks.key, ks.seq) // no duplicates follow from it: not an allowance
 }
 
-// givenUpCore watches a member's log for the receiver's "dead-letter write
-// refused; giving up" error, which names the record given up.
-type givenUpCore struct{ w *world }
+// logWatch watches a member's log for what its receiver reports only
+// there: a record given up after its dead-letter write was refused (an
+// error naming it), and what allows records to be handled again: an
+// incarnation let go with records above its last commit (debug, naming the
+// offsets), partitions lost (or taken again under a new member ID, which
+// lets them go as lost), a partition the client rewound (from the last
+// offset read back to where it delivers again), and a redrive of a parked
+// aggregate cut short or failing to read its parked messages. The
+// member's counters cross-check the losses and rewinds (see
+// member.crossCheckLog), so that a reworded message cannot silently turn
+// duplicates into violations or allowances into none.
+type logWatch struct {
+	w *world
+	m *member
+}
 
-const givenUpMessage = "dead-letter write refused; giving up"
+const (
+	givenUpMessage  = "dead-letter write refused; giving up"
+	closedMessage   = "partition let go with records above its last commit"
+	lostMessage     = "partitions lost"
+	retakenMessage  = "the group coordinator had dropped this member, and the Kafka client kept partitions"
+	rewoundMessage  = "the Kafka client rewound the partition"
+	cutShortMessage = "parked aggregate: action cut short"
+	readFailMessage = "parked aggregate: reading its parked messages"
+)
 
-func (c givenUpCore) Enabled(l zapcore.Level) bool      { return l >= zapcore.ErrorLevel }
-func (c givenUpCore) With([]zapcore.Field) zapcore.Core { return c }
-func (c givenUpCore) Sync() error                       { return nil }
-func (c givenUpCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if c.Enabled(e.Level) && strings.HasPrefix(e.Message, givenUpMessage) {
-		return ce.AddCore(e, c)
+var watchedMessages = []string{givenUpMessage, closedMessage, lostMessage, retakenMessage, rewoundMessage, cutShortMessage, readFailMessage}
+
+func (c logWatch) Enabled(zapcore.Level) bool        { return true }
+func (c logWatch) With([]zapcore.Field) zapcore.Core { return c }
+func (c logWatch) Sync() error                       { return nil }
+func (c logWatch) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	for _, m := range watchedMessages {
+		if strings.HasPrefix(e.Message, m) {
+			return ce.AddCore(e, c)
+		}
 	}
 	return ce
 }
-func (c givenUpCore) Write(_ zapcore.Entry, fields []zapcore.Field) error {
-	at := pos{p: -2, o: -1}
+
+func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	var (
+		topicName, aggregate string
+		partition            = int32(-2)
+		offset, from, to     = int64(-1), int64(-1), int64(-1)
+		again                = int64(-1) // a rewind's delivering_from
+		parts                map[string][]int32
+	)
 	for _, f := range fields {
 		switch f.Key {
+		case "topic":
+			topicName = f.String
+		case "aggregate":
+			aggregate = f.String
 		case "partition":
-			at.p = int32(f.Integer)
+			partition = int32(f.Integer)
 		case "offset":
-			at.o = f.Integer
+			offset = f.Integer
+		case "from":
+			from = f.Integer
+		case "to":
+			to = f.Integer
+		case "delivering_from":
+			again = f.Integer
+		case "partitions":
+			parts, _ = f.Interface.(map[string][]int32)
 		}
 	}
-	c.w.givenUp(at)
+	w := c.w
+	switch {
+	case strings.HasPrefix(e.Message, givenUpMessage):
+		w.givenUp(pos{partition, offset})
+	case strings.HasPrefix(e.Message, closedMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if topicName != topic || from < 0 || to < from {
+			w.violateLocked("member %d: a partition let go with records above its last commit that the simulation cannot read: topic %q partition %d from %d to %d", c.m.id, topicName, partition, from, to)
+			return nil
+		}
+		w.uncommitted[partition] = append(w.uncommitted[partition], span{from, to})
+	case strings.HasPrefix(e.Message, lostMessage), strings.HasPrefix(e.Message, retakenMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, p := range parts[topic] {
+			w.lostParts[p]++
+			c.m.lostLogged++
+		}
+	case strings.HasPrefix(e.Message, rewoundMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		c.m.rewindsLogged++
+		if topicName != topic || again < 0 || from < again {
+			w.violateLocked("member %d: a rewind the simulation cannot read: topic %q partition %d from %d delivering again from %d", c.m.id, topicName, partition, from, again)
+			return nil
+		}
+		w.rewound[partition] = append(w.rewound[partition], span{again, from})
+	default: // a redrive cut short, or failing to read
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.cutShort[aggregate]++
+	}
 	return nil
 }
 
