@@ -25,8 +25,9 @@ import (
 // TestLeastPrivilegeACLs runs wowd as a principal holding only the Kafka
 // ACLs that docs/operations.md ("Least privilege in Kafka") lists: Read on
 // its topics and (prefixed) groups, Write and Create on its dead-letter
-// topics, Read, Write and Create on its parking topics, Write on its topics
-// for ingest. With them it consumes and commits, creates its dead-letter
+// topics, Read, Write and Create on its parking topics, DescribeConfigs on
+// its topics and parked topics with parking, Write on its topics for
+// ingest. With them it consumes and commits, creates its dead-letter
 // and parking topics, writes a dead letter, parks an aggregate and
 // publishes an ingested message; nothing it logs is a warning about a
 // refused operation.
@@ -58,6 +59,9 @@ func leastPrivilege(t *testing.T, create bool) {
 		allow(kmsg.ACLResourceTypeTopic, parked, lit, kmsg.ACLOperationWrite),
 		allow(kmsg.ACLResourceTypeTopic, state, lit, kmsg.ACLOperationRead),
 		allow(kmsg.ACLResourceTypeTopic, state, lit, kmsg.ACLOperationWrite),
+		// The parked topic's size: its source's limit, and its own.
+		allow(kmsg.ACLResourceTypeTopic, topic, lit, kmsg.ACLOperationDescribeConfigs),
+		allow(kmsg.ACLResourceTypeTopic, parked, lit, kmsg.ACLOperationDescribeConfigs),
 	}
 	if create {
 		for _, tp := range []string{dlq, parked, state} {

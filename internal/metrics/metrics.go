@@ -101,7 +101,7 @@ func New(version string) *Metrics {
 		}, []string{"dispatcher", "context"}),
 		parkActions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "parked_actions_total",
-			Help: "Actions on parked aggregates by result (action: park, redrive, skip, discard; result: done, failed, canceled). A park is done when an aggregate's first failed message was written to the parked topic; a redrive that fails again leaves the aggregate parked with the new reason.",
+			Help: "Actions on parked aggregates by result (action: park, redrive, skip, discard; result: done, failed, canceled). A park is done when an aggregate's first failed message was written to the parked topic, and failed when a park by hand is refused and at each retry of a message the parked topic refuses as too large (raise its max.message.bytes); a redrive that fails again leaves the aggregate parked with the new reason.",
 		}, []string{"dispatcher", "context", "action", "result"}),
 		versionChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "version_checks_total",

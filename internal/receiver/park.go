@@ -103,6 +103,8 @@ type parkState struct {
 	// caughtUp is set once the tail read the whole state topic: local
 	// (ingest) records can be checked against seen from then on.
 	caughtUp atomic.Bool
+	// sizes are the parked topics' max.message.bytes, read at start.
+	sizes atomic.Pointer[parkSizes]
 
 	actions   chan struct{} // a slot per running action (maxActions)
 	tail      *park.Tail
@@ -286,11 +288,12 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // ensureParkingTopics creates the missing parked topics, each with its
 // source's partition count (an aggregate's parked messages then land in the
-// partition of its source's number) and no retention (a parked message
-// waits for an operator however long that takes), and the state topic,
+// partition of its source's number), no retention (a parked message
+// waits for an operator however long that takes) and room for a parked
+// copy of any record of its source (see parksize.go), and the state topic,
 // compacted. It only warns on failure: a write to a missing topic is
 // retried until it exists, and a partition waits for a state topic it
-// cannot read.
+// cannot read. Then it reads the parked topics' size limits.
 func (r *Receiver) ensureParkingTopics(ctx context.Context) {
 	adm := kadm.NewClient(r.cl)
 	sources, err := adm.ListTopics(ctx, r.topics...)
@@ -298,24 +301,50 @@ func (r *Receiver) ensureParkingTopics(ctx context.Context) {
 		r.log.Warn("listing topics to create parking topics", zap.Error(err))
 		return
 	}
-	create := func(topic string, partitions int32, configs map[string]*string) {
+	var create func(topic string, partitions int32, configs map[string]*string) bool
+	create = func(topic string, partitions int32, configs map[string]*string) bool {
 		resp, err := adm.CreateTopic(ctx, partitions, -1, configs, topic)
+		err = errors.Join(err, resp.Err)
 		switch {
-		case err == nil && resp.Err == nil:
+		case err == nil:
 			r.log.Info("parking topic created", zap.String("topic", topic), zap.Int32("partitions", partitions))
-		case errors.Is(err, kerr.TopicAlreadyExists) || errors.Is(resp.Err, kerr.TopicAlreadyExists):
+			return true
+		case errors.Is(err, kerr.TopicAlreadyExists):
+		case configs["max.message.bytes"] != nil && (errors.Is(err, kerr.InvalidConfig) || errors.Is(err, kerr.PolicyViolation)):
+			// A cluster that caps max.message.bytes (a managed one):
+			// its default then, and sizeParkedTopics warns.
+			r.log.Warn("creating parking topic: its max.message.bytes refused; creating it with the cluster's default",
+				zap.String("topic", topic), zap.String("max_message_bytes", *configs["max.message.bytes"]), zap.Error(err))
+			delete(configs, "max.message.bytes")
+			return create(topic, partitions, configs)
 		default:
 			r.log.Warn("creating parking topic; writes to it are retried until it exists",
-				zap.String("topic", topic), zap.Error(errors.Join(err, resp.Err)))
+				zap.String("topic", topic), zap.Error(err))
 		}
+		return false
 	}
 	compact, forever := "compact", "-1"
 	create(r.o.Park.StateTopic, 1, map[string]*string{"cleanup.policy": &compact})
+	var present []string
 	for _, src := range r.topics {
 		if st, ok := sources[src]; ok && st.Err == nil {
-			create(park.Topic(src), int32(len(st.Partitions)), map[string]*string{"retention.ms": &forever})
+			present = append(present, src)
 		}
 	}
+	want := r.wantParkedMaxBytes(ctx, adm, present)
+	created := make(map[string]int32)
+	for _, src := range present {
+		limit := int32(minParkedMaxBytes)
+		if w, ok := want[src]; ok {
+			limit = max(w, limit)
+		}
+		maxBytes := strconv.Itoa(int(limit))
+		configs := map[string]*string{"retention.ms": &forever, "max.message.bytes": &maxBytes}
+		if create(park.Topic(src), int32(len(sources[src].Partitions)), configs) && configs["max.message.bytes"] != nil {
+			created[park.Topic(src)] = limit
+		}
+	}
+	r.sizeParkedTopics(ctx, adm, present, want, created)
 }
 
 // stateRead takes a record of the state topic from the tail: it keeps the
@@ -661,6 +690,12 @@ func (j *job) park() {
 			go j.writeParked(st)
 		case j.p.ctx.Err() != nil:
 			j.abandon() // gives the slot back
+		case tooLarge(err):
+			j.releasePark() // park reserves again
+			j.tries++
+			wait := r.holdBackoff(j.tries)
+			j.parkTooLarge(rec, j.tries, wait, err)
+			j.after(wait, j.park)
 		default:
 			j.releasePark() // park reserves again
 			j.tries++
@@ -880,7 +915,7 @@ func (t *parkAction) run() {
 				floor = max(floor, src.Offset+1)
 			}
 			if deadLetter {
-				if err := r.produceDurably(p, r.parkedDeadLetter(rec)); err != nil {
+				if err := r.produceParkedDeadLetter(p, rec, at); err != nil {
 					r.actionCanceled(k, req.Action, at)
 					return
 				}
@@ -1039,6 +1074,12 @@ var errLeaseEnded = errors.New("no answer from the group coordinator for most of
 // acknowledges them all or ctx ends. Each attempt starts only within the
 // member's lease (see lease.go).
 func (r *Receiver) produceDurably(p *partition, recs ...*kgo.Record) error {
+	return r.produceDurablyUntil(p, nil, recs...)
+}
+
+// produceDurablyUntil is produceDurably that also returns a write error
+// for which stop, if not nil, reports true.
+func (r *Receiver) produceDurablyUntil(p *partition, stop func(error) bool, recs ...*kgo.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -1054,7 +1095,7 @@ func (r *Receiver) produceDurably(p *partition, recs ...*kgo.Record) error {
 		default:
 			err = r.cl.ProduceSync(ctx, recs...).FirstErr()
 		}
-		if err == nil || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || (stop != nil && stop(err)) {
 			return err
 		}
 		wait := r.holdBackoff(attempt)

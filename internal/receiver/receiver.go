@@ -387,6 +387,12 @@ func New(o Options) (*Receiver, error) {
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onLost),
 	)
+	if r.park != nil {
+		// Batches to a parked topic keep to its own limit, which Start
+		// reads (parksize.go); to other topics, to kgo's default (this
+		// replaces a ProducerBatchMaxBytes of ClientOpts).
+		opts = append(opts, kgo.ProducerBatchMaxBytesFn(r.batchMaxBytes))
+	}
 	if r.o.Fetch == nil {
 		r.o.Fetch = memory.Unbudgeted()
 	}

@@ -1,0 +1,248 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/internal/park"
+)
+
+// The size of parked copies. A parked copy is its source record plus
+// wowd's nine parking headers, so a record near its source topic's
+// max.message.bytes does not fit a parked topic with the same limit; and
+// the client checks its batch limit before compressing, so a record its
+// producer compressed to fit its source may not fit either. wowd creates a
+// parked topic with its source's max.message.bytes plus parkHeadroom, at
+// least minParkedMaxBytes, and the client's batches to a parked topic keep
+// to that topic's own limit (read at start, see sizeParkedTopics), so that
+// small parked copies batched together are never refused for their sum. A
+// parked copy still refused as too large (a parked topic created with a
+// smaller limit, a record compressed more than eightfold) holds its
+// partition, logged with what to raise (see parkTooLarge): it is never
+// dropped.
+
+// parkHeadroom is what a parked topic's max.message.bytes has above its
+// source's: the parking headers (a reason of up to maxErrorHeader bytes,
+// the source topic of up to 249, the service and dispatcher names, six
+// short values and the keys) and their framing take under 2 KiB with
+// names of a sane length; 64 KiB costs nothing on the broker.
+const parkHeadroom = 64 << 10
+
+// defaultBatchMaxBytes is kgo's ProducerBatchMaxBytes default, which the
+// client keeps for every topic but the parked topics whose limit it read.
+const defaultBatchMaxBytes = 1_000_012
+
+// minParkedMaxBytes is the least max.message.bytes of a parked topic wowd
+// creates, and that of one whose source's cannot be read (no
+// DescribeConfigs): 8 MiB, eight times Kafka's default, room for a record
+// its producer compressed to fit its source, and within what managed
+// clusters allow.
+const minParkedMaxBytes = 8 << 20
+
+// parkSizes are the sizes read at start (ensureParkingTopics).
+type parkSizes struct {
+	// limit is, by parked topic, its max.message.bytes: the client's
+	// batches to it keep to it (batchMaxBytes).
+	limit map[string]int32
+	// want is, by source topic, the max.message.bytes its parked topic
+	// needs for a parked copy of any record of it written uncompressed:
+	// the source's plus parkHeadroom. Missing where the source's could not
+	// be read.
+	want map[string]int32
+}
+
+// batchMaxBytes is the receiver client's ProducerBatchMaxBytesFn: a parked
+// topic's own max.message.bytes, once read, and kgo's default for every
+// other topic. kgo asks once per partition, when the first produce to its
+// topic learns it, which for a parked topic comes after Start read the
+// sizes (parking writes wait for ps.ready).
+func (r *Receiver) batchMaxBytes(topic string) int32 {
+	if s := r.park.sizes.Load(); s != nil {
+		if n, ok := s.limit[topic]; ok {
+			return n
+		}
+	}
+	return defaultBatchMaxBytes
+}
+
+// maxMessageBytes reads the max.message.bytes of topics (their effective
+// value: the topic's own, else the broker's default). A topic whose value
+// cannot be read is missing from the result, with the error.
+func maxMessageBytes(ctx context.Context, adm *kadm.Client, topics ...string) (map[string]int32, error) {
+	out := make(map[string]int32, len(topics))
+	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", rc.Name, rc.Err))
+			continue
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" {
+				continue
+			}
+			n, err := strconv.ParseInt(c.MaybeValue(), 10, 32)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: max.message.bytes %q: %w", rc.Name, c.MaybeValue(), err))
+				break
+			}
+			out[rc.Name] = int32(n)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// wantParkedMaxBytes returns, by source topic, the max.message.bytes its
+// parked topic needs: the source's plus parkHeadroom. A source whose limit
+// cannot be read is missing (logged).
+func (r *Receiver) wantParkedMaxBytes(ctx context.Context, adm *kadm.Client, sources []string) map[string]int32 {
+	limits, err := maxMessageBytes(ctx, adm, sources...)
+	if err != nil {
+		r.log.Warn("reading the consumed topics' max.message.bytes (needs DescribeConfigs on them); a parked topic wowd creates for one it cannot read gets 8 MiB",
+			zap.Error(err))
+	}
+	want := make(map[string]int32, len(limits))
+	for src, n := range limits {
+		want[src] = int32(min(int64(n)+parkHeadroom, 1<<30))
+	}
+	return want
+}
+
+// sizeParkedTopics reads the parked topics' max.message.bytes, which the
+// client's batches to them keep to from now on, and warns of one below
+// what its source needs. created are those wowd just created, with the
+// value it gave them: used where a topic cannot be read.
+func (r *Receiver) sizeParkedTopics(ctx context.Context, adm *kadm.Client, sources []string, want, created map[string]int32) {
+	parked := make([]string, 0, len(sources))
+	for _, src := range sources {
+		parked = append(parked, park.Topic(src))
+	}
+	limits, err := maxMessageBytes(ctx, adm, parked...)
+	var unread []string
+	for _, t := range parked {
+		if n, ok := created[t]; ok {
+			if _, ok := limits[t]; !ok {
+				limits[t] = n // just created: not readable yet everywhere
+			}
+		}
+		if _, ok := limits[t]; !ok {
+			unread = append(unread, t)
+		}
+	}
+	if len(unread) > 0 {
+		r.log.Warn("reading the parked topics' max.message.bytes (needs DescribeConfigs on them); writes to one not read keep to 1000012-byte batches, and a larger parked copy waits until it is read at a restart",
+			zap.Strings("parked_topics", unread), zap.Error(err))
+	}
+	s := &parkSizes{limit: make(map[string]int32, len(limits)), want: want}
+	for _, src := range sources {
+		t := park.Topic(src)
+		n, ok := limits[t]
+		if !ok {
+			continue
+		}
+		s.limit[t] = min(max(n, 512), 1<<30) // kgo takes [512, 1 GiB]
+		if w, ok := want[src]; ok && n < w {
+			r.log.Warn("parked topic's max.message.bytes is below its source's plus room for the parking headers: a message near its source's limit that fails for good cannot be parked and holds its partition; raise it, then restart wowd",
+				zap.String("parked_topic", t), zap.Int32("max_message_bytes", n), zap.Int32("want", w))
+		}
+	}
+	r.park.sizes.Store(s)
+}
+
+// tooLarge reports whether a write was refused for its size, by the broker
+// (the topic's max.message.bytes) or by the client (larger than its batch
+// limit for the topic): kgo reports both as kerr.MessageTooLarge.
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
+}
+
+// batchBytes is about what rec takes in a record batch.
+func batchBytes(rec *kgo.Record) int {
+	n := 70 + len(rec.Key) + len(rec.Value) // the batch header and the record's framing
+	for _, h := range rec.Headers {
+		n += 10 + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// parkTooLarge logs and counts a parked copy refused as too large for its
+// parked topic. The record is then retried with the capped backoff until
+// an operator raises the limit, holding its partition's commit: dropping
+// it would lose it, and committing past it would reorder its aggregate.
+func (j *job) parkTooLarge(rec *kgo.Record, attempt int, wait time.Duration, err error) {
+	r := j.r
+	src := j.rec
+	at := []zap.Field{zap.String("topic", src.Topic), zap.Int32("partition", src.Partition), zap.Int64("offset", src.Offset),
+		zap.String("parked_topic", rec.Topic), zap.Int("record_bytes", batchBytes(rec))}
+	want := int64(batchBytes(rec)) + parkHeadroom
+	if s := r.park.sizes.Load(); s != nil {
+		if n, ok := s.limit[rec.Topic]; ok {
+			at = append(at, zap.Int32("max_message_bytes", n))
+		}
+		if n, ok := s.want[src.Topic]; ok {
+			want = max(want, int64(n))
+		}
+	}
+	r.m.ParkAction("park", "failed")
+	r.log.Error("parked copy too large for the parked topic: raise the parked topic's max.message.bytes to at least max_message_bytes_wanted, then restart wowd (it reads the limit at start); retrying, the source offset stays uncommitted",
+		append(at, zap.Int64("max_message_bytes_wanted", want), zap.Int("attempt", attempt), zap.Duration("wait", wait), zap.Error(err))...)
+}
+
+// produceParkedDeadLetter writes the dead letter of the parked record rec
+// (a skip's head, a discard's messages) durably, like produceDurably. One
+// too large for the dead-letter topic is written as a stub, as the
+// dead-letter path does (deadLetter): without its value and its source
+// headers, with its parking headers, which say where it came from and why
+// it parked; the parked topic keeps it whole (wowd creates it without
+// retention).
+func (r *Receiver) produceParkedDeadLetter(p *partition, rec *kgo.Record, at []zap.Field) error {
+	dl := r.parkedDeadLetter(rec)
+	err := r.produceDurablyUntil(p, tooLarge, dl)
+	if err == nil || !tooLarge(err) {
+		return err
+	}
+	r.log.Warn("parked aggregate: a parked message is too large for the dead-letter topic; writing its position and reason without its value and headers",
+		append(at, zap.String("dead_letter_topic", dl.Topic), zap.ByteString("offset", headerValue(rec, park.HeaderSourceOffset)),
+			zap.Int32("parked_partition", rec.Partition), zap.Int64("parked_offset", rec.Offset),
+			zap.Int("value_bytes", len(rec.Value)), zap.Error(err))...)
+	stub := &kgo.Record{Topic: dl.Topic, Key: dl.Key, Timestamp: dl.Timestamp}
+	omitted := 0
+	for _, h := range dl.Headers {
+		if strings.HasPrefix(h.Key, park.HeaderPrefix) {
+			stub.Headers = append(stub.Headers, h)
+		} else {
+			omitted++
+		}
+	}
+	stub.Headers = append(stub.Headers,
+		kgo.RecordHeader{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(dl.Value)))},
+		kgo.RecordHeader{Key: HeaderHeadersOmitted, Value: []byte(strconv.Itoa(omitted))},
+	)
+	if err := r.produceDurably(p, stub); err != nil {
+		return fmt.Errorf("writing the dead-letter stub of a parked message: %w", err)
+	}
+	return nil
+}
+
+// headerValue returns the value of rec's last header named key, or nil.
+func headerValue(rec *kgo.Record, key string) []byte {
+	var v []byte
+	for _, h := range rec.Headers {
+		if h.Key == key {
+			v = h.Value
+		}
+	}
+	return v
+}
