@@ -84,6 +84,13 @@ type State struct {
 	// that wrote the state (see book.go); 0 for states written before
 	// epochs existed.
 	Epoch int64 `json:"epoch,omitempty"`
+	// Skipped is set once a skip dead-lettered the head and its progress
+	// moved Head past it: Head is then a message that has not failed, and
+	// a skip (resumed by the partition's next owner, or asked again)
+	// dead-letters nothing more: it redrives from Head. A message that
+	// fails again becomes the head with Skipped false. Absent (false) in
+	// states written before it existed.
+	Skipped bool `json:"skipped,omitempty"`
 	// Request is an operator's pending action, if any.
 	Request *Request `json:"request,omitempty"`
 }

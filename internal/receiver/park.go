@@ -906,7 +906,10 @@ func (t *parkAction) run() {
 				r.actionCanceled(k, req.Action, at)
 				return
 			}
-			deadLetter := req.Action == park.Discard || (req.Action == park.Skip && n == 0)
+			// A skip's head is its first message, unless an earlier run
+			// of a skip dead-lettered it already (st.Skipped).
+			headSkip := req.Action == park.Skip && n == 0 && !st.Skipped
+			deadLetter := req.Action == park.Discard || headSkip
 			n++
 			if err != nil {
 				r.log.Error("parked aggregate: a parked record has no source; dead-lettering it", append(at, zap.Error(err))...)
@@ -920,6 +923,11 @@ func (t *parkAction) run() {
 					return
 				}
 				r.m.Count(metrics.DeadLettered, 1)
+				// Recorded with the next progress: a skip cut short after
+				// it does not take the next message for its head. (Cut
+				// short before it, the head is dead-lettered again: a
+				// duplicate dead letter, never a hole.)
+				st.Skipped = st.Skipped || headSkip
 				continue
 			}
 			o, f := r.runParked(rp, src)
@@ -931,6 +939,7 @@ func (t *parkAction) run() {
 				// Failed again: the aggregate stays parked, this message its head.
 				st.Head = park.Position{Partition: rec.Partition, Offset: rec.Offset}
 				st.Offset, st.Class, st.Reason, st.Attempts = src.Offset, f.class, truncate(f.reason, maxErrorHeader), f.attempts
+				st.Skipped = false // a head that failed: a skip dead-letters it
 				if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
 					r.actionCanceled(k, req.Action, at)
 					return

@@ -1,0 +1,85 @@
+package receiver
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/park"
+	"github.com/wowd/wowd/internal/testwait"
+)
+
+// TestSkipResumedByTheNextOwnerDeadLettersOnlyTheHead: a skip of an
+// aggregate with 300 parked messages is cut short past its first chunk
+// (256 messages, after which its progress moves the head on in the state
+// topic): the partition moves to another member while the handler holds
+// the 257th. The new owner resumes the skip from the recorded head: it
+// hands the 257th to the handler, and the dead-letter topic holds the
+// original head only. (Resumed as a new skip, it dead-lettered the 257th,
+// which never failed: a hole in the aggregate's history.)
+func TestSkipResumedByTheNextOwnerDeadLettersOnlyTheHead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group, n, head = "g-park-skip-move", 302, 2
+		const held = head + redriveChunk // the 257th parked message
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, n, 1) // agg-0 only: #0..#301; parks at #2
+		var broken, holding atomic.Bool
+		broken.Store(true)
+		var mu sync.Mutex
+		var firsts []uint64 // first successful handlings, in order
+		seen := map[uint64]bool{}
+		hd := handler.Sync(func(ctx context.Context, m *handler.Message) error {
+			seq := binary.BigEndian.Uint64(m.Value)
+			switch {
+			case broken.Load() && seq == head:
+				return handler.Classed(handler.Permanent, errors.New("rejected"))
+			case seq == held && !holding.Swap(true):
+				<-ctx.Done() // held until the partition moves
+				return ctx.Err()
+			}
+			mu.Lock()
+			if !seen[seq] {
+				seen[seq] = true
+				firsts = append(firsts, seq)
+			}
+			mu.Unlock()
+			return nil
+		})
+		r1 := h.receiver(group, hd, 16, parking)
+		testwait.For(t, 30*time.Second, "agg-0 parked and committed", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		first := h.parkedState("agg-0").Head
+		broken.Store(false)
+		h.ask("agg-0", park.Skip)
+		testwait.For(t, 60*time.Second, "the skip past its first chunk, holding the 257th", func() bool {
+			st := h.parkedState("agg-0")
+			return holding.Load() && st != nil && st.Head.Offset == first.Offset+redriveChunk
+		})
+		r2 := h.receiver(group, hd, 16, parking)
+		stop(t, r1) // the partition moves to r2 in the middle of the skip
+		testwait.For(t, 60*time.Second, "agg-0 unparked by the new owner", func() bool { return h.parkedState("agg-0") == nil })
+		mu.Lock()
+		got := slices.Clone(firsts)
+		mu.Unlock()
+		if want := append(seqs(0, head), seqs(head+1, n)...); !slices.Equal(got, want) {
+			t.Errorf("agg-0 handled %v, want #0..#%d but the skipped #%d, in order", got, n-1, head)
+		}
+		var dead []string
+		for _, rec := range dlqRecords(t, h.c, testTopic+".dlq", 0) {
+			dead = append(dead, fmt.Sprintf("%s#%d", rec.Key, binary.BigEndian.Uint64(rec.Value)))
+		}
+		if want := []string{fmt.Sprintf("agg-0#%d", head)}; !slices.Equal(dead, want) {
+			t.Errorf("dead letters %v, want %v only", dead, want)
+		}
+		stop(t, r2)
+	})
+}
