@@ -70,6 +70,9 @@ type jobState struct {
 	redriven bool
 	// slot: the job holds one of the max-parked slots (see reservePark).
 	slot bool
+	// waiting: the job waits for a max-parked slot, counted in
+	// Receiver.parkWaiting (see waitPark).
+	waiting bool
 	// version is the event stream's aggregate version (version-check), 0
 	// when not checked.
 	version int64

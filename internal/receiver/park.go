@@ -590,7 +590,7 @@ func (r *Receiver) unloadParked(gone []*partition) {
 // reservePark takes one of the max-parked slots for an aggregate about to
 // park, if one is free: parks of different aggregates run concurrently. The
 // job holds the slot (j.slot) until its aggregate is parked or the job is
-// dropped.
+// dropped. A job that waited for a slot waits no more.
 func (j *job) reservePark() bool {
 	r := j.r
 	if int(r.parkSlots.Add(1)+r.nparked.Load()) > r.o.Park.Max {
@@ -598,26 +598,70 @@ func (j *job) reservePark() bool {
 		return false
 	}
 	j.slot = true
+	j.endParkWait()
 	r.parkRoom()
 	return true
 }
 
-// releasePark gives the job's max-parked slot back, if it holds one.
+// waitPark counts the job among those waiting for a max-parked slot, after
+// reservePark found none, and pauses fetching unless there is room by now
+// (an unpark since reservePark, whose parkRoom did not see this job yet):
+// then the job just tries again. It reports whether it paused fetching.
+func (j *job) waitPark() bool {
+	r := j.r
+	if !j.waiting {
+		j.waiting = true
+		r.parkWaiting.Add(1)
+	}
+	r.parkFullMu.Lock()
+	defer r.parkFullMu.Unlock()
+	if r.parkFull.Load() || int(r.nparked.Load()+r.parkSlots.Load()) < r.o.Park.Max {
+		return false
+	}
+	r.parkFull.Store(true)
+	return true
+}
+
+// endParkWait takes the job out of the count of those waiting for a
+// max-parked slot, if it is in it.
+func (j *job) endParkWait() {
+	if j.waiting {
+		j.waiting = false
+		j.r.parkWaiting.Add(-1)
+	}
+}
+
+// releasePark gives the job's max-parked slot back, if it holds one, and
+// ends its wait for one, if it waits: every path on which a job stops
+// needing a slot (its aggregate parked, it was finished, abandoned or
+// dropped) passes here.
 func (j *job) releasePark() {
+	waited := j.waiting
+	j.endParkWait()
 	if j.slot {
 		j.slot = false
 		j.r.parkSlots.Add(-1)
 		j.r.parkRoom()
+	} else if waited {
+		j.r.parkRoom()
 	}
 }
 
-// parkRoom lifts the max-parked pause once there is room again.
+// parkRoom lifts the max-parked pause once there is room again, or no job
+// waits for a slot any more (it parked behind its aggregate parked
+// meanwhile, or it was given up with its partition).
 func (r *Receiver) parkRoom() {
-	if r.park == nil || int(r.nparked.Load()+r.parkSlots.Load()) >= r.o.Park.Max {
+	if r.park == nil {
 		return
 	}
-	if r.parkFull.CompareAndSwap(true, false) {
-		r.log.Info("parked aggregates below max-parked again: fetching resumes", zap.Int("max_parked", r.o.Park.Max))
+	r.parkFullMu.Lock()
+	lift := r.parkFull.Load() && (r.parkWaiting.Load() == 0 || int(r.nparked.Load()+r.parkSlots.Load()) < r.o.Park.Max)
+	if lift {
+		r.parkFull.Store(false)
+	}
+	r.parkFullMu.Unlock()
+	if lift {
+		r.log.Info("parked aggregates below max-parked again, or no message waits to park any more: fetching resumes", zap.Int("max_parked", r.o.Park.Max))
 		r.notify()
 	}
 }
@@ -635,7 +679,7 @@ func (j *job) park() {
 	k := parkKey{j.rec.Topic, j.msg.AggregateID}
 	head, parked := r.parkedAgg(k.topic, k.key)
 	if !parked && !j.slot && !j.reservePark() {
-		if r.parkFull.CompareAndSwap(false, true) {
+		if j.waitPark() {
 			r.log.Warn("max-parked reached: the failed message waits, and fetching pauses, until an aggregate is unparked (wowd parked redrive|skip|discard)",
 				zap.Int("max_parked", r.o.Park.Max), zap.String("topic", k.topic), zap.Int32("partition", j.rec.Partition),
 				zap.Int64("offset", j.rec.Offset))

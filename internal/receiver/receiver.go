@@ -270,7 +270,16 @@ type Receiver struct {
 	// parkSlots are max-parked slots reserved by aggregates whose parking
 	// is being written (see reservePark).
 	parkSlots atomic.Int32
-	parkFull  atomic.Bool // max-parked reached and another aggregate must park: fetching paused
+	// parkWaiting counts the jobs waiting for a max-parked slot (see
+	// waitPark): the pause lasts only while one does.
+	parkWaiting atomic.Int32
+	parkFull    atomic.Bool // max-parked reached and a job waits for a slot: fetching paused
+	// parkFullMu guards the changes of parkFull (read without it): each is
+	// decided on the counts (nparked, parkSlots, parkWaiting) read under
+	// it, and every change of the counts that may call for one is followed
+	// by such a decision (waitPark, parkRoom), so the last decision is made
+	// on the last counts.
+	parkFullMu sync.Mutex
 
 	retireMu sync.Mutex   // guards retiring
 	retiring []*partition // incarnations no longer owned (draining or closed) with records pending: the deadline watcher keeps watching them

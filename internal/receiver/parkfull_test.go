@@ -1,0 +1,104 @@
+package receiver
+
+// Regression tests of the defects a review of parking found in max-parked's
+// pause, parking by hand and actions across a partition's incarnations;
+// each failed before its fix.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/testwait"
+)
+
+// The max-parked pause ends when the message that waited for room goes
+// without parking: with max-parked 1, A parked on partition 0 and B,
+// failing for good on partition 1, waiting for room, partition 1 is lost.
+// B's job is given up holding no slot and nothing of partition 1 was
+// parked: counted by parked aggregates and slots alone, the receiver stayed
+// full and kept every topic paused until an operator unparked A, though no
+// message waited to park.
+func TestMaxParkedPauseEndsWithTheMessageWaitingForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-full-lost"
+		h := newVirtualHarness(t, 2)
+		var mu sync.Mutex
+		handled := map[string]int{}
+		hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
+			if m.AggregateID == "A" || m.AggregateID == "B" {
+				return handler.Classed(handler.Permanent, errors.New("rejected"))
+			}
+			mu.Lock()
+			handled[m.AggregateID]++
+			mu.Unlock()
+			return nil
+		})
+		r := h.receiver(group, hd, 16, func(o *Options) { o.Park = &Parking{StateTopic: testStateTopic, Max: 1} })
+		produceAt(t, h.c, testTopic, 0, "A")
+		testwait.For(t, 30*time.Second, "A parked", func() bool { return h.parkedState("A") != nil })
+		produceAt(t, h.c, testTopic, 1, "B")
+		testwait.For(t, 30*time.Second, "B waiting for room", func() bool { return r.Snapshot().ParkFull })
+		handledC := func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return handled["C"] == 1
+		}
+		// A poll under way when B found no room still returns what comes
+		// (W): the poll loop pauses after it.
+		produceAt(t, h.c, testTopic, 0, "W")
+		time.Sleep(time.Second)
+		produceAt(t, h.c, testTopic, 0, "C")
+		time.Sleep(5 * time.Second)
+		if handledC() {
+			t.Fatal("C handled while B waited for room")
+		}
+
+		// Partition 1 is lost (as onLost does it).
+		r.commitMu.lock()
+		gone := r.take(map[string][]int32{testTopic: {1}})
+		for _, p := range gone {
+			r.closePartition(p)
+		}
+		r.unloadParked(gone)
+		r.commitMu.unlock()
+
+		testwait.For(t, 30*time.Second, "C, on partition 0, handled", handledC)
+		if r.Snapshot().ParkFull {
+			t.Error("still reported full with no message waiting to park")
+		}
+		stop(t, r)
+	})
+}
+
+// A job that found no max-parked slot pauses fetching only if there is
+// still none once it is counted as waiting: an unpark whose check of the
+// room came between the two (and saw no job waiting) must not leave the
+// pause on. Nor does the pause outlast the last job waiting.
+func TestMaxParkedPauseAndAnUnparkMeanwhile(t *testing.T) {
+	r := &Receiver{park: &parkState{}, log: zap.NewNop(), o: Options{Park: &Parking{Max: 1}}}
+	r.nparked.Store(1)
+	j := &job{jobState: jobState{r: r}}
+	if j.reservePark() {
+		t.Fatal("a slot reserved past max-parked")
+	}
+	r.nparked.Store(0) // unparked
+	r.parkRoom()
+	if j.waitPark() || r.parkFull.Load() {
+		t.Fatal("fetching paused with room for the job")
+	}
+	r.nparked.Store(1) // another aggregate took the room
+	if !j.waitPark() || !r.parkFull.Load() || r.parkWaiting.Load() != 1 {
+		t.Fatalf("not paused with no room and a job waiting (waiting: %d)", r.parkWaiting.Load())
+	}
+	j.releasePark() // the job is given up
+	if r.parkFull.Load() || r.parkWaiting.Load() != 0 {
+		t.Fatalf("paused with no job waiting (waiting: %d)", r.parkWaiting.Load())
+	}
+}
