@@ -168,7 +168,7 @@ func shedBehindActions(t *testing.T, group string) (*Receiver, *partition) {
 
 	// The least parking state startAction and parkAction use.
 	r.park = &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(),
-		handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
+		handParking: make(map[parkKey]*partition), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
 	for range maxActions {
 		r.park.actions <- struct{}{} // every running slot taken: the actions wait, counted in p's share
 	}

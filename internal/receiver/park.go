@@ -97,8 +97,10 @@ type parkState struct {
 	// from book.
 	loaded map[tp]bool
 	// handParking are the aggregates being parked by hand (a park action
-	// queued in their mailbox).
-	handParking map[parkKey]bool
+	// queued in their mailbox), each with the partition incarnation whose
+	// action it is: an incarnation that ended is no reason for the next to
+	// wait (see handParkEnded).
+	handParking map[parkKey]*partition
 	stopping    bool // no more loads and actions start (wg is being waited for)
 	// caughtUp is set once the tail read the whole state topic: local
 	// (ingest) records can be checked against seen from then on.
@@ -163,7 +165,7 @@ func (r *Receiver) parkedAnywhere(topic, key string) bool {
 // the receiver's client, which may join the group (and be assigned
 // partitions, which wait for the tail) before Start.
 func (r *Receiver) newParking() error {
-	ps := &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(), handParking: make(map[parkKey]bool), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
+	ps := &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(), handParking: make(map[parkKey]*partition), actions: make(chan struct{}, maxActions), ready: make(chan struct{})}
 	tail, err := park.NewTail(r.parkClientOpts(), r.o.Park.StateTopic, r.stateRead, func(err error) {
 		r.log.Warn("reading the parked aggregates' state topic", zap.String("topic", r.o.Park.StateTopic), zap.Error(err))
 	})
@@ -406,8 +408,8 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	byHand := req != nil && req.Request.Action == park.Park
 	stale := req != nil && (a == nil) != byHand
 	switch {
-	case byHand && a == nil && !ps.handParking[k]:
-		ps.handParking[k], act = true, req.Request
+	case byHand && a == nil && ps.handParking[k] != p:
+		ps.handParking[k], act = p, req.Request
 	case req != nil && a != nil && !a.busy && req.Request.ID != a.lastReq:
 		a.busy, a.lastReq, act = true, req.Request.ID, req.Request
 	}
@@ -820,6 +822,7 @@ func (r *Receiver) startAction(k parkKey, p *partition, req park.Request) {
 	route := r.routes[k.topic]
 	if route == nil || !r.park.goStart() {
 		r.parkIdle(k)
+		r.handParkEnded(k, p, req)
 		return
 	}
 	t := &parkAction{r: r, p: p, k: k, req: req}
@@ -827,6 +830,28 @@ func (r *Receiver) startAction(k parkKey, p *partition, req park.Request) {
 	if err := route.Group.Submit(k.key, t); err != nil {
 		t.ended()
 		r.parkIdle(k)
+		r.handParkEnded(k, p, req)
+	}
+}
+
+// handParkEnded ends p's attempt to park k by hand, if req is one: p's
+// mark goes, whichever way the attempt ended (done, refused, never run).
+// When p has closed meanwhile, the request, still pending, is looked at
+// again for the incarnation that took p's place, if one is loaded: a
+// rewound partition's (no load to look at it), or one whose load saw the
+// mark still set.
+func (r *Receiver) handParkEnded(k parkKey, p *partition, req park.Request) {
+	if req.Action != park.Park {
+		return
+	}
+	ps := r.park
+	ps.mu.Lock()
+	if ps.handParking[k] == p {
+		delete(ps.handParking, k)
+	}
+	ps.mu.Unlock()
+	if p.isClosed() {
+		r.maybeAct(k, p.partition)
 	}
 }
 
@@ -877,6 +902,7 @@ func (t *parkAction) Run(res executor.Resume) executor.Status {
 			defer func() { <-t.r.park.actions }()
 		case <-t.p.ctx.Done():
 			t.r.parkIdle(t.k)
+			t.r.handParkEnded(t.k, t.p, t.req)
 			return
 		}
 		t.run()
@@ -1224,11 +1250,7 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, req park.Request) {
 	ps := r.park
 	at := []zap.Field{zap.String("action", req.Action), zap.String("by", req.By), zap.String("topic", k.topic),
 		zap.Int32("partition", p.partition), zap.String("aggregate", k.key)}
-	defer func() {
-		ps.mu.Lock()
-		delete(ps.handParking, k)
-		ps.mu.Unlock()
-	}()
+	defer r.handParkEnded(k, p, req)
 	if _, parked := r.parkedAgg(k.topic, k.key); parked {
 		// Parked already: this request is void, but not the ones asked
 		// before it (a redrive asked while an action ran): it deletes only

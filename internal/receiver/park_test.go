@@ -828,7 +828,7 @@ func TestParkedListsEachAggregateOnce(t *testing.T) {
 	st := func(partition int32, agg string) park.State {
 		return park.State{Service: "svc", Dispatcher: "d", Topic: testTopic, Partition: partition, Aggregate: agg, Epoch: 1}
 	}
-	ps := &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(), handParking: make(map[parkKey]bool)}
+	ps := &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(), handParking: make(map[parkKey]*partition)}
 	ps.caughtUp.Store(true)
 	r := &Receiver{park: ps, parts: make(map[tp]*partition), routes: map[string]*Route{testTopic: {Aggregate: "cart"}}}
 	r.parts[tp{testTopic, 0}], r.parts[tp{testTopic, 1}] = &partition{}, &partition{}

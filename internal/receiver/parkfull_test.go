@@ -18,6 +18,27 @@ import (
 	"github.com/wowd/wowd/internal/testwait"
 )
 
+// part0 returns r's incarnation of partition 0.
+func part0(r *Receiver) *partition {
+	r.partsMu.RLock()
+	defer r.partsMu.RUnlock()
+	return r.parts[tp{testTopic, 0}]
+}
+
+// loadedAgain waits until partition 0 of r is an incarnation other than
+// old, loaded.
+func loadedAgain(t *testing.T, r *Receiver, old *partition) *partition {
+	t.Helper()
+	var np *partition
+	testwait.For(t, 30*time.Second, "partition 0 taken again and loaded", func() bool {
+		r.partsMu.RLock()
+		defer r.partsMu.RUnlock()
+		np = r.parts[tp{testTopic, 0}]
+		return np != nil && np != old && np.parkEpoch.Load() != 0
+	})
+	return np
+}
+
 // The max-parked pause ends when the message that waited for room goes
 // without parking: with max-parked 1, A parked on partition 0 and B,
 // failing for good on partition 1, waiting for room, partition 1 is lost.
@@ -101,4 +122,47 @@ func TestMaxParkedPauseAndAnUnparkMeanwhile(t *testing.T) {
 	if r.parkFull.Load() || r.parkWaiting.Load() != 0 {
 		t.Fatalf("paused with no job waiting (waiting: %d)", r.parkWaiting.Load())
 	}
+}
+
+// A request to park an aggregate by hand whose action never ran, its
+// partition lost first, is carried out once the partition comes back to
+// this member. The mark that the aggregate was being parked by hand was
+// cleared only by the action itself: left by the incarnation that ended,
+// it made the next ignore the request for the rest of the process's life.
+// Here the action is held at its start (every action slot taken) until
+// the partition is lost.
+func TestParkByHandCutShortIsCarriedOutWhenThePartitionComesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-hand-lost"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 3, 1) // agg-0: #0..#2
+		sink := newParkSink(func(string, uint64) bool { return false })
+		r := h.receiver(group, sink, 16, parking)
+		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
+		for range maxActions {
+			r.park.actions <- struct{}{}
+		}
+		if n, err := r.ParkByHand(context.Background(), "agg-0", "test"); err != nil || n != 1 {
+			t.Fatalf("ParkByHand: %d, %v", n, err)
+		}
+		k := parkKey{testTopic, "agg-0"}
+		testwait.For(t, 30*time.Second, "the park action queued", func() bool {
+			r.park.mu.RLock()
+			defer r.park.mu.RUnlock()
+			_, queued := r.park.handParking[k]
+			return queued
+		})
+		old := part0(r)
+		r.member = "a member ID the coordinator dropped"
+		r.cl.ForceRebalance()
+		loadedAgain(t, r, old)
+		for range maxActions {
+			<-r.park.actions
+		}
+		testwait.For(t, 30*time.Second, "agg-0 parked by hand", func() bool {
+			st := h.parkedState("agg-0")
+			return st != nil && st.Class == "by-hand" && st.Request == nil
+		})
+		stop(t, r)
+	})
 }
