@@ -173,7 +173,7 @@ func shedBehindActions(t *testing.T, group string) (*Receiver, *partition) {
 		r.park.actions <- struct{}{} // every running slot taken: the actions wait, counted in p's share
 	}
 	for i := range shedActions {
-		r.startAction(parkKey{testTopic, "parked-" + strconv.Itoa(i)}, p, park.Request{Action: park.Redrive, ID: strconv.Itoa(i)})
+		r.startAction(parkKey{testTopic, "parked-" + strconv.Itoa(i)}, p, nil, park.Request{Action: park.Redrive, ID: strconv.Itoa(i)})
 	}
 	if n := p.pending.Load(); n != shedActions {
 		t.Fatalf("setup: pending %d", n)

@@ -67,7 +67,10 @@ type parkKey struct {
 	topic, key string
 }
 
-// parkedAgg is a parked aggregate of an owned partition.
+// parkedAgg is a parked aggregate of an owned partition. An action keeps
+// the entry it started from (parkAction.a) and touches no other: a
+// partition lost and taken again gets new entries, with actions of their
+// own, while the old incarnation's actions end.
 type parkedAgg struct {
 	state   park.State // state.Request is nil: requests are kept apart (parkState.requests)
 	busy    bool       // an action (redrive, skip, discard) is under way
@@ -405,18 +408,19 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	req := ps.book.Request(k.topic, k.key)
 	a := ps.parked[k]
 	var act *park.Request
+	var from *parkedAgg // the entry the action starts from; nil for a park by hand
 	byHand := req != nil && req.Request.Action == park.Park
 	stale := req != nil && (a == nil) != byHand
 	switch {
 	case byHand && a == nil && ps.handParking[k] != p:
 		ps.handParking[k], act = p, req.Request
 	case req != nil && a != nil && !a.busy && req.Request.ID != a.lastReq:
-		a.busy, a.lastReq, act = true, req.Request.ID, req.Request
+		a.busy, a.lastReq, act, from = true, req.Request.ID, req.Request, a
 	}
 	ps.mu.Unlock()
 	switch {
 	case act != nil:
-		r.startAction(k, p, *act)
+		r.startAction(k, p, from, *act)
 	case stale && r.lease.holds() && !r.stale(p): // a member cut off, or no longer the one p was assigned to, leaves it to the owner
 		r.log.Info("request on an aggregate that is not parked (or, to park it, already is); deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
 			zap.String("action", req.Request.Action), zap.String("by", req.Request.By))
@@ -817,19 +821,20 @@ func truncate(s string, n int) string {
 // startAction queues an operator's action on a parked aggregate of p in its
 // mailbox: it runs once the aggregate's earlier messages are done, and its
 // later ones wait for it. The action counts as unfinished in p, so a revoke
-// waits for it like for a record.
-func (r *Receiver) startAction(k parkKey, p *partition, req park.Request) {
+// waits for it like for a record. a is the parked aggregate's entry the
+// action starts from (nil for a park by hand).
+func (r *Receiver) startAction(k parkKey, p *partition, a *parkedAgg, req park.Request) {
 	route := r.routes[k.topic]
 	if route == nil || !r.park.goStart() {
-		r.parkIdle(k)
+		r.parkIdle(k, a)
 		r.handParkEnded(k, p, req)
 		return
 	}
-	t := &parkAction{r: r, p: p, k: k, req: req}
+	t := &parkAction{r: r, p: p, k: k, a: a, req: req}
 	p.pending.Add(1)
 	if err := route.Group.Submit(k.key, t); err != nil {
 		t.ended()
-		r.parkIdle(k)
+		r.parkIdle(k, a)
 		r.handParkEnded(k, p, req)
 	}
 }
@@ -855,19 +860,21 @@ func (r *Receiver) handParkEnded(k parkKey, p *partition, req park.Request) {
 	}
 }
 
-// parkIdle marks the aggregate's action over, and starts the request that
-// came while it ran, if any.
-func (r *Receiver) parkIdle(k parkKey) {
+// parkIdle marks the action on the aggregate's entry a over, and starts the
+// request that came while it ran, if any. An entry that is not the
+// aggregate's any more (its partition was lost, and maybe loaded again
+// with a new entry and an action of its own) is left alone.
+func (r *Receiver) parkIdle(k parkKey, a *parkedAgg) {
 	ps := r.park
 	var partition int32
 	ps.mu.Lock()
-	a := ps.parked[k]
-	if a != nil {
+	ours := a != nil && ps.parked[k] == a
+	if ours {
 		a.busy = false
 		partition = a.state.Partition
 	}
 	ps.mu.Unlock()
-	if a != nil {
+	if ours {
 		r.maybeAct(k, partition)
 	}
 }
@@ -878,6 +885,7 @@ type parkAction struct {
 	r   *Receiver
 	p   *partition
 	k   parkKey
+	a   *parkedAgg // the entry it started from (see parkedAgg); nil for a park by hand
 	req park.Request
 }
 
@@ -901,7 +909,7 @@ func (t *parkAction) Run(res executor.Resume) executor.Status {
 		case t.r.park.actions <- struct{}{}:
 			defer func() { <-t.r.park.actions }()
 		case <-t.p.ctx.Done():
-			t.r.parkIdle(t.k)
+			t.r.parkIdle(t.k, t.a)
 			t.r.handParkEnded(t.k, t.p, t.req)
 			return
 		}
@@ -914,11 +922,15 @@ func (t *parkAction) run() {
 	r, p, k, req := t.r, t.p, t.k, t.req
 	ps := r.park
 	if req.Action == park.Park {
-		r.parkByHand(p, k, req)
+		r.parkByHand(p, k, t.a, req)
 		return
 	}
+	// Still the entry it started from, and its request still pending (not
+	// answered by an action that ran meanwhile).
+	a := t.a
 	ps.mu.RLock()
-	a := ps.parked[k]
+	current := ps.parked[k] == a
+	pending := ps.book.RequestKeys(k.topic, k.key, req.ID) != nil
 	var st park.State
 	if a != nil {
 		st = a.state
@@ -926,14 +938,15 @@ func (t *parkAction) run() {
 	ps.mu.RUnlock()
 	at := []zap.Field{zap.String("action", req.Action), zap.String("by", req.By), zap.String("topic", k.topic),
 		zap.Int32("partition", p.partition), zap.String("aggregate", k.key)}
-	if a == nil || p.isClosed() {
-		r.parkIdle(k)
+	if a == nil || !current || !pending || p.isClosed() {
+		r.log.Debug("parked aggregate: action not started; the aggregate is not parked here any more, or the request was answered meanwhile", at...)
+		r.parkIdle(k, a)
 		return
 	}
 	if req.Action != park.Redrive && !r.o.DeadLetter.Enabled {
 		r.log.Error("parked aggregate: "+req.Action+" needs the dead-letter topic, and dead letters are disabled (dead-letter.enabled); the aggregate stays parked", at...)
 		r.m.ParkAction(req.Action, "failed")
-		r.endRequest(p, k, req)
+		r.endRequest(p, k, a, req)
 		return
 	}
 	if req.Action != park.Redrive && r.versions != nil {
@@ -952,12 +965,12 @@ func (t *parkAction) run() {
 		recs, next, err := park.ParkedFrom(p.ctx, r.parkClientOpts(), adm, &st, from, redriveChunk)
 		if err != nil {
 			if p.ctx.Err() != nil {
-				r.actionCanceled(k, req.Action, at)
+				r.actionCanceled(k, a, req.Action, at)
 				return
 			}
 			r.log.Error("parked aggregate: reading its parked messages; the aggregate stays parked, ask again", append(at, zap.Error(err))...)
 			r.m.ParkAction(req.Action, "failed")
-			r.endRequest(p, k, req)
+			r.endRequest(p, k, a, req)
 			return
 		}
 		if len(recs) == 0 {
@@ -973,7 +986,7 @@ func (t *parkAction) run() {
 			// past it, another member may own the partition and redrive
 			// the aggregate too.
 			if err := r.awaitLease(p, at); err != nil {
-				r.actionCanceled(k, req.Action, at)
+				r.actionCanceled(k, a, req.Action, at)
 				return
 			}
 			// A skip's head is its first message, unless an earlier run
@@ -989,7 +1002,7 @@ func (t *parkAction) run() {
 			}
 			if deadLetter {
 				if err := r.produceParkedDeadLetter(p, rec, at); err != nil {
-					r.actionCanceled(k, req.Action, at)
+					r.actionCanceled(k, a, req.Action, at)
 					return
 				}
 				r.m.Count(metrics.DeadLettered, 1)
@@ -1003,7 +1016,7 @@ func (t *parkAction) run() {
 			o, f := r.runParked(rp, src)
 			switch o {
 			case metrics.Dropped:
-				r.actionCanceled(k, req.Action, at)
+				r.actionCanceled(k, a, req.Action, at)
 				return
 			case metrics.Parked:
 				// Failed again: the aggregate stays parked, this message its head.
@@ -1011,18 +1024,18 @@ func (t *parkAction) run() {
 				st.Offset, st.Class, st.Reason, st.Attempts = src.Offset, f.class, truncate(f.reason, maxErrorHeader), f.attempts
 				st.Skipped = false // a head that failed: a skip dead-letters it
 				if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
-					r.actionCanceled(k, req.Action, at)
+					r.actionCanceled(k, a, req.Action, at)
 					return
 				}
 				ps.mu.Lock()
-				if a := ps.parked[k]; a != nil {
+				if ps.parked[k] == a {
 					a.state = st
 				}
 				ps.mu.Unlock()
 				r.m.ParkAction(req.Action, "failed")
 				r.log.Warn("parked aggregate: a parked message failed again; the aggregate stays parked with it at the head",
 					append(at, zap.Int64("offset", src.Offset), zap.String("class", f.class), zap.String("reason", f.reason))...)
-				r.endRequest(p, k, req)
+				r.endRequest(p, k, a, req)
 				return
 			}
 		}
@@ -1032,31 +1045,34 @@ func (t *parkAction) run() {
 		st.Head = park.Position{Partition: st.Head.Partition, Offset: next}
 		st.Offset = floor // the source offset from which records are still parked
 		if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
-			r.actionCanceled(k, req.Action, at)
+			r.actionCanceled(k, a, req.Action, at)
 			return
 		}
 	}
 	// Every parked message is handled (or dead-lettered): unpark.
 	tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(st.RecordKey())}
 	if err := r.produceDurably(p, tomb); err != nil {
-		r.actionCanceled(k, req.Action, at)
+		r.actionCanceled(k, a, req.Action, at)
 		return
 	}
 	ps.mu.Lock()
-	delete(ps.parked, k)
-	r.nparked.Store(int32(len(ps.parked)))
+	if ps.parked[k] == a {
+		delete(ps.parked, k)
+		r.nparked.Store(int32(len(ps.parked)))
+	}
 	ps.mu.Unlock()
 	r.parkRoom()
 	r.m.ParkAction(req.Action, "done")
 	r.log.Info("parked aggregate: unparked", append(at, zap.Int("messages", n))...)
-	r.endRequest(p, k, req)
+	r.endRequest(p, k, a, req)
 }
 
 // endRequest deletes the request acted on from the state topic, with the
 // requests written before it (it answered them too), oldest first, and
 // lets the aggregate take the next. Each request has a key of its own, so
-// one written meanwhile stays pending, however late a delete lands.
-func (r *Receiver) endRequest(p *partition, k parkKey, req park.Request) {
+// one written meanwhile stays pending, however late a delete lands. a is
+// the entry the action started from, or made (see parkIdle).
+func (r *Receiver) endRequest(p *partition, k parkKey, a *parkedAgg, req park.Request) {
 	ps := r.park
 	ps.mu.RLock()
 	keys := ps.book.RequestKeys(k.topic, k.key, req.ID)
@@ -1068,21 +1084,26 @@ func (r *Receiver) endRequest(p *partition, k parkKey, req park.Request) {
 			break
 		}
 	}
-	r.parkIdle(k)
+	r.parkIdle(k, a)
 }
 
 // actionCanceled ends an action cut short by the partition going: the
 // aggregate stays parked, the request pending, so the next owner does it
-// again from the last progress recorded, at least once.
-func (r *Receiver) actionCanceled(k parkKey, action string, at []zap.Field) {
+// again from the last progress recorded, at least once. a is the entry the
+// action started from: still the aggregate's only if the partition was
+// rewound (the same ownership, see rewind). An entry of an incarnation
+// that took the partition again is left alone: it has an action of its
+// own for the request, and doing the request once more after that one
+// ended would act on what it left (a skip would skip its new head).
+func (r *Receiver) actionCanceled(k parkKey, a *parkedAgg, action string, at []zap.Field) {
 	r.park.mu.Lock()
-	if a := r.park.parked[k]; a != nil {
+	if a != nil && r.park.parked[k] == a {
 		a.lastReq = "" // still parked here (the partition was rewound): its request is acted on again
 	}
 	r.park.mu.Unlock()
 	r.m.ParkAction(action, "canceled")
 	r.log.Info("parked aggregate: action cut short by the partition going; its next owner starts it again", at...)
-	r.parkIdle(k)
+	r.parkIdle(k, a)
 }
 
 // parkedDeadLetter is the dead-letter record of a parked message: as it
@@ -1245,8 +1266,10 @@ func (r *Receiver) runParked(rp *partition, src *kgo.Record) (metrics.Outcome, f
 // goes to the state topic with its head at the end of its parked
 // partition, and its later messages park behind it. It runs as a task of
 // the aggregate's mailbox: its earlier messages are done, its later ones
-// wait for it.
-func (r *Receiver) parkByHand(p *partition, k parkKey, req park.Request) {
+// wait for it. from is the entry of the aggregate, parked, that maybeAct
+// started the request from (the request came after the aggregate parked:
+// maybeAct marks the entry busy), or nil.
+func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park.Request) {
 	ps := r.park
 	at := []zap.Field{zap.String("action", req.Action), zap.String("by", req.By), zap.String("topic", k.topic),
 		zap.Int32("partition", p.partition), zap.String("aggregate", k.key)}
@@ -1264,25 +1287,25 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, req park.Request) {
 				r.log.Warn("deleting a request to park an aggregate parked already; the next owner of the partition looks at it again", zap.String("aggregate", k.key), zap.Error(err))
 			}
 		}
-		r.parkIdle(k)
+		r.parkIdle(k, from) // the request before it, if any, starts once the tail reads the delete
 		return
 	}
 	if int(r.nparked.Load()+r.parkSlots.Load()) >= r.o.Park.Max {
 		r.log.Warn("parking by hand refused: max-parked reached", at...)
 		r.m.ParkAction(req.Action, "failed")
-		r.endRequest(p, k, req)
+		r.endRequest(p, k, from, req)
 		return
 	}
 	parked := park.Topic(k.topic)
 	ends, err := park.Ends(p.ctx, kadm.NewClient(r.cl), parked, false)
 	if err != nil || len(ends) == 0 {
 		if p.ctx.Err() != nil {
-			r.actionCanceled(k, req.Action, at)
+			r.actionCanceled(k, from, req.Action, at)
 			return
 		}
 		r.log.Error("parking by hand: the parked topic's end is not known; ask again", append(at, zap.Error(err))...)
 		r.m.ParkAction(req.Action, "failed")
-		r.endRequest(p, k, req)
+		r.endRequest(p, k, from, req)
 		return
 	}
 	// Where the client puts the aggregate's parked messages: the default
@@ -1294,18 +1317,19 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, req park.Request) {
 		Since: time.Now(), Class: "by-hand", Reason: "parked by hand by " + req.By, Epoch: p.parkEpoch.Load(),
 	}
 	if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
-		r.actionCanceled(k, req.Action, at)
+		r.actionCanceled(k, from, req.Action, at)
 		return
 	}
+	a := &parkedAgg{state: st, lastReq: req.ID}
 	ps.mu.Lock()
 	if !p.isClosed() {
-		ps.parked[k] = &parkedAgg{state: st, lastReq: req.ID}
+		ps.parked[k] = a
 		r.nparked.Store(int32(len(ps.parked)))
 	}
 	ps.mu.Unlock()
 	r.m.ParkAction(req.Action, "done")
 	r.log.Warn("aggregate parked by hand: its next messages wait in the parked topic for wowd parked redrive|skip|discard", at...)
-	r.endRequest(p, k, req)
+	r.endRequest(p, k, a, req)
 }
 
 // ParkByHand asks, in the state topic, for the aggregate id to be parked in

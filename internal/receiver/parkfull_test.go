@@ -6,15 +6,20 @@ package receiver
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/testwait"
 )
 
@@ -165,4 +170,101 @@ func TestParkByHandCutShortIsCarriedOutWhenThePartitionComesBack(t *testing.T) {
 		})
 		stop(t, r)
 	})
+}
+
+// An action of an incarnation that ended completes without touching the
+// parked aggregate of the incarnation that took the partition again: a
+// skip whose redriven message is still in the handler when its partition
+// is lost and comes back to this member, where the skip is asked again
+// (the request is still pending), must not make the new incarnation's
+// entry take the request up a second time once it is cut short. Done
+// twice, the second skip dead-lettered the message at which the first
+// failed again (its new head), which no one asked to skip, and redrove
+// the rest.
+func TestAnEndedIncarnationsActionLeavesTheNewOnesAggregate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-old-action"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 10, 1) // agg-0: #0..#9
+		var phase atomic.Int32            // 0: #3 fails; 1: #4 hangs once; 2: #5 fails
+		inHandler, release := make(chan struct{}), make(chan struct{})
+		var hung atomic.Bool
+		sink := newParkSink(func(string, uint64) bool { return false })
+		hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+			seq := binary.BigEndian.Uint64(m.Value)
+			switch ph := phase.Load(); {
+			case ph == 0 && seq == 3, ph == 2 && seq == 5:
+				ack.Done(handler.Classed(handler.Permanent, context.Canceled))
+				return
+			case ph == 1 && seq == 4 && hung.CompareAndSwap(false, true):
+				close(inHandler)
+				<-release // ignores its context: returns after the partition came back
+			}
+			sink.Handle(ctx, m, ack)
+		})
+		r := h.receiver(group, hd, 16, parking)
+		testwait.For(t, 30*time.Second, "agg-0 parked at #3 and committed", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		phase.Store(1)
+		h.ask("agg-0", park.Skip)
+		<-inHandler // the skip dead-lettered #3 and hands #4 over
+		old := part0(r)
+
+		// The partition is lost and comes back to this member (the loss as
+		// in TestRetakeAfterTheCoordinatorDroppedTheMember), where the
+		// skip, still pending, is queued behind the old one.
+		r.member = "a member ID the coordinator dropped"
+		r.cl.ForceRebalance()
+		loadedAgain(t, r, old)
+		testwait.For(t, 10*time.Second, "the skip queued again", func() bool {
+			r.park.mu.RLock()
+			defer r.park.mu.RUnlock()
+			a := r.park.parked[parkKey{testTopic, "agg-0"}]
+			return a != nil && a.busy
+		})
+		phase.Store(2)
+		close(release) // the old skip is cut short; the new one dead-letters #3 again, hands #4 over and fails at #5
+
+		testwait.For(t, 30*time.Second, "the skip answered", func() bool {
+			st := h.parkedState("agg-0")
+			return st == nil || st.Request == nil
+		})
+		time.Sleep(10 * time.Second) // room for a second run
+		var dead []uint64
+		for _, rec := range dlqRecords(t, h.c, testTopic+".dlq", 0) {
+			dead = append(dead, binary.BigEndian.Uint64(rec.Value))
+		}
+		if slices.Contains(dead, 5) {
+			t.Errorf("dead letters %v: #5, the new head after the skip failed again, was skipped too", dead)
+		}
+		if st := h.parkedState("agg-0"); st == nil || st.Offset != 5 {
+			t.Errorf("agg-0's parked state %+v, want parked at #5", st)
+		}
+		if got := sink.of("agg-0"); slices.Contains(got, 6) {
+			t.Errorf("agg-0 handled %v: past #5, which failed again", got)
+		}
+		stop(t, r)
+	})
+}
+
+// An action whose request was answered before its turn came (the request
+// is no longer pending) does nothing: it only lets the aggregate take the
+// next request. Here dead letters are disabled, so a skip that went on
+// would refuse, logging an error.
+func TestAnActionOfAnAnsweredRequestDoesNothing(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	ps := &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(), handParking: make(map[parkKey]*partition)}
+	r := &Receiver{park: ps, parts: make(map[tp]*partition), log: zap.New(core)}
+	k := parkKey{testTopic, "agg-0"}
+	a := &parkedAgg{state: park.State{Topic: testTopic, Aggregate: "agg-0"}, busy: true, lastReq: "r1"}
+	ps.parked[k] = a
+	act := &parkAction{r: r, p: newPartition(testTopic, 0), k: k, a: a, req: park.Request{Action: park.Skip, ID: "r1"}}
+	act.run()
+	if n := logs.FilterLevelExact(zap.ErrorLevel).Len(); n > 0 {
+		t.Fatalf("the action went on: %v", logs.FilterLevelExact(zap.ErrorLevel).All()[0].Message)
+	}
+	if a.busy {
+		t.Fatal("the aggregate's entry still busy")
+	}
 }
