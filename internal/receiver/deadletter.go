@@ -101,7 +101,7 @@ func (r *Receiver) deadLetter(j *job) {
 			j.finish(metrics.DeadLettered)
 		case j.p.ctx.Err() != nil:
 			j.abandon()
-		case !j.failure.stub && (errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)):
+		case !j.failure.stub && tooLarge(err):
 			// The record plus the provenance headers does not fit: write
 			// where it is and why, without its value and headers.
 			r.log.Warn("record too large for the dead-letter topic; writing its position and reason without its value and headers",

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -200,6 +201,12 @@ func TestDeadLetterTooLargeIsWrittenWithoutItsValue(t *testing.T) {
 
 // outcomeCount returns wowd_messages_total for one outcome, summed.
 func outcomeCount(t *testing.T, m *metrics.Metrics, outcome string) float64 {
+	return counterSum(t, m, "wowd_messages_total", "outcome", outcome)
+}
+
+// counterSum returns the sum of the counter name's series whose labels
+// have the given values (label, value pairs).
+func counterSum(t *testing.T, m *metrics.Metrics, name string, labelValues ...string) float64 {
 	t.Helper()
 	mfs, err := m.Registry.Gather()
 	if err != nil {
@@ -207,18 +214,29 @@ func outcomeCount(t *testing.T, m *metrics.Metrics, outcome string) float64 {
 	}
 	var sum float64
 	for _, mf := range mfs {
-		if mf.GetName() != "wowd_messages_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, s := range mf.Metric {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					sum += s.GetCounter().GetValue()
+			for i := 0; i+1 < len(labelValues); i += 2 {
+				if !hasLabel(s.GetLabel(), labelValues[i], labelValues[i+1]) {
+					continue series
 				}
 			}
+			sum += s.GetCounter().GetValue()
 		}
 	}
 	return sum
+}
+
+func hasLabel(labels []*dto.LabelPair, name, value string) bool {
+	for _, l := range labels {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
 }
 
 func TestSinkOutageBacksOffWithoutDeadLetters(t *testing.T) {

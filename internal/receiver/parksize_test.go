@@ -108,32 +108,7 @@ func (s *bigFails) of(key string) []string {
 
 // parkActionCount returns wowd_parked_actions_total for action and result.
 func parkActionCount(t *testing.T, m *metrics.Metrics, action, result string) float64 {
-	t.Helper()
-	mfs, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != "wowd_parked_actions_total" {
-			continue
-		}
-		for _, s := range mf.Metric {
-			var a, r string
-			for _, l := range s.GetLabel() {
-				switch l.GetName() {
-				case "action":
-					a = l.GetValue()
-				case "result":
-					r = l.GetValue()
-				}
-			}
-			if a == action && r == result {
-				sum += s.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
+	return counterSum(t, m, "wowd_parked_actions_total", "action", action, "result", result)
 }
 
 // TestParkARecordNearItsSourcesLimit: a record that fits its source topic
