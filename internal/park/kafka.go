@@ -182,9 +182,18 @@ func Parked(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State) ([]
 // errEnough stops a Read that has what it wanted.
 var errEnough = errors.New("enough")
 
+// chunkBytes bounds the keys, values and headers of the messages one
+// ParkedFrom returns, beyond its first: an action holds its chunk while it
+// hands the messages over one at a time, up to four actions run at once,
+// and a parked copy may be several MiB (its topic's max.message.bytes is
+// its source's plus headroom, at least 8 MiB). 256 messages of 470 bytes
+// are 120 KB; 256 of 8 MiB would be 2 GiB.
+const chunkBytes = 4 << 20
+
 // ParkedFrom returns up to limit parked messages of s's aggregate at or
 // after offset from of its parked partition, in order, and the offset to
-// read on from; no messages means none is left.
+// read on from; no messages means none is left. Past chunkBytes it returns
+// fewer, at least one.
 func ParkedFrom(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State, from int64, limit int) ([]*kgo.Record, int64, error) {
 	topic := Topic(s.Topic)
 	ends, err := Ends(ctx, adm, topic, false)
@@ -196,13 +205,14 @@ func ParkedFrom(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State,
 		return nil, from, fmt.Errorf("parked topic %s has no partition %d", topic, s.Head.Partition)
 	}
 	var out []*kgo.Record
-	next := from
+	next, size := from, 0
 	err = Read(ctx, opts, topic, map[int32]int64{s.Head.Partition: from}, map[int32]int64{s.Head.Partition: end},
 		func(r *kgo.Record) error {
 			next = r.Offset + 1
 			if s.Of(r) {
 				out = append(out, r)
-				if len(out) == limit {
+				size += recordBytes(r)
+				if len(out) == limit || size >= chunkBytes {
 					return errEnough
 				}
 			}
@@ -212,6 +222,15 @@ func ParkedFrom(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State,
 		err = nil
 	}
 	return out, next, err
+}
+
+// recordBytes is about what r holds in memory: its key, value and headers.
+func recordBytes(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // Of reports whether a record of the parked topic is a parked message of

@@ -2,6 +2,7 @@ package park
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +50,76 @@ func TestStateTopicOfSeveralPartitionsIsRefused(t *testing.T) {
 	<-done
 	if err == nil || !strings.Contains(err.Error(), "must have exactly one") {
 		t.Fatalf("following a state topic of 3 partitions: %v", err)
+	}
+}
+
+// TestParkedFromBoundsItsChunkInBytes: a redrive holds the chunk it reads
+// while it hands the messages over, so parked copies of several MiB come a
+// few at a time (at least one), not limit at a time, and none is passed
+// over between chunks.
+func TestParkedFromBoundsItsChunkInBytes(t *testing.T) {
+	const topic = "orders"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, Topic(topic)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	cl, err := kgo.NewClient(append(opts, kgo.ProducerBatchMaxBytes(6<<20), kgo.DefaultProduceTopic(Topic(topic)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := &State{Service: "svc", Dispatcher: "d", Topic: topic, Aggregate: "A"}
+	parked := func(key string, size int) *kgo.Record {
+		return &kgo.Record{Key: []byte(key), Value: make([]byte, size), Headers: []kgo.RecordHeader{
+			{Key: HeaderService, Value: []byte("svc")}, {Key: HeaderDispatcher, Value: []byte("d")}}}
+	}
+	const big = 900 << 10
+	var want []int64
+	for i := range 10 {
+		rs := cl.ProduceSync(ctx, parked("A", big), parked("B", big)) // another aggregate's between
+		if err := rs.FirstErr(); err != nil {
+			t.Fatalf("producing %d: %v", i, err)
+		}
+		want = append(want, rs[0].Record.Offset)
+	}
+	adm := kadm.NewClient(cl)
+	var got []int64
+	var chunks []int
+	from := int64(0)
+	for {
+		recs, next, err := ParkedFrom(ctx, opts, adm, s, from, 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		chunks = append(chunks, len(recs))
+		for _, r := range recs {
+			got = append(got, r.Offset)
+		}
+		from = next
+	}
+	// 4 MiB: the fifth message of 900 KiB reaches it.
+	if len(chunks) != 2 || chunks[0] != 5 || chunks[1] != 5 {
+		t.Errorf("chunks of %v messages, want [5 5] (4 MiB of 900 KiB messages, at most)", chunks)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("read offsets %v, want %v", got, want)
+	}
+
+	// One message above the bound still comes, alone.
+	rs := cl.ProduceSync(ctx, parked("C", 5<<20))
+	if err := rs.FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cs := &State{Service: "svc", Dispatcher: "d", Topic: topic, Aggregate: "C"}
+	recs, _, err := ParkedFrom(ctx, opts, adm, cs, 0, 256)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("a message of its own: %d read, %v", len(recs), err)
 	}
 }
