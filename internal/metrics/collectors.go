@@ -25,6 +25,7 @@ type ReceiverSnapshot struct {
 	ParkedAggregates   int           // aggregates parked in the owned partitions
 	OldestParked       time.Duration // age of the oldest parked aggregate's parking; 0 when none
 	ParkFull           bool          // max-parked reached: fetching paused until an aggregate is unparked
+	ParkWaiting        int           // failed messages waiting for room among max-parked parked aggregates
 }
 
 // ReceiverSource gives a receiver's snapshot; called at scrape time.
@@ -65,6 +66,8 @@ var (
 		"Time since the oldest parked aggregate of the receiver's owned partitions was parked; 0 when none is.", receiverLabels, nil)
 	descParkFull = prometheus.NewDesc(Namespace+"_receiver_park_full",
 		"1 while the receiver holds max-parked parked aggregates and another must park: fetching is paused until one is unparked.", receiverLabels, nil)
+	descParkWaiting = prometheus.NewDesc(Namespace+"_receiver_park_waiting",
+		"Failed messages waiting for room to park their aggregates while max-parked aggregates are parked already. Fetching stays paused (wowd_receiver_park_full) only while one waits: a message that stops waiting (its partition revoked, its aggregate parked meanwhile) lifts the pause.", receiverLabels, nil)
 	descBackoffDelay = prometheus.NewDesc(Namespace+"_receiver_backoff_seconds",
 		"Current backoff delay between probes while backing off; 0 otherwise.", receiverLabels, nil)
 )
@@ -89,7 +92,7 @@ func (c *receiverCollector) add(dispatcher, context string, src ReceiverSource) 
 }
 
 func (c *receiverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog, descBackingOff, descBackoffDelay, descBuffered, descFetchMax, descParked, descParkedAge, descParkFull} {
+	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog, descBackingOff, descBackoffDelay, descBuffered, descFetchMax, descParked, descParkedAge, descParkFull, descParkWaiting} {
 		ch <- d
 	}
 }
@@ -119,6 +122,7 @@ func (c *receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descParked, float64(s.ParkedAggregates))
 		g(descParkedAge, s.OldestParked.Seconds())
 		g(descParkFull, b2f(s.ParkFull))
+		g(descParkWaiting, float64(s.ParkWaiting))
 	}
 }
 

@@ -71,6 +71,9 @@ func TestMaxParkedPauseEndsWithTheMessageWaitingForRoom(t *testing.T) {
 		testwait.For(t, 30*time.Second, "A parked", func() bool { return h.parkedState("A") != nil })
 		produceAt(t, h.c, testTopic, 1, "B")
 		testwait.For(t, 30*time.Second, "B waiting for room", func() bool { return r.Snapshot().ParkFull })
+		if n := r.Snapshot().ParkWaiting; n != 1 {
+			t.Errorf("%d messages reported waiting to park, want 1 (B)", n)
+		}
 		handledC := func() bool {
 			mu.Lock()
 			defer mu.Unlock()
@@ -96,8 +99,8 @@ func TestMaxParkedPauseEndsWithTheMessageWaitingForRoom(t *testing.T) {
 		r.commitMu.unlock()
 
 		testwait.For(t, 30*time.Second, "C, on partition 0, handled", handledC)
-		if r.Snapshot().ParkFull {
-			t.Error("still reported full with no message waiting to park")
+		if s := r.Snapshot(); s.ParkFull || s.ParkWaiting != 0 {
+			t.Errorf("reported full %v with %d messages waiting to park, want neither (B's partition is gone)", s.ParkFull, s.ParkWaiting)
 		}
 		stop(t, r)
 	})

@@ -608,6 +608,7 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		FetchMaxBytes: int64(r.fetchMaxSeen.Load()),
 		BufferedBytes: r.cl.BufferedFetchBytes() + r.heldBytes.Load(),
 		ParkFull:      r.parkFull.Load(),
+		ParkWaiting:   int(r.parkWaiting.Load()),
 	}
 	if ps := r.park; ps != nil {
 		ps.mu.RLock()

@@ -17,10 +17,16 @@
 // in runs with stalls coordinators that answer no commit for up to 15 s,
 // so that the commit, and the member's heartbeats and leave behind it,
 // wait);
-// refused dead-letter writes, fetch errors, coordinators and leaders
-// moving), in half of the seeds parking (on-failure park) with an operator
-// asking for redrives, skips and discards of parked aggregates at random
-// and redriving every one left once the faults stop, spells in which the
+// refused dead-letter writes (a third of them refused as too large, so
+// that the receiver writes them again as stubs without their values),
+// fetch errors, coordinators and leaders moving), in half of the seeds
+// parking (on-failure park) with an operator asking for redrives, skips
+// and discards of parked aggregates and for parks by hand of any
+// aggregate at random, and redriving every one left once the faults stop;
+// in a third of those max-parked is 2 to 5, so that failed messages wait
+// for room with fetching paused, and the operator redrives while the
+// partitions catch up too; parked-topic writes refused as too large
+// (retried, holding their partitions), spells in which the
 // group's describes fail (a member's parking lease is extended only by a
 // describe that lists it, so its parking writes wait), and late state writes
 // of a partition's earlier ownership (a parked aggregate's head moved past
@@ -54,6 +60,9 @@
 //     broker received the commit;
 //   - no receiver held more unfinished records than its window, local
 //     records included;
+//   - no receiver kept fetching paused for max-parked for more than a
+//     second with no failed message waiting to park (wowd_receiver_park_full
+//     and wowd_receiver_park_waiting, sampled);
 //   - a try that waits for its context sees it end by its deadline (plus
 //     the deadline watcher's tick), whether its partition is owned,
 //     draining after a revoke, or gone;
@@ -61,7 +70,9 @@
 //     and every local admission ended by the time its member stopped:
 //     finished (and then handled or dead-lettered) or given up;
 //   - once the faults and the churn stopped, every partition was committed
-//     to its end within a bounded simulated time;
+//     to its end within a bounded simulated time (longer where max-parked
+//     is small: the partitions move on only as the operator unparks, so a
+//     max-parked pause that outlives its cause shows here);
 //   - a member that stopped gracefully committed at least the finished
 //     prefix of every partition it owned when it was told to stop, and its
 //     Stop returned within its deadline + 20 s (docs/operations.md,

@@ -253,7 +253,11 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	w.window = 16 << rng.IntN(3)
 	w.park = mix(seed, 99)%2 == 0     // not from rng: the other choices of a seed stay as they were
 	w.consumer = mix(seed, 97)%4 == 0 // likewise
-	if mix(seed, 98)%3 == 0 {         // likewise
+	w.maxParked = 1000
+	if w.park && mix(seed, 96)%3 == 0 { // likewise
+		w.maxParked = 2 + int(mix(seed, 95)%4)
+	}
+	if mix(seed, 98)%3 == 0 { // likewise
 		b, err := memory.New(memory.MinLimit, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -336,6 +340,9 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	// receiver's lease.go), so parking writes wait meanwhile, and must
 	// catch up after. Drawn apart, like stalls.
 	describes := rand.New(rand.NewPCG(seed, 4))
+	// The actions added after those: dead-letter and parked-topic writes
+	// refused as too large, parks by hand. Drawn apart too.
+	later := rand.New(rand.NewPCG(seed, 5))
 	var faults []*kfake.FaultHandle
 	for deadline := time.Now().Add(chaos); time.Now().Before(deadline); {
 		time.Sleep(time.Duration(200+rng.IntN(2500)) * time.Millisecond)
@@ -350,6 +357,11 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 				time.Sleep(d)
 				f.Remove()
 			})
+		}
+		if w.park && later.IntN(4) == 0 {
+			// An aggregate, parked or not, parked by hand.
+			k := later.IntN(keys)
+			w.bg.Go(func() { w.parkByHand(t, "agg-"+strconv.Itoa(k)) })
 		}
 		ms := live()
 		switch a := rng.IntN(100); {
@@ -411,6 +423,21 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 			})
 		case a < 68:
 			n := 1 + rng.IntN(4)
+			if later.IntN(3) == 0 {
+				// Too large: a dead letter is written again as a stub, without
+				// its value; a parked copy waits, retried, holding its
+				// partition.
+				w.event("the next %d dead-letter writes are refused as too large", n)
+				faults = append(faults, c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: dlqTopic,
+					Err: kerr.MessageTooLarge, Count: n}))
+				if w.park {
+					m := 1 + later.IntN(6)
+					w.event("the next %d parked-topic writes are refused as too large", m)
+					faults = append(faults, c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: parkedTopic,
+						Err: kerr.MessageTooLarge, Count: m}))
+				}
+				break
+			}
 			w.event("the next %d dead-letter writes are refused", n)
 			faults = append(faults, c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: dlqTopic,
 				Err: kerr.TopicAuthorizationFailed, Count: n}))
@@ -517,12 +544,25 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	if w.sink != nil {
 		bound = 4 * time.Minute
 	}
+	if w.park && w.maxParked < 1000 {
+		// With a few parked aggregates at most, failed messages wait for
+		// room, fetching paused, and the partitions move on only as the
+		// operator's redrives unpark (72 such seeds, with and without
+		// stalls: at most 203s).
+		bound += 4 * time.Minute
+	}
 	progress := calm.Add(bound)
 	for {
 		if len(live()) == 0 {
 			startMember() // the last one was still stopping when the calm began
 		}
 		kickGhosts(t, w, members)
+		if w.park && w.maxParked < 1000 {
+			// Failed messages wait for room among a few parked aggregates,
+			// fetching paused: the partitions reach their ends only as the
+			// operator unparks.
+			w.operatorRedriveAll(t)
+		}
 		committed := w.committed(t)
 		behind := ""
 		for p := range w.parts {
@@ -578,8 +618,8 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 		mix := w.behaviourMix()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records, memory budget %v, HTTP sink: %v; chaos %v\nfirst tries: %s\nschedule:\n  %s",
-			seed, w.parts, w.window, keys, records, w.budget != nil, w.sink, chaos, mix, strings.Join(w.events, "\n  "))
+		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records, memory budget %v, HTTP sink: %v, parking: %v (max-parked %d); chaos %v\nfirst tries: %s\nschedule:\n  %s",
+			seed, w.parts, w.window, keys, records, w.budget != nil, w.sink, w.park, w.maxParked, chaos, mix, strings.Join(w.events, "\n  "))
 		t.Logf("replay: go test ./test/sim -run TestSim -seed %d -v", seed)
 	}
 }
@@ -674,6 +714,11 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 	}
 	r.Start()
 	go func() { // the window sampler; ends with the member
+		var (
+			tick        int
+			idlePause   time.Time // since when fetching is paused for max-parked with no message waiting to park
+			idleSampled bool
+		)
 		for {
 			select {
 			case <-m.quit:
@@ -682,6 +727,23 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 			}
 			if n := r.InFlight(); n > w.window {
 				w.violate("member %d: %d records unfinished, window %d", id, n, w.window)
+			}
+			if tick++; !w.park || tick%8 != 0 {
+				continue
+			}
+			// The max-parked pause lasts only while a failed message waits
+			// for room: one that stops waiting (its partition revoked or
+			// lost, its aggregate parked meanwhile) lifts it, or every
+			// topic would stay paused until an operator unparked something.
+			s := r.Snapshot()
+			switch {
+			case !s.ParkFull || s.ParkWaiting > 0:
+				idleSampled = false
+			case !idleSampled:
+				idlePause, idleSampled = time.Now(), true
+			case time.Since(idlePause) > time.Second:
+				w.violate("member %d: fetching paused for max-parked for %v with no message waiting to park", id, time.Since(idlePause))
+				idleSampled = false
 			}
 		}
 	}()
@@ -925,8 +987,13 @@ func check(t *testing.T, w *world, members []*member) {
 	for _, v := range w.violations {
 		t.Errorf("seed %d: %s", w.seed, v)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters, %d of %d local records finished, %d commit stalls, %d describe outages, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight)",
-		w.seed, len(members), len(w.finished), d, len(dl), localDone, len(w.local), w.stalls, w.describeOut, protocolName(w), w.sink, w.sinkCancels)
+	parking := "off"
+	if w.park {
+		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
+			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
+	}
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight)",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels)
 }
 
 // dupCounts counts a run's duplicates (handlings of a record after its
@@ -1133,7 +1200,7 @@ func parking(w *world) *receiver.Parking {
 	if !w.park {
 		return nil
 	}
-	return &receiver.Parking{StateTopic: stateTopic, Max: 1000}
+	return &receiver.Parking{StateTopic: stateTopic, Max: w.maxParked}
 }
 
 // operatorClient is a client of the operator's, outside the members'
@@ -1175,6 +1242,28 @@ func (w *world) operator(t *testing.T, action string, pick uint64) {
 		return
 	}
 	w.event("operator: %s of %s (partition %d, parked at offset %d)", action, s.Aggregate, s.Partition, s.Offset)
+}
+
+// parkByHand asks for the aggregate key to be parked by hand, as `wowd
+// parked park` does (parked or not: a request to park one that is, is
+// void). Its next messages are parked behind its last one handled, and
+// redriven like the others.
+func (w *world) parkByHand(t *testing.T, key string) {
+	cl := w.operatorClient(t)
+	defer cl.Close()
+	k, err := strconv.Atoi(strings.TrimPrefix(key, "agg-"))
+	if err != nil {
+		t.Errorf("parking %s by hand: not a produced key", key)
+		return
+	}
+	s := park.State{Service: "sim", Dispatcher: "projection", Topic: topic, Partition: int32(k) % w.parts, Aggregate: key} // produce's partitioning
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := park.Ask(ctx, cl, stateTopic, &s, park.Park, "sim"); err != nil {
+		w.event("operator: park of %s: %v", key, err)
+		return
+	}
+	w.event("operator: park of %s (partition %d)", key, s.Partition)
 }
 
 // lateStateWrite writes what a member that lost a partition without

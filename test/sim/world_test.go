@@ -54,6 +54,10 @@ type world struct {
 	parts  int32
 	window int
 	park   bool // members park aggregates (on-failure park) instead of dead-lettering
+	// maxParked is the members' wow.dispatch park max-parked: 1000 (never
+	// reached), or in a third of the parking seeds 2 to 5, so that failed
+	// messages wait for room with their receivers' fetching paused.
+	maxParked int
 	// stallsOn: a third of the commit-failure actions are commit stalls
 	// (coordinators that answer no commit for 1-15 s).
 	stallsOn bool
@@ -100,7 +104,10 @@ type world struct {
 	lastWake    time.Time // when the last commit stalled is processed: later ones come after it
 	stalls      int       // stalls the run scheduled
 	describeOut int       // spells in which the group's describes failed (the parking leases went unconfirmed)
-	sinkCancels int       // sink closes that canceled requests in flight
+	stubs       int       // dead letters written without their value (refused as too large)
+	// seen counts what the receivers logged of parking's failure paths.
+	seen        struct{ maxParked, tooLarge, byHand int }
+	sinkCancels int // sink closes that canceled requests in flight
 	stale       handler.Ack
 	local       []localRecord // records admitted through Admit (the ingest's way in)
 	nextLocal   int64         // the next local record's offset (its partition is -1)
@@ -375,8 +382,13 @@ func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 			at.o, _ = strconv.ParseInt(string(hd.Value), 10, 64)
 		}
 	}
-	key, seq, _ := parseValue(r.Value)
+	key, seq, ok := parseValue(r.Value)
 	h.w.mu.Lock()
+	if !ok { // a stub, written without its value (too large for the topic)
+		ks := h.w.keyOf[at]
+		key, seq = ks.key, ks.seq
+		h.w.stubs++
+	}
 	if r.Topic == parkedTopic {
 		h.w.parked[at]++
 		h.w.finishLocked(at) // committable; settled only by a redrive, skip or discard
@@ -758,9 +770,16 @@ const (
 	rewoundMessage  = "the Kafka client rewound the partition"
 	cutShortMessage = "parked aggregate: action cut short"
 	readFailMessage = "parked aggregate: reading its parked messages"
+
+	// Counted only, for the run's summary: that the faults and actions
+	// reached the paths they are there for.
+	maxParkedMessage = "max-parked reached"
+	tooLargeMessage  = "parked copy too large for the parked topic"
+	byHandMessage    = "aggregate parked by hand"
 )
 
-var watchedMessages = []string{givenUpMessage, closedMessage, lostMessage, retakenMessage, rewoundMessage, cutShortMessage, readFailMessage}
+var watchedMessages = []string{givenUpMessage, closedMessage, lostMessage, retakenMessage, rewoundMessage, cutShortMessage, readFailMessage,
+	maxParkedMessage, tooLargeMessage, byHandMessage}
 
 func (c logWatch) Enabled(zapcore.Level) bool        { return true }
 func (c logWatch) With([]zapcore.Field) zapcore.Core { return c }
@@ -830,6 +849,18 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 			return nil
 		}
 		w.rewound[partition] = append(w.rewound[partition], span{again, from})
+	case strings.HasPrefix(e.Message, maxParkedMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.seen.maxParked++
+	case strings.HasPrefix(e.Message, tooLargeMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.seen.tooLarge++
+	case strings.HasPrefix(e.Message, byHandMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.seen.byHand++
 	default: // a redrive cut short, or failing to read
 		w.mu.Lock()
 		defer w.mu.Unlock()
