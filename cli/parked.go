@@ -180,7 +180,7 @@ func (p *parkedOps) list(ctx context.Context) error {
 			pending = s.Request.Action + " by " + s.Request.By
 		}
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s ago\t%s\t%s\t%s\n", s.Topic, s.Partition, s.Aggregate,
-			time.Since(s.Since).Round(time.Second), s.Class, oneLine(s.Reason, 60), pending)
+			time.Since(s.Since).Round(time.Second), s.Class, oneLine(parkReason(s), 60), pending)
 	}
 	return w.Flush()
 }
@@ -195,7 +195,7 @@ func (p *parkedOps) show(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(p.a.stdout, "aggregate %s of %s (partition %d), parked %s ago: %s: %s\n\n", s.Aggregate, s.Topic, s.Partition,
-		time.Since(s.Since).Round(time.Second), s.Class, s.Reason)
+		time.Since(s.Since).Round(time.Second), s.Class, parkReason(s))
 	w := tabwriter.NewWriter(p.a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SOURCE OFFSET\tPARKED AT\tTIMESTAMP\tBYTES\tREASON")
 	for _, r := range recs {
@@ -239,6 +239,17 @@ func asker() string {
 	}
 	host, _ := os.Hostname()
 	return name + "@" + host
+}
+
+// parkReason is why the aggregate parked: the reason of the message that
+// failed, said to be past once an action's progress moved the head past
+// that message (park.State.Skipped): the head then has not failed, and a
+// skip dead-letters none of the parked messages.
+func parkReason(s *park.State) string {
+	if s.Skipped {
+		return "head past the failed message: " + s.Reason
+	}
+	return s.Reason
 }
 
 func oneLine(s string, n int) string {

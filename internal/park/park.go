@@ -84,12 +84,17 @@ type State struct {
 	// that wrote the state (see book.go); 0 for states written before
 	// epochs existed.
 	Epoch int64 `json:"epoch,omitempty"`
-	// Skipped is set once a skip dead-lettered the head and its progress
-	// moved Head past it: Head is then a message that has not failed, and
-	// a skip (resumed by the partition's next owner, or asked again)
-	// dead-letters nothing more: it redrives from Head. A message that
-	// fails again becomes the head with Skipped false. Absent (false) in
-	// states written before it existed.
+	// Skipped is set once an action's progress moved Head past the
+	// message that failed (a redrive handed it over, a skip or discard
+	// dead-lettered it): Head is then a message that has not failed, and
+	// a skip (resumed by the partition's next owner, asked again, or
+	// asked after a redrive or discard cut short) dead-letters nothing
+	// more: it redrives from Head. Class, Reason, Since and Attempts stay
+	// those of the message that failed. A message that fails again
+	// becomes the head with Skipped false. Absent (false) in states
+	// written before it existed, and earlier versions that know it set it
+	// after a skip's progress only: their redrive's progress leaves it
+	// false, so a skip of such a state dead-letters Head as before.
 	Skipped bool `json:"skipped,omitempty"`
 	// Request is an operator's pending action, if any.
 	Request *Request `json:"request,omitempty"`

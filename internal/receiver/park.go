@@ -989,8 +989,9 @@ func (t *parkAction) run() {
 				r.actionCanceled(k, a, req.Action, at)
 				return
 			}
-			// A skip's head is its first message, unless an earlier run
-			// of a skip dead-lettered it already (st.Skipped).
+			// A skip's head is its first message, unless Head is a
+			// message that has not failed (st.Skipped): an earlier
+			// action's progress moved it past the one that did.
 			headSkip := req.Action == park.Skip && n == 0 && !st.Skipped
 			deadLetter := req.Action == park.Discard || headSkip
 			n++
@@ -1006,11 +1007,6 @@ func (t *parkAction) run() {
 					return
 				}
 				r.m.Count(metrics.DeadLettered, 1)
-				// Recorded with the next progress: a skip cut short after
-				// it does not take the next message for its head. (Cut
-				// short before it, the head is dead-lettered again: a
-				// duplicate dead letter, never a hole.)
-				st.Skipped = st.Skipped || headSkip
 				continue
 			}
 			o, f := r.runParked(rp, src)
@@ -1039,11 +1035,18 @@ func (t *parkAction) run() {
 				return
 			}
 		}
-		// Progress: a redrive cut short by a rebalance starts again from
-		// here, not from the first head.
+		// Progress: an action cut short by a rebalance starts again from
+		// here, not from the first head. Head is past the message that
+		// failed (handed over, or dead-lettered): it is a message that
+		// has not failed (Skipped), whichever action moved it, so a skip
+		// (this one done again, or one asked after a redrive cut short)
+		// dead-letters nothing in the head's place. A skip cut short
+		// before its first progress dead-letters the head again: a
+		// duplicate dead letter, never a hole.
 		from = next
 		st.Head = park.Position{Partition: st.Head.Partition, Offset: next}
 		st.Offset = floor // the source offset from which records are still parked
+		st.Skipped = true
 		if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
 			r.actionCanceled(k, a, req.Action, at)
 			return

@@ -83,3 +83,68 @@ func TestSkipResumedByTheNextOwnerDeadLettersOnlyTheHead(t *testing.T) {
 		stop(t, r2)
 	})
 }
+
+// TestSkipAfterARedrivesProgressDeadLettersOnlyFailures: a redrive of an
+// aggregate with 300 parked messages hands the failed head (#2, fixed
+// meanwhile) over successfully and is cut short past its first chunk, its
+// progress moving the head on to #258; then an operator asks for a skip.
+// Nothing that is left failed: the skip dead-letters nothing and hands
+// #258.. over. (It took the progressed head for the one that failed and
+// dead-lettered #258, which never failed: a hole in the aggregate's
+// history.)
+func TestSkipAfterARedrivesProgressDeadLettersOnlyFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group, n, head = "g-park-redrive-skip", 302, 2
+		const held = head + redriveChunk // the 257th parked message
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, n, 1) // agg-0 only: #0..#301; parks at #2
+		var broken, holding atomic.Bool
+		broken.Store(true)
+		var mu sync.Mutex
+		handled := map[uint64]bool{}
+		hd := handler.Sync(func(ctx context.Context, m *handler.Message) error {
+			seq := binary.BigEndian.Uint64(m.Value)
+			switch {
+			case broken.Load() && seq == head:
+				return handler.Classed(handler.Permanent, errors.New("rejected"))
+			case seq == held && !holding.Swap(true):
+				<-ctx.Done() // held until the receiver stops
+				return ctx.Err()
+			}
+			mu.Lock()
+			handled[seq] = true
+			mu.Unlock()
+			return nil
+		})
+		r1 := h.receiver(group, hd, 16, parking)
+		testwait.For(t, 30*time.Second, "agg-0 parked", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		first := h.parkedState("agg-0").Head
+		broken.Store(false) // the cause is fixed: #2 is handled by the redrive
+		h.ask("agg-0", park.Redrive)
+		testwait.For(t, 60*time.Second, "the redrive past its first chunk", func() bool {
+			st := h.parkedState("agg-0")
+			return holding.Load() && st != nil && st.Head.Offset == first.Offset+redriveChunk
+		})
+		stop(t, r1) // cut short
+		h.ask("agg-0", park.Skip)
+		r2 := h.receiver(group, hd, 16, parking)
+		testwait.For(t, 60*time.Second, "agg-0 unparked", func() bool { return h.parkedState("agg-0") == nil })
+		var dead []string
+		for _, rec := range dlqRecords(t, h.c, testTopic+".dlq", 0) {
+			dead = append(dead, fmt.Sprintf("%s#%d", rec.Key, binary.BigEndian.Uint64(rec.Value)))
+		}
+		if len(dead) > 0 {
+			t.Errorf("dead letters %v: none of them failed (#%d was redriven successfully)", dead, head)
+		}
+		mu.Lock()
+		for seq := uint64(0); seq < n; seq++ {
+			if !handled[seq] {
+				t.Errorf("agg-0 #%d never handled", seq)
+			}
+		}
+		mu.Unlock()
+		stop(t, r2)
+	})
+}
