@@ -74,7 +74,7 @@ type parkKey struct {
 type parkedAgg struct {
 	state   park.State // state.Request is nil: requests are kept apart (parkState.requests)
 	busy    bool       // an action (redrive, skip, discard) is under way
-	lastReq string     // the ID of the last request acted on
+	lastReq string     // the ID of the last request taken up; cleared when its action ends not done, its partition closed (actionNotDone)
 }
 
 // maxActions bounds the actions of a receiver that run at once: each holds
@@ -909,7 +909,7 @@ func (t *parkAction) Run(res executor.Resume) executor.Status {
 		case t.r.park.actions <- struct{}{}:
 			defer func() { <-t.r.park.actions }()
 		case <-t.p.ctx.Done():
-			t.r.parkIdle(t.k, t.a)
+			t.r.actionNotDone(t.k, t.a)
 			t.r.handParkEnded(t.k, t.p, t.req)
 			return
 		}
@@ -939,8 +939,12 @@ func (t *parkAction) run() {
 	at := []zap.Field{zap.String("action", req.Action), zap.String("by", req.By), zap.String("topic", k.topic),
 		zap.Int32("partition", p.partition), zap.String("aggregate", k.key)}
 	if a == nil || !current || !pending || p.isClosed() {
-		r.log.Debug("parked aggregate: action not started; the aggregate is not parked here any more, or the request was answered meanwhile", at...)
-		r.parkIdle(k, a)
+		r.log.Debug("parked aggregate: action not started; its partition closed, the aggregate is not parked here any more, or the request was answered meanwhile", at...)
+		if pending {
+			r.actionNotDone(k, a) // p closed and a kept (rewound): a takes the request up again
+		} else {
+			r.parkIdle(k, a)
+		}
 		return
 	}
 	if req.Action != park.Redrive && !r.o.DeadLetter.Enabled {
@@ -1099,13 +1103,25 @@ func (r *Receiver) endRequest(p *partition, k parkKey, a *parkedAgg, req park.Re
 // own for the request, and doing the request once more after that one
 // ended would act on what it left (a skip would skip its new head).
 func (r *Receiver) actionCanceled(k parkKey, a *parkedAgg, action string, at []zap.Field) {
-	r.park.mu.Lock()
-	if a != nil && r.park.parked[k] == a {
-		a.lastReq = "" // still parked here (the partition was rewound): its request is acted on again
-	}
-	r.park.mu.Unlock()
 	r.m.ParkAction(action, "canceled")
 	r.log.Info("parked aggregate: action cut short by the partition going; its next owner starts it again", at...)
+	r.actionNotDone(k, a)
+}
+
+// actionNotDone ends an action on the entry a that its partition's closing
+// stopped before it was done (cut short, or not started: waiting for an
+// action slot or its turn in the mailbox) with its request still pending.
+// If a is still the aggregate's entry (the partition was rewound: the same
+// ownership, no load to look at the request again, see rewind), the entry
+// forgets that it took the request up, so the request is acted on again
+// for the incarnation that took p's place; an entry that is not the
+// aggregate's any more is left alone (see actionCanceled).
+func (r *Receiver) actionNotDone(k parkKey, a *parkedAgg) {
+	r.park.mu.Lock()
+	if a != nil && r.park.parked[k] == a {
+		a.lastReq = ""
+	}
+	r.park.mu.Unlock()
 	r.parkIdle(k, a)
 }
 

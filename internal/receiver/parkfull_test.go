@@ -271,3 +271,73 @@ func TestAnActionOfAnAnsweredRequestDoesNothing(t *testing.T) {
 		t.Fatal("the aggregate's entry still busy")
 	}
 }
+
+// An action queued (here waiting for an action slot) when its partition is
+// rewound is carried out by the incarnation that takes the partition's
+// place: the same ownership keeps the aggregate's entry, and no load looks
+// at the request again. The action ended without acting and left the
+// entry saying it had taken the request up (lastReq), so the request
+// stayed pending, ignored, until the process restarted.
+func TestAnActionQueuedAcrossARewindIsCarriedOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-rewind-queued"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 5, 1) // agg-0 #0..#4
+		var broken atomic.Bool
+		broken.Store(true)
+		sink := newParkSink(func(_ string, seq uint64) bool { return broken.Load() && seq == 2 })
+		r := h.receiver(group, sink, 16, parking)
+		testwait.For(t, 30*time.Second, "agg-0 parked", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		broken.Store(false)
+		for range maxActions {
+			r.park.actions <- struct{}{} // every action slot taken: the redrive waits for one
+		}
+		h.ask("agg-0", park.Redrive)
+		k := parkKey{testTopic, "agg-0"}
+		testwait.For(t, 30*time.Second, "the redrive queued", func() bool {
+			r.park.mu.RLock()
+			defer r.park.mu.RUnlock()
+			a := r.park.parked[k]
+			return a != nil && a.busy
+		})
+		old := part0(r)
+		old.mu.Lock()
+		last := old.tr.last
+		old.mu.Unlock()
+		r.rewind(old, last, last, -1, 0) // as the poll loop does when the client resets
+		for range maxActions {
+			<-r.park.actions
+		}
+		testwait.For(t, 60*time.Second, "agg-0 redriven after the rewind", func() bool {
+			return h.parkedState("agg-0") == nil
+		})
+		if got, want := sink.of("agg-0"), seqs(0, 5); !slices.Equal(got, want) {
+			t.Errorf("agg-0 handled %v, want %v", got, want)
+		}
+		stop(t, r)
+	})
+}
+
+// An action that finds its partition closed when its turn comes (the
+// slot-waiting case is TestAnActionQueuedAcrossARewindIsCarriedOut) does
+// nothing, and leaves its entry free to take the request up again, still
+// pending: the entry is the aggregate's still if the partition was rewound.
+func TestAnActionOfAClosedPartitionLeavesItsRequestToBeTakenUpAgain(t *testing.T) {
+	ps := &parkState{parked: make(map[parkKey]*parkedAgg), loaded: make(map[tp]bool), book: park.NewBook(), handParking: make(map[parkKey]*partition)}
+	r := &Receiver{park: ps, parts: make(map[tp]*partition), log: zap.NewNop()}
+	k := parkKey{testTopic, "agg-0"}
+	a := &parkedAgg{state: park.State{Topic: testTopic, Aggregate: "agg-0"}, busy: true, lastReq: "r1"}
+	ps.parked[k] = a
+	req := park.Request{Action: park.Redrive, ID: "r1"}
+	if err := ps.book.Apply(park.RequestKey(testTopic, "agg-0", req.ID), &park.State{Topic: testTopic, Aggregate: "agg-0", Request: &req}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPartition(testTopic, 0)
+	p.closed.Store(true)
+	(&parkAction{r: r, p: p, k: k, a: a, req: req}).run()
+	if a.busy || a.lastReq != "" {
+		t.Fatalf("the entry after the action: busy %v, lastReq %q; want free, its request not taken up", a.busy, a.lastReq)
+	}
+}
