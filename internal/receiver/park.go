@@ -72,7 +72,7 @@ type parkKey struct {
 // partition lost and taken again gets new entries, with actions of their
 // own, while the old incarnation's actions end.
 type parkedAgg struct {
-	state   park.State // state.Request is nil: requests are kept apart (parkState.requests)
+	state   park.State // as last written to the state topic (an action's progress included); state.Request is nil: requests are kept apart (parkState.book)
 	busy    bool       // an action (redrive, skip, discard) is under way
 	lastReq string     // the ID of the last request taken up; cleared when its action ends not done, its partition closed (actionNotDone)
 }
@@ -86,7 +86,7 @@ const redriveChunk = 256
 
 // parkState is the receiver's parking state; nil without Options.Park.
 type parkState struct {
-	mu sync.RWMutex // guards parked, loaded, book, handParking and stopping. A leaf: no other lock is taken under it.
+	mu sync.RWMutex // guards parked and its entries' fields (parkedAgg), loaded, book, handParking and stopping. A leaf: no other lock is taken under it.
 	// parked are the parked aggregates of the owned partitions.
 	parked map[parkKey]*parkedAgg
 	// book is this dispatcher's part of the state topic as the tail read
@@ -1055,6 +1055,18 @@ func (t *parkAction) run() {
 			r.actionCanceled(k, a, req.Action, at)
 			return
 		}
+		// The entry follows the state topic: done again on it (its
+		// partition rewound, see actionNotDone), the action starts from
+		// this progress, like the next owner, not from the head the
+		// entry was loaded with (a skip would dead-letter that head
+		// again, and the messages redriven since would be handed over
+		// again after later ones); and the aggregate's messages below
+		// Offset delivered again are passed over.
+		ps.mu.Lock()
+		if ps.parked[k] == a {
+			a.state = st // st.Request is nil, as a.state's (st is a copy)
+		}
+		ps.mu.Unlock()
 	}
 	// Every parked message is handled (or dead-lettered): unpark.
 	tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(st.RecordKey())}

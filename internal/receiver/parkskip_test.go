@@ -148,3 +148,78 @@ func TestSkipAfterARedrivesProgressDeadLettersOnlyFailures(t *testing.T) {
 		stop(t, r2)
 	})
 }
+
+// TestSkipCutShortByARewindResumesFromItsProgress: a skip of an aggregate
+// with 300 parked messages dead-letters the head (#2), hands #3..#257 over,
+// writes its progress, and is cut short holding #258 when the Kafka client
+// rewinds the partition. The same ownership keeps the aggregate's entry and
+// does the skip again from the progress recorded: the head is not
+// dead-lettered a second time, and #3..#257 are not handed over again.
+// (The entry kept the state it was loaded with: the skip started over
+// from #2, dead-lettering it twice and handing #3.. over again after
+// #257.)
+func TestSkipCutShortByARewindResumesFromItsProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group, n, head = "g-park-rewind-skip", 302, 2
+		const held = head + redriveChunk // the 257th parked message
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, n, 1) // agg-0 only: #0..#301; parks at #2
+		var broken, holding atomic.Bool
+		broken.Store(true)
+		var mu sync.Mutex
+		var order []uint64 // successful handlings, in order
+		hd := handler.Sync(func(ctx context.Context, m *handler.Message) error {
+			seq := binary.BigEndian.Uint64(m.Value)
+			switch {
+			case broken.Load() && seq == head:
+				return handler.Classed(handler.Permanent, errors.New("rejected"))
+			case seq == held && !holding.Swap(true):
+				<-ctx.Done() // held until the rewind
+				return ctx.Err()
+			}
+			mu.Lock()
+			order = append(order, seq)
+			mu.Unlock()
+			return nil
+		})
+		r := h.receiver(group, hd, 16, parking)
+		testwait.For(t, 30*time.Second, "agg-0 parked", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		first := h.parkedState("agg-0").Head
+		broken.Store(false)
+		h.ask("agg-0", park.Skip)
+		testwait.For(t, 60*time.Second, "the skip past its first chunk", func() bool {
+			st := h.parkedState("agg-0")
+			return holding.Load() && st != nil && st.Head.Offset == first.Offset+redriveChunk && st.Skipped
+		})
+		old := part0(r)
+		old.mu.Lock()
+		last := old.tr.last
+		old.mu.Unlock()
+		r.rewind(old, last, last, -1, 0) // as the poll loop does when the client resets
+		testwait.For(t, 60*time.Second, "agg-0 unparked", func() bool { return h.parkedState("agg-0") == nil })
+		var dead []uint64
+		for _, rec := range dlqRecords(t, h.c, testTopic+".dlq", 0) {
+			dead = append(dead, binary.BigEndian.Uint64(rec.Value))
+		}
+		if !slices.Equal(dead, []uint64{head}) {
+			t.Errorf("dead letters %v, want [%d] once (the skip's progress recorded it)", dead, head)
+		}
+		mu.Lock()
+		got := slices.Clone(order)
+		mu.Unlock()
+		if i := slices.Index(got, held-1); i < 0 || slices.Contains(got[i+1:], head+1) {
+			t.Errorf("#%d handled again after #%d (%d handlings in all): the resumed skip started from the entry's first head, not its progress", head+1, held-1, len(got))
+		}
+		want := append(seqs(0, head), seqs(head+1, n)...)
+		if got = slices.Compact(got); !slices.Equal(got, want) {
+			i := 0
+			for i < min(len(got), len(want)) && got[i] == want[i] {
+				i++
+			}
+			t.Errorf("agg-0 handled #0..#%d but the skipped #%d out of order, or not all: from the %dth handling on, %v", n-1, head, i+1, got[i:min(len(got), i+5)])
+		}
+		stop(t, r)
+	})
+}
