@@ -303,7 +303,7 @@ func (r *Receiver) ensureParkingTopics(ctx context.Context) {
 	adm := kadm.NewClient(r.cl)
 	sources, err := adm.ListTopics(ctx, r.topics...)
 	if err != nil {
-		r.log.Warn("listing topics to create parking topics", zap.Error(err))
+		r.log.Warn("listing topics to create parking topics; parked topics are not created by wowd, and their max.message.bytes not read: writes to them keep to 1000012-byte batches until a restart reads it", zap.Error(err))
 		return
 	}
 	var create func(topic string, partitions int32, configs map[string]*string) bool

@@ -187,17 +187,28 @@ func (j *job) parkTooLarge(rec *kgo.Record, attempt int, wait time.Duration, err
 	at := []zap.Field{zap.String("topic", src.Topic), zap.Int32("partition", src.Partition), zap.Int64("offset", src.Offset),
 		zap.String("parked_topic", rec.Topic), zap.Int("record_bytes", batchBytes(rec))}
 	want := int64(batchBytes(rec)) + parkHeadroom
+	read := false
 	if s := r.park.sizes.Load(); s != nil {
 		if n, ok := s.limit[rec.Topic]; ok {
-			at = append(at, zap.Int32("max_message_bytes", n))
+			at, read = append(at, zap.Int32("max_message_bytes", n)), true
 		}
 		if n, ok := s.want[src.Topic]; ok {
 			want = max(want, int64(n))
 		}
 	}
 	r.m.ParkAction("park", "failed")
+	at = append(at, zap.Int64("max_message_bytes_wanted", want), zap.Int("attempt", attempt), zap.Duration("wait", wait), zap.Error(err))
+	if !read {
+		// Not read at start (the broker unreachable then, or no
+		// DescribeConfigs: warned then): the client keeps its batches to
+		// this topic at kgo's default, whatever the topic allows, until a
+		// restart reads the limit.
+		r.log.Error("parked copy too large for the parked topic, whose max.message.bytes wowd could not read at start (see the warning then): writes to it keep to 1000012-byte batches; make sure the parked topic's max.message.bytes is at least max_message_bytes_wanted and that wowd may read it (DescribeConfigs), then restart wowd; retrying, the source offset stays uncommitted",
+			at...)
+		return
+	}
 	r.log.Error("parked copy too large for the parked topic: raise the parked topic's max.message.bytes to at least max_message_bytes_wanted, then restart wowd (it reads the limit at start); retrying, the source offset stays uncommitted",
-		append(at, zap.Int64("max_message_bytes_wanted", want), zap.Int("attempt", attempt), zap.Duration("wait", wait), zap.Error(err))...)
+		at...)
 }
 
 // produceParkedDeadLetter writes the dead letter of the parked record rec

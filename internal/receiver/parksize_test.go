@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -270,5 +273,39 @@ func TestSkipATooLargeParkedHeadWritesAStub(t *testing.T) {
 		header(stub, "trace") != "" || header(stub, park.HeaderSourceOffset) != "0" || header(stub, park.HeaderSourceTopic) != testTopic ||
 		header(stub, park.HeaderReason) == "" || string(stub.Key) != "agg-0" {
 		t.Fatalf("dead letter of the large head: value %d bytes, headers %v", len(stub.Value), stub.Headers)
+	}
+}
+
+// TestParkTooLargeWithTheLimitUnread: wowd could not read the parked
+// topic's max.message.bytes at start (no DescribeConfigs), so its client
+// keeps to kgo's 1000012-byte batches to it whatever the topic allows. A
+// failed record above that waits, and the error says why: the limit was
+// not read, and a restart that can read it is what helps (raising the
+// limit alone would not).
+func TestParkTooLargeWithTheLimitUnread(t *testing.T) {
+	h := newHarness(t, 1)
+	if err := h.c.CreateTopic(park.Topic(testTopic), 1, map[string]string{"max.message.bytes": "8388608"}); err != nil {
+		t.Fatal(err)
+	}
+	h.setMaxMessageBytes(testTopic, 2_000_000)
+	denied := h.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeConfigs}, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	defer denied.Remove()
+	h.produceLarge(&kgo.Record{Topic: testTopic, Key: []byte("agg-0"), Value: incompressible(1_100_000)})
+	core, logs := observer.New(zap.InfoLevel)
+	r := h.receiver("g-park-unread", &bigFails{}, 16, func(o *Options) {
+		parking(o)
+		o.RetryBackoff = 50 * time.Millisecond
+		o.Logger = zap.New(zapcore.NewTee(o.Logger.Core(), core))
+	})
+	const msg = "parked copy too large for the parked topic, whose max.message.bytes wowd could not read at start"
+	testwait.For(t, 30*time.Second, "the too-large error logged", func() bool { return logs.FilterMessageSnippet(msg).Len() >= 1 })
+	if n := logs.FilterMessageSnippet("raise the parked topic's max.message.bytes").Len(); n != 0 {
+		t.Errorf("%d errors advising to raise a limit that is high enough already", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = r.Stop(ctx) // the record is unfinished: the stop lets it go at its deadline
+	cancel()
+	if committed, _ := h.offsets("g-park-unread"); committed[0] > 0 {
+		t.Fatalf("committed %d, past the record that could not be parked", committed[0])
 	}
 }
