@@ -89,7 +89,10 @@ type fakeParked struct {
 }
 
 func (p *fakeParked) List(context.Context) ([]ParkedAggregate, error) {
-	return []ParkedAggregate{{Dispatcher: "proj", Context: "shop", Aggregate: "cart", ID: "cart-9", Topic: "wow.shop.cart.event", Class: "permanent", Reason: "http 400", Attempts: 1, Since: time.Now().Add(-time.Minute)}}, nil
+	return []ParkedAggregate{
+		{Dispatcher: "proj", Context: "shop", Aggregate: "cart", ID: "cart-9", Topic: "wow.shop.cart.event", Class: "permanent", Reason: "http 400", Attempts: 1, Since: time.Now().Add(-time.Minute)},
+		{Dispatcher: "proj", Context: "shop", Aggregate: "cart", ID: "cart-10", Topic: "wow.shop.cart.event", Offset: 258, Class: "permanent", Reason: "http 409", Attempts: 1, Since: time.Now().Add(-time.Hour), HeadPastFailure: true},
+	}, nil
 }
 
 func (p *fakeParked) record(action, d, id string) error {
@@ -353,12 +356,13 @@ func TestPage(t *testing.T) {
 	if w.Code != http.StatusOK || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
 		t.Fatalf("%d %s", w.Code, body)
 	}
-	for _, want := range []string{"wow.shop.cart.event/0", "span_cap", "cart/with/slashes", "cart-9", `data-action="redrive"`, "&lt;script&gt;alert(1)"} {
+	for _, want := range []string{"wow.shop.cart.event/0", "span_cap", "cart/with/slashes", "cart-9", `data-action="redrive"`, "&lt;script&gt;alert(1)",
+		"head past the failed message:</span> permanent: http 409"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
-	for _, bad := range []string{"http://", "https://", "<script>alert", "<link", "src="} {
+	for _, bad := range []string{"http://", "https://", "<script>alert", "<link", "src=", "head past the failed message:</span> permanent: http 400"} {
 		if strings.Contains(body, bad) {
 			t.Errorf("page holds %q", bad)
 		}

@@ -50,6 +50,12 @@ type ParkedAggregate struct {
 	Reason    string    `json:"reason"` // the failure, as the handler reported it
 	Attempts  int       `json:"attempts"`
 	Since     time.Time `json:"since"`
+	// HeadPastFailure says an action's progress (a redrive or skip cut
+	// short) moved the parked messages' start past the message that
+	// failed: Offset is where they start now, Class and Reason are still
+	// that message's, and a skip dead-letters nothing (the head has not
+	// failed), it redrives.
+	HeadPastFailure bool `json:"head_past_failure,omitempty"`
 	// Owned says the aggregate's partition is this instance's: its parked
 	// messages are redriven here. The list has the dispatcher's parked
 	// aggregates in every partition, as its state topic says; an action
