@@ -243,10 +243,10 @@ func asker() string {
 
 // parkReason is why the aggregate parked: the reason of the message that
 // failed, said to be past once an action's progress moved the head past
-// that message (park.State.Skipped): the head then has not failed, and a
-// skip dead-letters none of the parked messages.
+// that message (park.State.HeadPastFailure): the head then has not
+// failed, and a skip dead-letters none of the parked messages.
 func parkReason(s *park.State) string {
-	if s.Skipped {
+	if s.HeadPastFailure() {
 		return "head past the failed message: " + s.Reason
 	}
 	return s.Reason

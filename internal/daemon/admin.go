@@ -89,7 +89,7 @@ func (p adminParked) List(context.Context) ([]admin.ParkedAggregate, error) {
 			out = append(out, admin.ParkedAggregate{
 				Dispatcher: r.Dispatcher(), Context: pa.Context, Aggregate: pa.AggregateType, ID: pa.Aggregate,
 				Topic: pa.Topic, Partition: pa.Partition, Offset: pa.Offset, Class: pa.Class, Reason: pa.Reason,
-				Attempts: pa.Attempts, Since: pa.Since, Owned: pa.Owned, Busy: pa.Busy, HeadPastFailure: pa.Skipped,
+				Attempts: pa.Attempts, Since: pa.Since, Owned: pa.Owned, Busy: pa.Busy, HeadPastFailure: pa.HeadPastFailure(),
 			})
 		}
 	}

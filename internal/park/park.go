@@ -112,6 +112,21 @@ type Request struct {
 // (topic names cannot contain '/'). It is the key of requests on the
 // aggregate (after a prefix) and of states written before owner epochs;
 // RecordKey is the key of the state's record.
+// ClassByHand is the class of an aggregate parked by hand (Park): no
+// message of it failed.
+const ClassByHand = "by-hand"
+
+// HeadFailed reports whether the head is a message that failed: what a
+// skip dead-letters. Not once an action's progress moved the head past it
+// (Skipped), nor for an aggregate parked by hand, whose head is the first
+// message that came after the park.
+func (s *State) HeadFailed() bool { return !s.Skipped && s.Class != ClassByHand }
+
+// HeadPastFailure reports whether an action's progress moved the head
+// past the message that failed: Offset is where the parked messages start
+// now, Class and Reason are still the failed message's.
+func (s *State) HeadPastFailure() bool { return s.Skipped && s.Class != ClassByHand }
+
 func (s *State) Key() string { return Key(s.Topic, s.Aggregate) }
 
 // Key returns the state key of an aggregate of a source topic.

@@ -994,9 +994,10 @@ func (t *parkAction) run() {
 				return
 			}
 			// A skip's head is its first message, unless Head is a
-			// message that has not failed (st.Skipped): an earlier
-			// action's progress moved it past the one that did.
-			headSkip := req.Action == park.Skip && n == 0 && !st.Skipped
+			// message that has not failed: an earlier action's progress
+			// moved it past the one that did (st.Skipped), or the
+			// aggregate was parked by hand.
+			headSkip := req.Action == park.Skip && n == 0 && st.HeadFailed()
 			deadLetter := req.Action == park.Discard || headSkip
 			n++
 			if err != nil {
@@ -1345,7 +1346,7 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park
 	st := park.State{
 		Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: k.topic, Partition: p.partition, Offset: -1,
 		Aggregate: k.key, Head: park.Position{Partition: int32(head), Offset: ends[int32(head)]},
-		Since: time.Now(), Class: "by-hand", Reason: "parked by hand by " + req.By, Epoch: p.parkEpoch.Load(),
+		Since: time.Now(), Class: park.ClassByHand, Reason: "parked by hand by " + req.By, Epoch: p.parkEpoch.Load(),
 	}
 	if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
 		r.actionCanceled(k, from, req.Action, at)

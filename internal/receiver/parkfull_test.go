@@ -341,3 +341,42 @@ func TestAnActionOfAClosedPartitionLeavesItsRequestToBeTakenUpAgain(t *testing.T
 		t.Fatalf("the entry after the action: busy %v, lastReq %q; want free, its request not taken up", a.busy, a.lastReq)
 	}
 }
+
+// TestSkipOfAnAggregateParkedByHandDeadLettersNothing: an aggregate parked
+// by hand has no message that failed; its head is the first message that
+// came after the park. A skip dead-letters only a head that failed, so
+// here it dead-letters nothing and hands every parked message over in
+// order, like a redrive. (It dead-lettered the first message parked
+// behind the park, which never failed.)
+func TestSkipOfAnAggregateParkedByHandDeadLettersNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-hand-skip"
+		h := newVirtualHarness(t, 1)
+		sink := newParkSink(func(string, uint64) bool { return false })
+		r := h.receiver(group, sink, 16, parking)
+		defer stop(t, r)
+		testwait.For(t, 30*time.Second, "a member", func() bool { return r.Snapshot().Joined })
+		if n, err := r.ParkByHand(context.Background(), "agg-0", "test"); err != nil || n != 1 {
+			t.Fatalf("parking by hand: %d, %v", n, err)
+		}
+		testwait.For(t, 30*time.Second, "agg-0 parked by hand", func() bool {
+			st := h.parkedState("agg-0")
+			return st != nil && st.Class == park.ClassByHand && st.Request == nil && r.Snapshot().ParkedAggregates == 1
+		})
+		produce(t, h.c, testTopic, 3, 1) // agg-0 #0..#2: parked behind the park
+		testwait.For(t, 30*time.Second, "agg-0's messages parked", func() bool { return h.committedAtEnd(group) })
+		if got := sink.of("agg-0"); len(got) != 0 {
+			t.Fatalf("agg-0 handled %v while parked", got)
+		}
+		h.ask("agg-0", park.Skip)
+		testwait.For(t, 30*time.Second, "agg-0 unparked", func() bool {
+			return h.parkedState("agg-0") == nil && r.Snapshot().ParkedAggregates == 0
+		})
+		if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 3)) {
+			t.Errorf("agg-0 handled %v, want %v", got, seqs(0, 3))
+		}
+		if dl := dlqRecords(t, h.c, testTopic+".dlq", 0); len(dl) != 0 {
+			t.Errorf("%d dead letters, want none (no message of agg-0 failed)", len(dl))
+		}
+	})
+}
