@@ -1,11 +1,13 @@
 package park
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -210,7 +212,7 @@ func ParkedFrom(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State,
 		func(r *kgo.Record) error {
 			next = r.Offset + 1
 			if s.Of(r) {
-				out = append(out, r)
+				out = append(out, owned(r))
 				size += recordBytes(r)
 				if len(out) == limit || size >= chunkBytes {
 					return errEnough
@@ -222,6 +224,25 @@ func ParkedFrom(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State,
 		err = nil
 	}
 	return out, next, err
+}
+
+// owned returns a copy of r that shares no memory with its fetched batch:
+// r's key, value and headers point into the decompressed batch (and r into
+// the batch's records), so a chunk of small messages kept as they come
+// would keep whole batches alive, other aggregates' large messages with
+// them, and chunkBytes would bound nothing.
+func owned(r *kgo.Record) *kgo.Record {
+	c := *r
+	c.Context = nil
+	c.Key, c.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+	c.Headers = nil
+	if len(r.Headers) > 0 {
+		c.Headers = make([]kgo.RecordHeader, len(r.Headers))
+		for i, h := range r.Headers {
+			c.Headers[i] = kgo.RecordHeader{Key: strings.Clone(h.Key), Value: bytes.Clone(h.Value)}
+		}
+	}
+	return &c
 }
 
 // recordBytes is about what r holds in memory: its key, value and headers.

@@ -2,6 +2,7 @@ package park
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -122,4 +123,62 @@ func TestParkedFromBoundsItsChunkInBytes(t *testing.T) {
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("a message of its own: %d read, %v", len(recs), err)
 	}
+}
+
+// TestParkedFromHoldsNoFetchedBatch: a chunk's messages are copies that
+// share nothing with their fetched batches, so chunkBytes bounds what a
+// redrive holds: 40 small messages of A, each in a batch with a 2 MiB
+// message of B, held 71 MiB of the heap as they came (found by review).
+func TestParkedFromHoldsNoFetchedBatch(t *testing.T) {
+	const topic = "orders"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, Topic(topic)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	cl, err := kgo.NewClient(append(opts, kgo.ProducerBatchMaxBytes(6<<20), kgo.DefaultProduceTopic(Topic(topic)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	parked := func(key string, size int) *kgo.Record {
+		v := make([]byte, size)
+		for i := range v {
+			v[i] = byte(i*7 + i>>9) // not very compressible
+		}
+		return &kgo.Record{Key: []byte(key), Value: v, Headers: []kgo.RecordHeader{
+			{Key: HeaderService, Value: []byte("svc")}, {Key: HeaderDispatcher, Value: []byte("d")}}}
+	}
+	const n, big = 40, 2 << 20
+	for i := range n {
+		if err := cl.ProduceSync(ctx, parked("A", 100), parked("B", big)).FirstErr(); err != nil {
+			t.Fatalf("producing %d: %v", i, err)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	s := &State{Service: "svc", Dispatcher: "d", Topic: topic, Aggregate: "A"}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	recs, _, err := ParkedFrom(ctx, opts, adm, s, 0, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	held := int64(ms.HeapAlloc) - int64(before)
+	nominal := 0
+	for _, r := range recs {
+		nominal += recordBytes(r)
+	}
+	t.Logf("chunk of %d messages, %d bytes by recordBytes; heap held with the chunk: %d MiB", len(recs), nominal, held>>20)
+	if held > chunkBytes {
+		t.Errorf("a chunk of %d bytes (bound %d) holds %d MiB of the heap", nominal, chunkBytes, held>>20)
+	}
+	runtime.KeepAlive(recs)
 }
