@@ -96,6 +96,13 @@ type State struct {
 	// after a skip's progress only: their redrive's progress leaves it
 	// false, so a skip of such a state dead-letters Head as before.
 	Skipped bool `json:"skipped,omitempty"`
+	// Answered is the ID of the request whose action wrote this state
+	// with a head that failed again. The action deletes its request after
+	// this state; should that delete be lost (the partition closed between
+	// the two writes), the owner deletes the request instead of doing it
+	// a second time on the new head. Absent in states written before it
+	// existed: older versions do such a request again.
+	Answered string `json:"answered,omitempty"`
 	// Request is an operator's pending action, if any.
 	Request *Request `json:"request,omitempty"`
 }

@@ -410,8 +410,15 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	var act *park.Request
 	var from *parkedAgg // the entry the action starts from; nil for a park by hand
 	byHand := req != nil && req.Request.Action == park.Park
-	stale := req != nil && (a == nil) != byHand
+	// A request asked on an earlier parking of the aggregate (the state
+	// it was asked on parked at another time), or answered by the state
+	// (an action whose head failed again wrote it, and its delete of the
+	// request was lost), is void: done now, it would act on a message
+	// nobody asked about (a skip would dead-letter it).
+	void := req != nil && a != nil && !byHand && (req.Request.ID == a.state.Answered || !req.Since.Equal(a.state.Since))
+	stale := req != nil && ((a == nil) != byHand || void)
 	switch {
+	case void:
 	case byHand && a == nil && ps.handParking[k] != p:
 		ps.handParking[k], act = p, req.Request
 	case req != nil && a != nil && !a.busy && req.Request.ID != a.lastReq:
@@ -422,7 +429,7 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	case act != nil:
 		r.startAction(k, p, from, *act)
 	case stale && r.lease.holds() && !r.stale(p): // a member cut off, or no longer the one p was assigned to, leaves it to the owner
-		r.log.Info("request on an aggregate that is not parked (or, to park it, already is); deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
+		r.log.Info("request on an aggregate that is not parked (or, to park it, already is), asked on an earlier parking of it, or answered already; deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
 			zap.String("action", req.Request.Action), zap.String("by", req.Request.By))
 		ps.mu.RLock()
 		keys := ps.book.RequestKeys(k.topic, k.key, req.Request.ID)
@@ -1023,7 +1030,8 @@ func (t *parkAction) run() {
 				// Failed again: the aggregate stays parked, this message its head.
 				st.Head = park.Position{Partition: rec.Partition, Offset: rec.Offset}
 				st.Offset, st.Class, st.Reason, st.Attempts = src.Offset, f.class, truncate(f.reason, maxErrorHeader), f.attempts
-				st.Skipped = false // a head that failed: a skip dead-letters it
+				st.Skipped = false   // a head that failed: a skip dead-letters it
+				st.Answered = req.ID // should the request's delete below be lost, it is not done again on this head
 				if err := r.produceDurably(p, stateRecord(r.o.Park.StateTopic, &st)); err != nil {
 					r.actionCanceled(k, a, req.Action, at)
 					return
@@ -1097,14 +1105,24 @@ func (r *Receiver) endRequest(p *partition, k parkKey, a *parkedAgg, req park.Re
 	ps.mu.RLock()
 	keys := ps.book.RequestKeys(k.topic, k.key, req.ID)
 	ps.mu.RUnlock()
+	lost := false
 	for _, key := range keys {
 		tomb := &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(key)}
 		if err := r.produceDurably(p, tomb); err != nil {
-			r.log.Warn("deleting a request acted on; the next owner of the partition acts on it again", zap.String("aggregate", k.key), zap.Error(err))
+			r.log.Warn("deleting a request acted on; the partition's owner deletes it once it sees it answered", zap.String("aggregate", k.key), zap.Error(err))
+			lost = true
 			break
 		}
 	}
 	r.parkIdle(k, a)
+	if lost {
+		// p closed: the incarnation that took its place (a rewind keeps
+		// the ownership and its entries, and loads nothing to look at the
+		// requests again) finds the request answered (the aggregate
+		// unparked, or its state answering it) and deletes it now, so
+		// that it never meets a later parking of the aggregate.
+		r.maybeAct(k, p.partition)
+	}
 }
 
 // actionCanceled ends an action cut short by the partition going: the

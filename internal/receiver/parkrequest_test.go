@@ -1,0 +1,213 @@
+package receiver
+
+import (
+	"context"
+	"encoding/binary"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/wowd/wowd/internal/park"
+	"github.com/wowd/wowd/internal/testwait"
+)
+
+// A skip finishes (the aggregate unparked, its state tombstone durable) and
+// the partition is rewound before the skip's request is deleted. The
+// rewound incarnation deletes the request; before, nothing looked at it
+// again, the aggregate later parked on a new failure (#5), and when the
+// partition moved the next owner took the old skip for a request on the
+// new parking and dead-lettered #5, which no operator asked to skip (found
+// by review).
+func TestASkipsRequestLeftByARewindNeverMeetsALaterParking(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-stale-skip-rewind"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 5, 1) // agg-0 #0..#4
+		var broken atomic.Bool
+		broken.Store(true)
+		sink := newParkSink(func(_ string, seq uint64) bool { return (broken.Load() && seq == 2) || seq == 5 })
+		var fired atomic.Bool
+		hit, release := make(chan struct{}), make(chan struct{})
+		hook := func(e zapcore.Entry) error {
+			if e.Message == "parked aggregate: unparked" && !fired.Swap(true) {
+				close(hit)
+				<-release
+			}
+			return nil
+		}
+		withHook := func(o *Options) { o.Logger = o.Logger.WithOptions(zap.Hooks(hook)) }
+		r := h.receiver(group, sink, 16, parking, withHook)
+		testwait.For(t, 30*time.Second, "agg-0 parked", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		broken.Store(false)
+		h.ask("agg-0", park.Skip)
+		<-hit // unparked; the request not deleted yet
+		old := part0(r)
+		old.mu.Lock()
+		last := old.tr.last
+		old.mu.Unlock()
+		r.rewind(old, last, last, -1, 0)
+		close(release)
+		testwait.For(t, 30*time.Second, "agg-0 #3, #4 handled", func() bool {
+			return slices.Equal(sink.of("agg-0"), []uint64{0, 1, 3, 4})
+		})
+		time.Sleep(5 * time.Second)
+		cl, err := kgo.NewClient(brokers(h.c)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		book, err := park.ReadBook(context.Background(), brokers(h.c), kadm.NewClient(cl), testStateTopic)
+		cl.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req := book.Request(testTopic, "agg-0"); req != nil {
+			t.Errorf("after the skip: its request still pending in the state topic: %s by %s (agg-0 parked: %v)", req.Request.Action, req.Request.By, book.Parked(testTopic, "agg-0") != nil)
+		}
+		// agg-0 #5 fails for good: agg-0 parks again, nobody asks anything.
+		produceValues(t, h.c, testTopic, 1, 1, func(int) []byte { return binary.BigEndian.AppendUint64(nil, 5) })
+		testwait.For(t, 30*time.Second, "agg-0 parked again at #5", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		if st := h.parkedState("agg-0"); st.Request != nil {
+			t.Logf("wowd parked list shows agg-0 (parked at #5) with pending %s by %s", st.Request.Action, st.Request.By)
+		}
+		time.Sleep(30 * time.Second)
+		if n := len(dlqRecords(t, h.c, testTopic+".dlq", 0)); n != 1 {
+			t.Logf("before the partition moves: %d dead letters", n)
+		}
+		stop(t, r) // the partition moves
+		r2 := h.receiver(group, sink, 16, parking)
+		time.Sleep(30 * time.Second)
+		var dead []uint64
+		for _, rec := range dlqRecords(t, h.c, testTopic+".dlq", 0) {
+			dead = append(dead, binary.BigEndian.Uint64(rec.Value))
+		}
+		if !slices.Equal(dead, []uint64{2}) {
+			t.Errorf("dead letters %v, want [2] only: #5 was dead-lettered by a skip nobody asked for after it failed", dead)
+		}
+		if h.parkedState("agg-0") == nil {
+			t.Errorf("agg-0 unparked without a request on its new parking")
+		}
+		stop(t, r2)
+	})
+}
+
+// A skip's redrive fails again at #3 (the state written: #3 the head, a
+// failure) and the partition is rewound before the request is deleted. The
+// request is answered: the rewound incarnation deletes it. Before, it stayed
+// pending and ignored (the admin page showed the aggregate busy), and when
+// the partition moved the next owner did the skip a second time and
+// dead-lettered #3, which no operator asked to skip (found by review).
+func TestASkipWhoseHeadFailedAgainIsNotDoneTwiceAcrossARewind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-failed-again-rewind"
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 5, 1) // agg-0 #0..#4
+		var broken atomic.Bool
+		broken.Store(true)
+		sink := newParkSink(func(_ string, seq uint64) bool { return (broken.Load() && seq == 2) || seq == 3 })
+		var fired atomic.Bool
+		hit, release := make(chan struct{}), make(chan struct{})
+		hook := func(e zapcore.Entry) error {
+			if e.Message == "parked aggregate: a parked message failed again; the aggregate stays parked with it at the head" && !fired.Swap(true) {
+				close(hit)
+				<-release
+			}
+			return nil
+		}
+		r := h.receiver(group, sink, 16, parking, func(o *Options) { o.Logger = o.Logger.WithOptions(zap.Hooks(hook)) })
+		testwait.For(t, 30*time.Second, "agg-0 parked", func() bool {
+			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
+		})
+		broken.Store(false)
+		h.ask("agg-0", park.Skip)
+		<-hit
+		old := part0(r)
+		old.mu.Lock()
+		last := old.tr.last
+		old.mu.Unlock()
+		r.rewind(old, last, last, -1, 0)
+		close(release)
+		time.Sleep(30 * time.Second)
+		if st := h.parkedState("agg-0"); st != nil && st.Request != nil {
+			t.Errorf("30 s after: agg-0 parked at offset %d, request %s by %s still pending, not acted on", st.Offset, st.Request.Action, st.Request.By)
+		}
+		stop(t, r)
+		r2 := h.receiver(group, sink, 16, parking)
+		time.Sleep(30 * time.Second)
+		var dead []uint64
+		for _, rec := range dlqRecords(t, h.c, testTopic+".dlq", 0) {
+			dead = append(dead, binary.BigEndian.Uint64(rec.Value))
+		}
+		if !slices.Equal(dead, []uint64{2}) {
+			t.Errorf("dead letters %v, want [2]: one skip asked, #3 dead-lettered by the same request done a second time", dead)
+		}
+		stop(t, r2)
+	})
+}
+
+// TestARequestTheStateAnsweredIsNotDoneAgain: an owner wrote the state of
+// a skip whose head failed again (Answered: the skip's ID) and died
+// before deleting the request. The next owner deletes the request instead
+// of doing the skip a second time on the new head.
+func TestARequestTheStateAnsweredIsNotDoneAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-answered"
+		h := newVirtualHarness(t, 1)
+		sink, _, r := parkAgg0(t, h, group)
+		stop(t, r)
+		st := h.parkedState("agg-0")
+		st.Answered = "r1"
+		h.produceState(stateRecord(testStateTopic, st))
+		h.askAs("agg-0", park.Request{Action: park.Skip, By: "test", ID: "r1"})
+		r2 := h.receiver(group, sink, 16, parking)
+		defer stop(t, r2)
+		testwait.For(t, 30*time.Second, "the answered request deleted", func() bool {
+			st := h.parkedState("agg-0")
+			return st != nil && st.Request == nil
+		})
+		time.Sleep(10 * time.Second)
+		if dl := dlqRecords(t, h.c, testTopic+".dlq", 0); len(dl) != 0 {
+			t.Errorf("%d dead letters: the answered skip was done again", len(dl))
+		}
+		if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 2)) {
+			t.Errorf("agg-0 handled %v, want %v (still parked at #2)", got, seqs(0, 2))
+		}
+	})
+}
+
+// TestARequestOnAnEarlierParkingIsVoid: a skip asked on an earlier parking
+// of the aggregate (its state's since is not the current parking's), whose
+// delete was lost, is deleted by the owner, not done on the current
+// parking's head.
+func TestARequestOnAnEarlierParkingIsVoid(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const group = "g-park-earlier"
+		h := newVirtualHarness(t, 1)
+		sink, _, r := parkAgg0(t, h, group)
+		stop(t, r)
+		st := h.parkedState("agg-0")
+		st.Since = st.Since.Add(-time.Hour)
+		st.Request = &park.Request{Action: park.Skip, By: "test", ID: "r0", At: st.Since}
+		h.produceState(&kgo.Record{Topic: testStateTopic, Key: []byte(park.RequestKey(testTopic, "agg-0", "r0")), Value: st.Marshal()})
+		r2 := h.receiver(group, sink, 16, parking)
+		defer stop(t, r2)
+		testwait.For(t, 30*time.Second, "the earlier parking's request deleted", func() bool {
+			st := h.parkedState("agg-0")
+			return st != nil && st.Request == nil
+		})
+		time.Sleep(10 * time.Second)
+		if dl := dlqRecords(t, h.c, testTopic+".dlq", 0); len(dl) != 0 {
+			t.Errorf("%d dead letters: a skip of an earlier parking was done on this one", len(dl))
+		}
+	})
+}
