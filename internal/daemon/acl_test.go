@@ -26,7 +26,7 @@ import (
 // ACLs that docs/operations.md ("Least privilege in Kafka") lists: Read on
 // its topics and (prefixed) groups, Write and Create on its dead-letter
 // topics, Read, Write and Create on its parking topics, DescribeConfigs on
-// its topics and parked topics with parking, Write on its topics for
+// its topics, dead-letter topics and parked topics, Write on its topics for
 // ingest. With them it consumes and commits, creates its dead-letter
 // and parking topics, writes a dead letter, parks an aggregate and
 // publishes an ingested message; nothing it logs is a warning about a
@@ -59,8 +59,10 @@ func leastPrivilege(t *testing.T, create bool) {
 		allow(kmsg.ACLResourceTypeTopic, parked, lit, kmsg.ACLOperationWrite),
 		allow(kmsg.ACLResourceTypeTopic, state, lit, kmsg.ACLOperationRead),
 		allow(kmsg.ACLResourceTypeTopic, state, lit, kmsg.ACLOperationWrite),
-		// The parked topic's size: its source's limit, and its own.
+		// The dead-letter and parked topics' sizes: their source's
+		// limit, and their own.
 		allow(kmsg.ACLResourceTypeTopic, topic, lit, kmsg.ACLOperationDescribeConfigs),
+		allow(kmsg.ACLResourceTypeTopic, dlq, lit, kmsg.ACLOperationDescribeConfigs),
 		allow(kmsg.ACLResourceTypeTopic, parked, lit, kmsg.ACLOperationDescribeConfigs),
 	}
 	if create {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -55,13 +56,49 @@ const (
 // rather than hold the partition forever.
 const deadLetterAttempts = 8
 
+// deadLetterHeadroom is what a dead-letter topic wowd creates has above its
+// source's max.message.bytes: the wowd-dlq-* headers (an error message of
+// up to maxErrorHeader bytes, the source topic of up to 249, the
+// dispatcher's name, four short values and the keys), or, for a parked
+// message skipped or discarded, the wowd-parked-* headers, take under
+// 2 KiB with names of a sane length: parkHeadroom's 64 KiB.
+const deadLetterHeadroom = parkHeadroom
+
 // deadLetter writes j's record to the dead-letter topic and finishes it once
 // the broker acknowledged the write; the source offset is never committed
 // before that. A record too large for the topic is written without its
 // value and headers (flagged in HeaderValueOmitted). A write refused
 // deadLetterAttempts times is given up: logged as an error with the record's
 // position, counted as dead_letter_failed, and committed past.
+//
+// The first write waits until Start has read the dead-letter topics'
+// max.message.bytes (dlReady), at most startTimeout: kgo asks for a
+// partition's batch limit once, at the first write to it. Records fetched
+// from Kafka are handled only after that (the poll loop starts after it),
+// but a record admitted through ingest may fail before Start.
 func (r *Receiver) deadLetter(j *job) {
+	select {
+	case <-r.dlReady:
+		r.writeDeadLetter(j)
+		return
+	default:
+	}
+	go func() {
+		t := time.NewTimer(startTimeout)
+		defer t.Stop()
+		select {
+		case <-r.dlReady:
+		case <-j.p.ctx.Done(): // the write below fails at once and abandons j
+		case <-t.C:
+			r.log.Warn("dead-letter write before the dead-letter topics' sizes were read at start; writing it within kgo's default batch limit",
+				zap.String("topic", j.rec.Topic), zap.String("dead_letter_topic", r.o.DeadLetter.Topic(j.rec.Topic)))
+		}
+		r.writeDeadLetter(j)
+	}()
+}
+
+// writeDeadLetter is deadLetter once the sizes were read.
+func (r *Receiver) writeDeadLetter(j *job) {
 	reason := truncate(j.failure.reason, maxErrorHeader)
 	src := j.rec
 	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+9)
@@ -107,7 +144,7 @@ func (r *Receiver) deadLetter(j *job) {
 			r.log.Warn("record too large for the dead-letter topic; writing its position and reason without its value and headers",
 				append(at, zap.Int("value_bytes", len(src.Value)), zap.Error(err))...)
 			j.failure.stub = true
-			r.deadLetter(j)
+			r.writeDeadLetter(j)
 		default:
 			j.tries++
 			if j.tries >= deadLetterAttempts {
@@ -120,37 +157,127 @@ func (r *Receiver) deadLetter(j *job) {
 			wait := r.holdBackoff(j.tries)
 			r.log.Error("dead-letter write failed; retrying, the source offset stays uncommitted",
 				append(at, zap.Int("attempt", j.tries), zap.Int("of", deadLetterAttempts), zap.Duration("wait", wait), zap.Error(err))...)
-			j.after(wait, func() { r.deadLetter(j) })
+			j.after(wait, func() { r.writeDeadLetter(j) })
 		}
 	})
 }
 
 // ensureDeadLetterTopics creates the missing dead-letter topics of the
-// receiver's topics, each with its source's partition count and the broker's
-// default replication. Failing that (no permission, broker down) it only
-// warns: a dead-letter write to a missing topic is retried and holds the
-// source offset, so nothing is lost.
+// receiver's topics, each with its source's partition count, the broker's
+// default replication, and a max.message.bytes of its source's plus
+// deadLetterHeadroom (read with DescribeConfigs), so that a record that
+// fits its source is dead-lettered whole. A dead-letter topic of several
+// sources gets the largest of theirs; one of a source whose limit cannot
+// be read (warned of), or whose limit the cluster refuses (a managed
+// cluster's cap: warned of), gets the cluster's default. Failing to create
+// it (no permission, broker down) it only warns: a dead-letter write to a
+// missing topic is retried and holds the source offset, so nothing is lost.
+// Then it reads the dead-letter topics' limits (sizeDeadLetterTopics).
+//
+// Unlike a parked topic, a dead-letter topic gets no 8 MiB floor for
+// records their producer compressed to fit their source (the client checks
+// its batch limit before compressing): such a dead letter is written as a
+// stub, its record kept whole in its source topic, where a parked copy
+// refused would hold its partition.
 func (r *Receiver) ensureDeadLetterTopics(ctx context.Context) {
 	adm := kadm.NewClient(r.cl)
 	sources, err := adm.ListTopics(ctx, r.topics...)
 	if err != nil {
-		r.log.Warn("listing topics to create dead-letter topics", zap.Error(err))
+		r.log.Warn("listing topics to create dead-letter topics; writes to the dead-letter topics keep to 1000012-byte batches, and a larger dead letter is written without its value and headers", zap.Error(err))
 		return
 	}
+	var present []string
 	for _, src := range r.topics {
-		dl := r.o.DeadLetter.Topic(src)
-		st, ok := sources[src]
-		if !ok || st.Err != nil {
-			continue // the source does not exist yet; its dead-letter topic can wait
+		if st, ok := sources[src]; ok && st.Err == nil {
+			present = append(present, src)
 		}
-		resp, err := adm.CreateTopic(ctx, int32(len(st.Partitions)), -1, nil, dl)
-		switch {
-		case err == nil && resp.Err == nil:
-			r.log.Info("dead-letter topic created", zap.String("topic", dl), zap.Int("partitions", len(st.Partitions)))
-		case errors.Is(err, kerr.TopicAlreadyExists) || errors.Is(resp.Err, kerr.TopicAlreadyExists):
-		default:
-			r.log.Warn("creating dead-letter topic; writes to it will be retried until it exists",
-				zap.String("topic", dl), zap.Error(errors.Join(err, resp.Err)))
+		// else the source does not exist yet; its dead-letter topic can wait
+	}
+	limits := r.sourceMaxBytes(ctx, adm, present)
+	type dlTopic struct {
+		partitions int32 // its first source's
+		want       int32 // the largest of its sources' limits plus deadLetterHeadroom
+		unknown    bool  // a source's limit not read: the cluster's default, as before
+	}
+	var dls []string
+	byTopic := make(map[string]*dlTopic)
+	for _, src := range present {
+		dl := r.o.DeadLetter.Topic(src)
+		t := byTopic[dl]
+		if t == nil {
+			t = &dlTopic{partitions: int32(len(sources[src].Partitions))}
+			byTopic[dl] = t
+			dls = append(dls, dl)
+		}
+		if n, ok := limits[src]; ok {
+			t.want = max(t.want, int32(min(int64(n)+deadLetterHeadroom, 1<<30)))
+		} else {
+			t.unknown = true
 		}
 	}
+	created := make(map[string]int32)
+	for _, dl := range dls {
+		t := byTopic[dl]
+		var configs map[string]*string
+		if !t.unknown {
+			v := strconv.Itoa(int(t.want))
+			configs = map[string]*string{"max.message.bytes": &v}
+		}
+		for {
+			resp, err := adm.CreateTopic(ctx, t.partitions, -1, configs, dl)
+			err = errors.Join(err, resp.Err)
+			switch {
+			case err == nil:
+				r.log.Info("dead-letter topic created", zap.String("topic", dl), zap.Int32("partitions", t.partitions))
+				if configs != nil {
+					created[dl] = t.want
+				}
+			case errors.Is(err, kerr.TopicAlreadyExists):
+			case configs != nil && (errors.Is(err, kerr.InvalidConfig) || errors.Is(err, kerr.PolicyViolation)):
+				// A cluster that caps max.message.bytes (a managed one):
+				// its default then.
+				r.log.Warn("creating dead-letter topic: its max.message.bytes refused; creating it with the cluster's default",
+					zap.String("topic", dl), zap.Int32("max_message_bytes", t.want), zap.Error(err))
+				configs = nil
+				continue
+			default:
+				r.log.Warn("creating dead-letter topic; writes to it will be retried until it exists",
+					zap.String("topic", dl), zap.Error(err))
+			}
+			break
+		}
+	}
+	r.sizeDeadLetterTopics(ctx, adm, dls, created)
+}
+
+// sizeDeadLetterTopics reads the dead-letter topics' max.message.bytes,
+// which the client's batches to them keep to from now on (batchMaxBytes):
+// a dead letter the topic allows is written whole, and small ones batched
+// together are never refused for their sum. created are those wowd just
+// created, with the value it gave them: used where a topic cannot be read.
+// Where none can be, the client keeps to kgo's default batches, as before:
+// a larger dead letter is written as a stub (warned of once, here).
+func (r *Receiver) sizeDeadLetterTopics(ctx context.Context, adm *kadm.Client, dls []string, created map[string]int32) {
+	if len(dls) == 0 {
+		return
+	}
+	limits, err := maxMessageBytes(ctx, adm, dls...)
+	var unread []string
+	sizes := make(map[string]int32, len(dls))
+	for _, t := range dls {
+		n, ok := limits[t]
+		if !ok {
+			n, ok = created[t] // just created: not readable yet everywhere
+		}
+		if !ok {
+			unread = append(unread, t)
+			continue
+		}
+		sizes[t] = batchLimit(n)
+	}
+	if len(unread) > 0 {
+		r.log.Warn("reading the dead-letter topics' max.message.bytes (needs DescribeConfigs on them); writes to one not read keep to 1000012-byte batches, and a larger dead letter is written without its value and headers",
+			zap.Strings("dead_letter_topics", unread), zap.Error(err))
+	}
+	r.dlSizes.Store(&sizes)
 }

@@ -184,7 +184,7 @@ func (r *Receiver) newParking() error {
 // topic. Called by Start, before the poll loop.
 func (r *Receiver) startParking() {
 	ps := r.park
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	r.ensureParkingTopics(ctx)
 	cancel()
 	close(ps.ready)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -61,17 +62,71 @@ type parkSizes struct {
 }
 
 // batchMaxBytes is the receiver client's ProducerBatchMaxBytesFn: a parked
-// topic's own max.message.bytes, once read, and kgo's default for every
-// other topic. kgo asks once per partition, when the first produce to its
-// topic learns it, which for a parked topic comes after Start read the
-// sizes (parking writes wait for ps.ready).
+// or dead-letter topic's own max.message.bytes, once read, and kgo's
+// default for every other topic (and for one whose limit was not read).
+// kgo asks once per partition, when the first produce to its topic learns
+// it, which comes after Start read the sizes: parking writes wait for
+// ps.ready, dead-letter writes for dlReady (see deadLetter).
 func (r *Receiver) batchMaxBytes(topic string) int32 {
-	if s := r.park.sizes.Load(); s != nil {
-		if n, ok := s.limit[topic]; ok {
+	if r.park != nil {
+		if s := r.park.sizes.Load(); s != nil {
+			if n, ok := s.limit[topic]; ok {
+				return n
+			}
+		}
+	}
+	if s := r.dlSizes.Load(); s != nil {
+		if n, ok := (*s)[topic]; ok {
 			return n
 		}
 	}
 	return defaultBatchMaxBytes
+}
+
+// batchLimit is a topic's max.message.bytes as a batch limit of the
+// client, which takes [512, 1 GiB].
+func batchLimit(n int32) int32 { return min(max(n, 512), 1<<30) }
+
+// sourceMaxBytes returns the max.message.bytes of the consumed topics
+// sources, read at start for the dead-letter topics (ensureDeadLetterTopics)
+// and the parked ones (ensureParkingTopics): one read is not asked for
+// again (one not read is, by the next caller), and a failure to read is
+// warned of once. A source whose limit cannot be read is missing. Start's
+// goroutine only.
+func (r *Receiver) sourceMaxBytes(ctx context.Context, adm *kadm.Client, sources []string) map[string]int32 {
+	s := &r.srcMax
+	if s.limit == nil {
+		s.limit = make(map[string]int32, len(sources))
+	}
+	var unread []string
+	for _, src := range sources {
+		if _, ok := s.limit[src]; !ok {
+			unread = append(unread, src)
+		}
+	}
+	if len(unread) > 0 {
+		limits, err := maxMessageBytes(ctx, adm, unread...)
+		maps.Copy(s.limit, limits)
+		if err != nil && !s.warned {
+			s.warned = true
+			r.log.Warn("reading the consumed topics' max.message.bytes (needs DescribeConfigs on them); a parked topic wowd creates for one it cannot read gets 8 MiB, a dead-letter topic the cluster's default",
+				zap.Error(err))
+		}
+	}
+	out := make(map[string]int32, len(sources))
+	for _, src := range sources {
+		if n, ok := s.limit[src]; ok {
+			out[src] = n
+		}
+	}
+	return out
+}
+
+// sourceLimits are the consumed topics' max.message.bytes read at start
+// (sourceMaxBytes).
+type sourceLimits struct {
+	limit  map[string]int32 // by source topic, those read
+	warned bool             // a failure to read one was warned of
 }
 
 // maxMessageBytes reads the max.message.bytes of topics (their effective
@@ -108,11 +163,7 @@ func maxMessageBytes(ctx context.Context, adm *kadm.Client, topics ...string) (m
 // parked topic needs: the source's plus parkHeadroom. A source whose limit
 // cannot be read is missing (logged).
 func (r *Receiver) wantParkedMaxBytes(ctx context.Context, adm *kadm.Client, sources []string) map[string]int32 {
-	limits, err := maxMessageBytes(ctx, adm, sources...)
-	if err != nil {
-		r.log.Warn("reading the consumed topics' max.message.bytes (needs DescribeConfigs on them); a parked topic wowd creates for one it cannot read gets 8 MiB",
-			zap.Error(err))
-	}
+	limits := r.sourceMaxBytes(ctx, adm, sources)
 	want := make(map[string]int32, len(limits))
 	for src, n := range limits {
 		want[src] = int32(min(int64(n)+parkHeadroom, 1<<30))
@@ -152,7 +203,7 @@ func (r *Receiver) sizeParkedTopics(ctx context.Context, adm *kadm.Client, sourc
 		if !ok {
 			continue
 		}
-		s.limit[t] = min(max(n, 512), 1<<30) // kgo takes [512, 1 GiB]
+		s.limit[t] = batchLimit(n)
 		if w, ok := want[src]; ok && n < w {
 			r.log.Warn("parked topic's max.message.bytes is below its source's plus room for the parking headers: a message near its source's limit that fails for good cannot be parked and holds its partition; raise it, then restart wowd",
 				zap.String("parked_topic", t), zap.Int32("max_message_bytes", n), zap.Int32("want", w))

@@ -264,6 +264,16 @@ type Receiver struct {
 
 	panicLogged atomic.Bool // the stack of a handler panic was logged
 
+	// dlSizes are the dead-letter topics' max.message.bytes, read at start
+	// (sizeDeadLetterTopics): the client's batches to each keep to it.
+	dlSizes atomic.Pointer[map[string]int32]
+	// dlReady is closed once Start has read them, or failed to: a
+	// dead-letter write waits for it (see deadLetter), since kgo learns a
+	// partition's batch limit at the first write to it.
+	dlReady chan struct{}
+	// srcMax are the consumed topics' max.message.bytes (Start's only).
+	srcMax sourceLimits
+
 	versions *versions    // nil without Options.VersionCheck
 	park     *parkState   // nil without Options.Park
 	nparked  atomic.Int32 // len(park.parked), read without its lock
@@ -350,6 +360,7 @@ func New(o Options) (*Receiver, error) {
 		room:        make(chan struct{}, 1),
 		assignedSig: make(chan struct{}, 1),
 		fitted:      make(chan struct{}),
+		dlReady:     make(chan struct{}),
 		parts:       make(map[tp]*partition),
 		local:       newLocalPartition(),
 		pollDone:    make(chan struct{}),
@@ -396,12 +407,10 @@ func New(o Options) (*Receiver, error) {
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onLost),
 	)
-	if r.park != nil {
-		// Batches to a parked topic keep to its own limit, which Start
-		// reads (parksize.go); to other topics, to kgo's default (this
-		// replaces a ProducerBatchMaxBytes of ClientOpts).
-		opts = append(opts, kgo.ProducerBatchMaxBytesFn(r.batchMaxBytes))
-	}
+	// Batches to a parked or dead-letter topic keep to its own limit,
+	// which Start reads (parksize.go); to other topics, to kgo's default
+	// (this replaces a ProducerBatchMaxBytes of ClientOpts).
+	opts = append(opts, kgo.ProducerBatchMaxBytesFn(r.batchMaxBytes))
 	if r.o.Fetch == nil {
 		r.o.Fetch = memory.Unbudgeted()
 	}
@@ -448,22 +457,30 @@ func New(o Options) (*Receiver, error) {
 	return r, nil
 }
 
+// startTimeout bounds what Start asks of Kafka before it consumes: creating
+// the dead-letter and parking topics and reading their sizes, the producer
+// ID.
+const startTimeout = 10 * time.Second
+
 // Start begins consuming. The receiver's goroutines run until Stop.
 func (r *Receiver) Start() {
+	sctx, scancel := context.WithTimeout(context.Background(), startTimeout)
+	if r.o.DeadLetter.Enabled {
+		r.ensureDeadLetterTopics(sctx)
+	}
+	// Dead-letter writes go from now on (those of parking come after
+	// ps.ready, closed by startParking below).
+	close(r.dlReady)
 	if r.o.DeadLetter.Enabled || r.park != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if r.o.DeadLetter.Enabled {
-			r.ensureDeadLetterTopics(ctx)
-		}
 		// The producer ID now, while Kafka is reachable at start, rather
 		// than at the first dead-letter or parking write, which may come
 		// when it is not: franz-go loads it under a lock its other
 		// brokers' producers wait on.
-		if _, _, err := r.cl.ProducerID(ctx); err != nil {
+		if _, _, err := r.cl.ProducerID(sctx); err != nil {
 			r.log.Warn("initializing the Kafka producer ID (for dead-letter and parking writes); the first write tries again", zap.Error(err))
 		}
-		cancel()
 	}
+	scancel()
 	if r.park != nil {
 		r.startParking()
 	}
