@@ -72,7 +72,7 @@ const deadLetterHeadroom = parkHeadroom
 // position, counted as dead_letter_failed, and committed past.
 //
 // The first write waits until Start has read the dead-letter topics'
-// max.message.bytes (dlReady), at most startTimeout: kgo asks for a
+// max.message.bytes (dlReady), however long until Start: kgo asks for a
 // partition's batch limit once, at the first write to it. Records fetched
 // from Kafka are handled only after that (the poll loop starts after it),
 // but a record admitted through ingest may fail before Start.
@@ -83,17 +83,27 @@ func (r *Receiver) deadLetter(j *job) {
 		return
 	default:
 	}
+	// Waits for Start however long it takes, never writing before it: the
+	// first write fixes the topic's batch limit for the life of the
+	// client, so one made with the sizes unread (kgo's default) would
+	// stub every later dead letter above 1 MB. It ends with Start, or
+	// with the record's partition (Stop closes the local one even when
+	// the receiver never started).
 	go func() {
 		t := time.NewTimer(startTimeout)
 		defer t.Stop()
-		select {
-		case <-r.dlReady:
-		case <-j.p.ctx.Done(): // the write below fails at once and abandons j
-		case <-t.C:
-			r.log.Warn("dead-letter write before the dead-letter topics' sizes were read at start; writing it within kgo's default batch limit",
-				zap.String("topic", j.rec.Topic), zap.String("dead_letter_topic", r.o.DeadLetter.Topic(j.rec.Topic)))
+		for {
+			select {
+			case <-r.dlReady:
+			case <-j.p.ctx.Done(): // the write below fails at once and abandons j
+			case <-t.C:
+				r.log.Warn("a dead-letter write waits for the receiver to start (it reads the dead-letter topics' sizes then)",
+					zap.String("topic", j.rec.Topic), zap.String("dead_letter_topic", r.o.DeadLetter.Topic(j.rec.Topic)))
+				continue
+			}
+			r.writeDeadLetter(j)
+			return
 		}
-		r.writeDeadLetter(j)
 	}()
 }
 

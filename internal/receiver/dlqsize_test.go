@@ -199,3 +199,53 @@ func TestDeadLetterAdmittedBeforeStart(t *testing.T) {
 		t.Fatalf("dead letters %d; want the admitted record whole", len(dl))
 	}
 }
+
+// TestADeadLetterBeforeStartWaitsForIt: a record admitted before Start
+// fails for good and its dead-letter write waits for Start, however late
+// (the daemon starts its receivers one after another, after the ingest
+// server). A write made before Start read the sizes would pin kgo's batch
+// limit of the dead-letter partition to the default for the client's life
+// (it did after 10 s): a 1.5 MB record failing after Start, which the 4 MB
+// dead-letter topic allows, was stubbed (found by review).
+func TestADeadLetterBeforeStartWaitsForIt(t *testing.T) {
+	h := newHarness(t, 1)
+	if err := h.c.CreateTopic(testTopic+".dlq", 1, map[string]string{"max.message.bytes": "4000000"}); err != nil {
+		t.Fatal(err)
+	}
+	r := h.newReceiver("g-dlq-late-start", allFail, 16)
+	a, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("agg0"), Value: []byte("small")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+		t.Fatal("the early record finished before Start: its dead letter was written with the sizes unread")
+	case <-time.After(startTimeout + time.Second):
+	}
+	r.Start()
+	select {
+	case <-a.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the early record not finished after Start")
+	}
+	defer stop(t, r)
+	big := incompressible(1_500_000)
+	b, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("agg1"), Value: big,
+		Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the admitted record not finished")
+	}
+	dl := dlqRecords(t, h.c, testTopic+".dlq", 2)
+	if len(dl) != 2 {
+		t.Fatalf("%d dead letters", len(dl))
+	}
+	if len(dl[1].Value) != len(big) || header(dl[1], HeaderValueOmitted) != "" {
+		t.Fatalf("dead letter of the 1.5 MB record admitted after Start: value %d bytes, %s=%q; want it whole (the topic allows 4 MB)",
+			len(dl[1].Value), HeaderValueOmitted, header(dl[1], HeaderValueOmitted))
+	}
+}

@@ -415,7 +415,7 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	// (an action whose head failed again wrote it, and its delete of the
 	// request was lost), is void: done now, it would act on a message
 	// nobody asked about (a skip would dead-letter it).
-	void := req != nil && a != nil && !byHand && (req.Request.ID == a.state.Answered || !req.Since.Equal(a.state.Since))
+	void := req != nil && a != nil && !byHand && ((a.state.Answered != "" && req.Request.ID == a.state.Answered) || !req.Since.Equal(a.state.Since))
 	stale := req != nil && ((a == nil) != byHand || void)
 	switch {
 	case void:
@@ -1298,9 +1298,9 @@ func (r *Receiver) runParked(rp *partition, src *kgo.Record) (metrics.Outcome, f
 		r.lower(rp)
 		return metrics.Dropped, failure{}
 	}
-	// The parked topic's reader is a client of its own, without the
-	// receiver's hook (ownBytes): the record still points into its batch.
-	ownRecordBytes(src)
+	// src shares no memory with a fetched batch: park.ParkedFrom returns
+	// copies (the parked topic's reader is a client of its own, without
+	// the receiver's hook, ownBytes).
 	j := newJob(r, rp, src, rp.tr.nextSeq())
 	rp.tr.push(0, 0, j)
 	j.route, j.kind = route, route.Kind

@@ -538,6 +538,7 @@ func (r *Receiver) stop(ctx context.Context) error {
 	r.stopping.Store(true)
 	r.changed.Notify() // ingest admissions waiting for room give up
 	if !r.started {
+		r.closePartition(r.local) // records admitted before Start, waiting for it (a dead-letter write), end with it
 		r.closeClient()
 		if r.park != nil {
 			r.park.tail.Close()
