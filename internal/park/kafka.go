@@ -1,7 +1,6 @@
 package park
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -230,16 +229,27 @@ func ParkedFrom(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, s *State,
 // r's key, value and headers point into the decompressed batch (and r into
 // the batch's records), so a chunk of small messages kept as they come
 // would keep whole batches alive, other aggregates' large messages with
-// them, and chunkBytes would bound nothing.
+// them, and chunkBytes would bound nothing. The key, value and headers go
+// into one allocation, key first and the value right after it, as the
+// receiver copies fetched records.
 func owned(r *kgo.Record) *kgo.Record {
 	c := *r
 	c.Context = nil
-	c.Key, c.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+	b := make([]byte, 0, recordBytes(r))
+	clone := func(v []byte) []byte {
+		if v == nil {
+			return nil
+		}
+		start := len(b)
+		b = append(b, v...)
+		return b[start:len(b):len(b)]
+	}
+	c.Key, c.Value = clone(r.Key), clone(r.Value)
 	c.Headers = nil
 	if len(r.Headers) > 0 {
 		c.Headers = make([]kgo.RecordHeader, len(r.Headers))
 		for i, h := range r.Headers {
-			c.Headers[i] = kgo.RecordHeader{Key: strings.Clone(h.Key), Value: bytes.Clone(h.Value)}
+			c.Headers[i] = kgo.RecordHeader{Key: strings.Clone(h.Key), Value: clone(h.Value)}
 		}
 	}
 	return &c
