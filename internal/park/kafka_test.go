@@ -54,23 +54,32 @@ func TestStateTopicOfSeveralPartitionsIsRefused(t *testing.T) {
 	}
 }
 
+// parkedTopicClient starts a cluster holding topic's parked topic and
+// returns the options to reach it and a client that writes to the parked
+// topic in batches of up to 6 MiB; both end with the test.
+func parkedTopicClient(t *testing.T, topic string) ([]kgo.Opt, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, Topic(topic)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	cl, err := kgo.NewClient(append(opts, kgo.ProducerBatchMaxBytes(6<<20), kgo.DefaultProduceTopic(Topic(topic)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return opts, cl
+}
+
 // TestParkedFromBoundsItsChunkInBytes: a redrive holds the chunk it reads
 // while it hands the messages over, so parked copies of several MiB come a
 // few at a time (at least one), not limit at a time, and none is passed
 // over between chunks.
 func TestParkedFromBoundsItsChunkInBytes(t *testing.T) {
 	const topic = "orders"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, Topic(topic)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
-	cl, err := kgo.NewClient(append(opts, kgo.ProducerBatchMaxBytes(6<<20), kgo.DefaultProduceTopic(Topic(topic)))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	opts, cl := parkedTopicClient(t, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := &State{Service: "svc", Dispatcher: "d", Topic: topic, Aggregate: "A"}
@@ -131,17 +140,7 @@ func TestParkedFromBoundsItsChunkInBytes(t *testing.T) {
 // message of B, held 71 MiB of the heap as they came (found by review).
 func TestParkedFromHoldsNoFetchedBatch(t *testing.T) {
 	const topic = "orders"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, Topic(topic)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
-	cl, err := kgo.NewClient(append(opts, kgo.ProducerBatchMaxBytes(6<<20), kgo.DefaultProduceTopic(Topic(topic)))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	opts, cl := parkedTopicClient(t, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	parked := func(key string, size int) *kgo.Record {

@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -41,6 +42,17 @@ func dlqRecords(t *testing.T, c *kfake.Cluster, topic string, want int) []*kgo.R
 			break
 		}
 		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+// deadSeqs returns the sequence numbers (produce's values) of the dead
+// letters in testTopic's dead-letter topic, in order.
+func deadSeqs(t *testing.T, c *kfake.Cluster) []uint64 {
+	t.Helper()
+	var out []uint64
+	for _, rec := range dlqRecords(t, c, testTopic+".dlq", 0) {
+		out = append(out, binary.BigEndian.Uint64(rec.Value))
 	}
 	return out
 }

@@ -18,6 +18,32 @@ import (
 	"github.com/wowd/wowd/internal/testwait"
 )
 
+// rewindPart0 rewinds r's partition 0 at its last offset, as the poll loop
+// does when the Kafka client resets it.
+func rewindPart0(r *Receiver) {
+	old := part0(r)
+	old.mu.Lock()
+	last := old.tr.last
+	old.mu.Unlock()
+	r.rewind(old, last, last, -1, 0)
+}
+
+// pauseAtLog returns a receiver option that holds the goroutine logging the
+// first entry whose message is message: hit is closed then, and the
+// goroutine goes on once release is closed.
+func pauseAtLog(message string) (opt func(*Options), hit, release chan struct{}) {
+	var fired atomic.Bool
+	hit, release = make(chan struct{}), make(chan struct{})
+	hook := func(e zapcore.Entry) error {
+		if e.Message == message && !fired.Swap(true) {
+			close(hit)
+			<-release
+		}
+		return nil
+	}
+	return func(o *Options) { o.Logger = o.Logger.WithOptions(zap.Hooks(hook)) }, hit, release
+}
+
 // A skip finishes (the aggregate unparked, its state tombstone durable) and
 // the partition is rewound before the skip's request is deleted. The
 // rewound incarnation deletes the request; before, nothing looked at it
@@ -33,16 +59,7 @@ func TestASkipsRequestLeftByARewindNeverMeetsALaterParking(t *testing.T) {
 		var broken atomic.Bool
 		broken.Store(true)
 		sink := newParkSink(func(_ string, seq uint64) bool { return (broken.Load() && seq == 2) || seq == 5 })
-		var fired atomic.Bool
-		hit, release := make(chan struct{}), make(chan struct{})
-		hook := func(e zapcore.Entry) error {
-			if e.Message == "parked aggregate: unparked" && !fired.Swap(true) {
-				close(hit)
-				<-release
-			}
-			return nil
-		}
-		withHook := func(o *Options) { o.Logger = o.Logger.WithOptions(zap.Hooks(hook)) }
+		withHook, hit, release := pauseAtLog("parked aggregate: unparked")
 		r := h.receiver(group, sink, 16, parking, withHook)
 		testwait.For(t, 30*time.Second, "agg-0 parked", func() bool {
 			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
@@ -50,11 +67,7 @@ func TestASkipsRequestLeftByARewindNeverMeetsALaterParking(t *testing.T) {
 		broken.Store(false)
 		h.ask("agg-0", park.Skip)
 		<-hit // unparked; the request not deleted yet
-		old := part0(r)
-		old.mu.Lock()
-		last := old.tr.last
-		old.mu.Unlock()
-		r.rewind(old, last, last, -1, 0)
+		rewindPart0(r)
 		close(release)
 		testwait.For(t, 30*time.Second, "agg-0 #3, #4 handled", func() bool {
 			return slices.Equal(sink.of("agg-0"), []uint64{0, 1, 3, 4})
@@ -87,10 +100,7 @@ func TestASkipsRequestLeftByARewindNeverMeetsALaterParking(t *testing.T) {
 		stop(t, r) // the partition moves
 		r2 := h.receiver(group, sink, 16, parking)
 		time.Sleep(30 * time.Second)
-		var dead []uint64
-		for _, rec := range dlqRecords(t, h.c, testTopic+".dlq", 0) {
-			dead = append(dead, binary.BigEndian.Uint64(rec.Value))
-		}
+		dead := deadSeqs(t, h.c)
 		if !slices.Equal(dead, []uint64{2}) {
 			t.Errorf("dead letters %v, want [2] only: #5 was dead-lettered by a skip nobody asked for after it failed", dead)
 		}
@@ -115,27 +125,15 @@ func TestASkipWhoseHeadFailedAgainIsNotDoneTwiceAcrossARewind(t *testing.T) {
 		var broken atomic.Bool
 		broken.Store(true)
 		sink := newParkSink(func(_ string, seq uint64) bool { return (broken.Load() && seq == 2) || seq == 3 })
-		var fired atomic.Bool
-		hit, release := make(chan struct{}), make(chan struct{})
-		hook := func(e zapcore.Entry) error {
-			if e.Message == "parked aggregate: a parked message failed again; the aggregate stays parked with it at the head" && !fired.Swap(true) {
-				close(hit)
-				<-release
-			}
-			return nil
-		}
-		r := h.receiver(group, sink, 16, parking, func(o *Options) { o.Logger = o.Logger.WithOptions(zap.Hooks(hook)) })
+		withHook, hit, release := pauseAtLog("parked aggregate: a parked message failed again; the aggregate stays parked with it at the head")
+		r := h.receiver(group, sink, 16, parking, withHook)
 		testwait.For(t, 30*time.Second, "agg-0 parked", func() bool {
 			return h.committedAtEnd(group) && h.parkedState("agg-0") != nil
 		})
 		broken.Store(false)
 		h.ask("agg-0", park.Skip)
 		<-hit
-		old := part0(r)
-		old.mu.Lock()
-		last := old.tr.last
-		old.mu.Unlock()
-		r.rewind(old, last, last, -1, 0)
+		rewindPart0(r)
 		close(release)
 		time.Sleep(30 * time.Second)
 		if st := h.parkedState("agg-0"); st != nil && st.Request != nil {
@@ -144,10 +142,7 @@ func TestASkipWhoseHeadFailedAgainIsNotDoneTwiceAcrossARewind(t *testing.T) {
 		stop(t, r)
 		r2 := h.receiver(group, sink, 16, parking)
 		time.Sleep(30 * time.Second)
-		var dead []uint64
-		for _, rec := range dlqRecords(t, h.c, testTopic+".dlq", 0) {
-			dead = append(dead, binary.BigEndian.Uint64(rec.Value))
-		}
+		dead := deadSeqs(t, h.c)
 		if !slices.Equal(dead, []uint64{2}) {
 			t.Errorf("dead letters %v, want [2]: one skip asked, #3 dead-lettered by the same request done a second time", dead)
 		}

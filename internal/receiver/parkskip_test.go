@@ -193,16 +193,9 @@ func TestSkipCutShortByARewindResumesFromItsProgress(t *testing.T) {
 			st := h.parkedState("agg-0")
 			return holding.Load() && st != nil && st.Head.Offset == first.Offset+redriveChunk && st.Skipped
 		})
-		old := part0(r)
-		old.mu.Lock()
-		last := old.tr.last
-		old.mu.Unlock()
-		r.rewind(old, last, last, -1, 0) // as the poll loop does when the client resets
+		rewindPart0(r)
 		testwait.For(t, 60*time.Second, "agg-0 unparked", func() bool { return h.parkedState("agg-0") == nil })
-		var dead []uint64
-		for _, rec := range dlqRecords(t, h.c, testTopic+".dlq", 0) {
-			dead = append(dead, binary.BigEndian.Uint64(rec.Value))
-		}
+		dead := deadSeqs(t, h.c)
 		if !slices.Equal(dead, []uint64{head}) {
 			t.Errorf("dead letters %v, want [%d] once (the skip's progress recorded it)", dead, head)
 		}
