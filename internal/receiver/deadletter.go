@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/topicsize"
 )
 
 // Headers added to a dead-letter record, besides the source record's own.
@@ -71,43 +71,25 @@ const deadLetterHeadroom = parkHeadroom
 // deadLetterAttempts times is given up: logged as an error with the record's
 // position, counted as dead_letter_failed, and committed past.
 //
-// The first write waits until Start has read the dead-letter topics'
-// max.message.bytes (dlReady), however long until Start: kgo asks for a
-// partition's batch limit once, at the first write to it. Records fetched
-// from Kafka are handled only after that (the poll loop starts after it),
-// but a record admitted through ingest may fail before Start.
+// Only records fetched from Kafka are dead-lettered, so only after Start
+// has read the dead-letter topics' max.message.bytes (kgo asks for a
+// partition's batch limit once, at the first write to it): the poll loop
+// starts after that. A local (ingest) record has no position in Kafka yet,
+// and its copy, published as handled here, would be skipped: it is given
+// up instead, and its copy goes to the owner of its partition, which
+// dead-letters it at its position, in its aggregate's order.
 func (r *Receiver) deadLetter(j *job) {
-	select {
-	case <-r.dlReady:
-		r.writeDeadLetter(j)
+	if j.p == r.local {
+		r.log.Warn("local record failed for good; given up here, its copy in Kafka goes to the owner of its partition (and is dead-lettered there)",
+			zap.String("topic", j.rec.Topic), zap.String("aggregate", j.msg.AggregateID), zap.String("class", j.failure.class),
+			zap.String("reason", j.failure.reason))
+		j.abandon()
 		return
-	default:
 	}
-	// Waits for Start however long it takes, never writing before it: the
-	// first write fixes the topic's batch limit for the life of the
-	// client, so one made with the sizes unread (kgo's default) would
-	// stub every later dead letter above 1 MB. It ends with Start, or
-	// with the record's partition (Stop closes the local one even when
-	// the receiver never started).
-	go func() {
-		t := time.NewTimer(startTimeout)
-		defer t.Stop()
-		for {
-			select {
-			case <-r.dlReady:
-			case <-j.p.ctx.Done(): // the write below fails at once and abandons j
-			case <-t.C:
-				r.log.Warn("a dead-letter write waits for the receiver to start (it reads the dead-letter topics' sizes then)",
-					zap.String("topic", j.rec.Topic), zap.String("dead_letter_topic", r.o.DeadLetter.Topic(j.rec.Topic)))
-				continue
-			}
-			r.writeDeadLetter(j)
-			return
-		}
-	}()
+	r.writeDeadLetter(j)
 }
 
-// writeDeadLetter is deadLetter once the sizes were read.
+// writeDeadLetter makes one write of j's dead letter.
 func (r *Receiver) writeDeadLetter(j *job) {
 	reason := truncate(j.failure.reason, maxErrorHeader)
 	src := j.rec
@@ -148,11 +130,15 @@ func (r *Receiver) writeDeadLetter(j *job) {
 			j.finish(metrics.DeadLettered)
 		case j.p.ctx.Err() != nil:
 			j.abandon()
-		case !j.failure.stub && tooLarge(err):
+		case !j.failure.stub && topicsize.TooLarge(err):
 			// The record plus the provenance headers does not fit: write
 			// where it is and why, without its value and headers.
-			r.log.Warn("record too large for the dead-letter topic; writing its position and reason without its value and headers",
-				append(at, zap.Int("value_bytes", len(src.Value)), zap.Error(err))...)
+			at = append(at, zap.Int("value_bytes", len(src.Value)), zap.Int("record_bytes", topicsize.RecordBytes(rec)))
+			if n, ok := r.deadLetterLimit(rec.Topic); ok {
+				at = append(at, zap.Int32("max_message_bytes", n))
+			}
+			r.log.Warn("record too large for the dead-letter topic; writing its position and reason without its value and headers (its source topic keeps it whole; to dead-letter such records whole, raise the dead-letter topic's max.message.bytes above record_bytes, then restart wowd)",
+				append(at, zap.Error(err))...)
 			j.failure.stub = true
 			r.writeDeadLetter(j)
 		default:
@@ -226,6 +212,12 @@ func (r *Receiver) ensureDeadLetterTopics(ctx context.Context) {
 		}
 	}
 	created := make(map[string]int32)
+	want := make(map[string]int32, len(dls))
+	for _, dl := range dls {
+		if t := byTopic[dl]; !t.unknown {
+			want[dl] = t.want
+		}
+	}
 	for _, dl := range dls {
 		t := byTopic[dl]
 		var configs map[string]*string
@@ -257,7 +249,7 @@ func (r *Receiver) ensureDeadLetterTopics(ctx context.Context) {
 			break
 		}
 	}
-	r.sizeDeadLetterTopics(ctx, adm, dls, created)
+	r.sizeDeadLetterTopics(ctx, adm, dls, want, created)
 }
 
 // sizeDeadLetterTopics reads the dead-letter topics' max.message.bytes,
@@ -266,12 +258,15 @@ func (r *Receiver) ensureDeadLetterTopics(ctx context.Context) {
 // together are never refused for their sum. created are those wowd just
 // created, with the value it gave them: used where a topic cannot be read.
 // Where none can be, the client keeps to kgo's default batches, as before:
-// a larger dead letter is written as a stub (warned of once, here).
-func (r *Receiver) sizeDeadLetterTopics(ctx context.Context, adm *kadm.Client, dls []string, created map[string]int32) {
+// a larger dead letter is written as a stub (warned of once, here). want
+// is what each needs to take its sources' largest record whole (their
+// limit plus deadLetterHeadroom, where read): one below it is warned of
+// once, here, since its failed records near that size become stubs.
+func (r *Receiver) sizeDeadLetterTopics(ctx context.Context, adm *kadm.Client, dls []string, want, created map[string]int32) {
 	if len(dls) == 0 {
 		return
 	}
-	limits, err := maxMessageBytes(ctx, adm, dls...)
+	limits, err := topicsize.MaxMessageBytes(ctx, adm, dls...)
 	var unread []string
 	sizes := make(map[string]int32, len(dls))
 	for _, t := range dls {
@@ -283,11 +278,26 @@ func (r *Receiver) sizeDeadLetterTopics(ctx context.Context, adm *kadm.Client, d
 			unread = append(unread, t)
 			continue
 		}
-		sizes[t] = batchLimit(n)
+		sizes[t] = topicsize.BatchLimit(n)
+		if w, ok := want[t]; ok && n < w {
+			r.log.Warn("dead-letter topic's max.message.bytes is below its sources' plus room for the dead-letter headers: a message near its source's limit that fails for good is dead-lettered without its value and headers (its source topic keeps it whole); to keep such messages whole, raise it to at least want, then restart wowd",
+				zap.String("dead_letter_topic", t), zap.Int32("max_message_bytes", n), zap.Int32("want", w))
+		}
 	}
 	if len(unread) > 0 {
 		r.log.Warn("reading the dead-letter topics' max.message.bytes (needs DescribeConfigs on them); writes to one not read keep to 1000012-byte batches, and a larger dead letter is written without its value and headers",
 			zap.Strings("dead_letter_topics", unread), zap.Error(err))
 	}
 	r.dlSizes.Store(&sizes)
+}
+
+// deadLetterLimit returns the batch limit the client keeps to for the
+// dead-letter topic t, as read at start, and false where it was not read
+// (kgo's default of 1000012 bytes then).
+func (r *Receiver) deadLetterLimit(t string) (int32, bool) {
+	if s := r.dlSizes.Load(); s != nil {
+		n, ok := (*s)[t]
+		return n, ok
+	}
+	return 0, false
 }

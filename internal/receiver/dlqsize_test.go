@@ -53,9 +53,15 @@ func TestDeadLetterARecordNearItsSourcesLimit(t *testing.T) {
 		&kgo.Record{Topic: testTopic, Key: []byte("agg"), Value: big, Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t")}}},
 		&kgo.Record{Topic: testTopic, Key: []byte("agg"), Value: []byte("small"), Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t")}}},
 	)
-	r := h.receiver("g-dlq-near", allFail, 16)
+	core, logs := observer.New(zap.InfoLevel)
+	r := h.receiver("g-dlq-near", allFail, 16, func(o *Options) {
+		o.Logger = zap.New(zapcore.NewTee(o.Logger.Core(), core))
+	})
 	testwait.For(t, 30*time.Second, "the commit to reach the end", func() bool { return h.committedAtEnd("g-dlq-near") })
 	stop(t, r)
+	if n := logs.FilterMessageSnippet("dead-letter topic's max.message.bytes is below").Len(); n != 0 {
+		t.Errorf("%d warnings of a small dead-letter topic, for one wowd created large enough", n)
+	}
 	if got := h.maxMessageBytes(testTopic + ".dlq"); got != limit+deadLetterHeadroom {
 		t.Errorf("dead-letter topic created with max.message.bytes %d, want %d", got, limit+deadLetterHeadroom)
 	}
@@ -76,7 +82,9 @@ func TestDeadLetterARecordNearItsSourcesLimit(t *testing.T) {
 // larger than that is dead-lettered as a stub, as before; small failed
 // records, each within the limit but not together, are dead-lettered whole:
 // the client's batches to the topic keep to its limit, so they are never
-// refused for their sum (and stubbed for it).
+// refused for their sum (and stubbed for it). wowd warns of the small
+// topic once at start, with what it would need, and its stub's log line
+// gives the record's size and the topic's limit.
 func TestDeadLetterIntoASmallPreCreatedTopic(t *testing.T) {
 	h := newHarness(t, 1)
 	if err := h.c.CreateTopic(testTopic+".dlq", 1, map[string]string{"max.message.bytes": "4000"}); err != nil {
@@ -91,9 +99,24 @@ func TestDeadLetterIntoASmallPreCreatedTopic(t *testing.T) {
 			Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t")}}})
 	}
 	h.produceLarge(recs...)
-	r := h.receiver("g-dlq-small", allFail, 64)
+	core, logs := observer.New(zap.InfoLevel)
+	r := h.receiver("g-dlq-small", allFail, 64, func(o *Options) {
+		o.Logger = zap.New(zapcore.NewTee(o.Logger.Core(), core))
+	})
 	testwait.For(t, 30*time.Second, "the commit to reach the end", func() bool { return h.committedAtEnd("g-dlq-small") })
 	stop(t, r)
+	small := logs.FilterMessageSnippet("dead-letter topic's max.message.bytes is below").All()
+	if len(small) != 1 {
+		t.Errorf("%d warnings of the small dead-letter topic, want 1", len(small))
+	} else if f := small[0].ContextMap(); f["max_message_bytes"] != int32(4000) || f["want"] != int32(2_000_000+deadLetterHeadroom) {
+		t.Errorf("warning of the small dead-letter topic: %v; want max_message_bytes 4000, want %d", f, 2_000_000+deadLetterHeadroom)
+	}
+	stubbedLog := logs.FilterMessageSnippet("record too large for the dead-letter topic").All()
+	if len(stubbedLog) != 1 {
+		t.Errorf("%d log lines of a stubbed dead letter, want 1", len(stubbedLog))
+	} else if f := stubbedLog[0].ContextMap(); f["max_message_bytes"] != int32(4000) || f["record_bytes"].(int64) <= 5000 {
+		t.Errorf("log of the stubbed dead letter: %v; want max_message_bytes 4000 and record_bytes over 5000", f)
+	}
 	if got := h.maxMessageBytes(testTopic + ".dlq"); got != 4000 {
 		t.Errorf("dead-letter topic's max.message.bytes %d, want the operator's 4000", got)
 	}
@@ -162,90 +185,5 @@ func TestDeadLetterSizeUnread(t *testing.T) {
 				t.Fatalf("dead letters %v; want one stub", dl)
 			}
 		})
-	}
-}
-
-// TestDeadLetterAdmittedBeforeStart: a record admitted through ingest
-// before Start fails for good. Its dead-letter write waits until Start has
-// read the dead-letter topic's limit: kgo asks for a partition's batch
-// limit once, at its first write, and a write before would keep every
-// later one to kgo's default. The 1.5 MB record is dead-lettered whole into
-// a dead-letter topic that allows 4 MB.
-func TestDeadLetterAdmittedBeforeStart(t *testing.T) {
-	h := newHarness(t, 1)
-	if err := h.c.CreateTopic(testTopic+".dlq", 1, map[string]string{"max.message.bytes": "4000000"}); err != nil {
-		t.Fatal(err)
-	}
-	r := h.newReceiver("g-dlq-early", allFail, 16)
-	big := incompressible(1_500_000)
-	a, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("agg"), Value: big,
-		Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond) // the handler fails it meanwhile
-	r.Start()
-	defer stop(t, r)
-	select {
-	case <-a.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the admitted record not finished")
-	}
-	if !a.Finished() {
-		t.Fatal("the admitted record given up")
-	}
-	dl := dlqRecords(t, h.c, testTopic+".dlq", 1)
-	if len(dl) != 1 || len(dl[0].Value) != len(big) || header(dl[0], HeaderValueOmitted) != "" || header(dl[0], "trace") != "t" {
-		t.Fatalf("dead letters %d; want the admitted record whole", len(dl))
-	}
-}
-
-// TestADeadLetterBeforeStartWaitsForIt: a record admitted before Start
-// fails for good and its dead-letter write waits for Start, however late
-// (the daemon starts its receivers one after another, after the ingest
-// server). A write made before Start read the sizes would pin kgo's batch
-// limit of the dead-letter partition to the default for the client's life
-// (it did after 10 s): a 1.5 MB record failing after Start, which the 4 MB
-// dead-letter topic allows, was stubbed (found by review).
-func TestADeadLetterBeforeStartWaitsForIt(t *testing.T) {
-	h := newHarness(t, 1)
-	if err := h.c.CreateTopic(testTopic+".dlq", 1, map[string]string{"max.message.bytes": "4000000"}); err != nil {
-		t.Fatal(err)
-	}
-	r := h.newReceiver("g-dlq-late-start", allFail, 16)
-	a, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("agg0"), Value: []byte("small")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-a.Done():
-		t.Fatal("the early record finished before Start: its dead letter was written with the sizes unread")
-	case <-time.After(startTimeout + time.Second):
-	}
-	r.Start()
-	select {
-	case <-a.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the early record not finished after Start")
-	}
-	defer stop(t, r)
-	big := incompressible(1_500_000)
-	b, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("agg1"), Value: big,
-		Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-b.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the admitted record not finished")
-	}
-	dl := dlqRecords(t, h.c, testTopic+".dlq", 2)
-	if len(dl) != 2 {
-		t.Fatalf("%d dead letters", len(dl))
-	}
-	if len(dl[1].Value) != len(big) || header(dl[1], HeaderValueOmitted) != "" {
-		t.Fatalf("dead letter of the 1.5 MB record admitted after Start: value %d bytes, %s=%q; want it whole (the topic allows 4 MB)",
-			len(dl[1].Value), HeaderValueOmitted, header(dl[1], HeaderValueOmitted))
 	}
 }

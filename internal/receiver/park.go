@@ -17,6 +17,7 @@ import (
 	"github.com/wowd/wowd/internal/executor"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/park"
+	"github.com/wowd/wowd/internal/topicsize"
 )
 
 // Parking (Options.Park): a message that failed for good parks its
@@ -747,7 +748,7 @@ func (j *job) park() {
 			go j.writeParked(st)
 		case j.p.ctx.Err() != nil:
 			j.abandon() // gives the slot back
-		case tooLarge(err):
+		case topicsize.TooLarge(err):
 			j.releasePark() // park reserves again
 			j.tries++
 			wait := r.holdBackoff(j.tries)

@@ -2,7 +2,6 @@ package receiver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -10,11 +9,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/internal/park"
+	"github.com/wowd/wowd/internal/topicsize"
 )
 
 // The size of parked copies. A parked copy is its source record plus
@@ -37,10 +36,6 @@ import (
 // short values and the keys) and their framing take under 2 KiB with
 // names of a sane length; 64 KiB costs nothing on the broker.
 const parkHeadroom = 64 << 10
-
-// defaultBatchMaxBytes is kgo's ProducerBatchMaxBytes default, which the
-// client keeps for every topic but the parked topics whose limit it read.
-const defaultBatchMaxBytes = 1_000_012
 
 // minParkedMaxBytes is the least max.message.bytes of a parked topic wowd
 // creates, and that of one whose source's cannot be read (no
@@ -66,7 +61,8 @@ type parkSizes struct {
 // default for every other topic (and for one whose limit was not read).
 // kgo asks once per partition, when the first produce to its topic learns
 // it, which comes after Start read the sizes: parking writes wait for
-// ps.ready, dead-letter writes for dlReady (see deadLetter).
+// ps.ready, dead-letter writes come from fetched records, handled only
+// after Start (see deadLetter).
 func (r *Receiver) batchMaxBytes(topic string) int32 {
 	if r.park != nil {
 		if s := r.park.sizes.Load(); s != nil {
@@ -75,17 +71,11 @@ func (r *Receiver) batchMaxBytes(topic string) int32 {
 			}
 		}
 	}
-	if s := r.dlSizes.Load(); s != nil {
-		if n, ok := (*s)[topic]; ok {
-			return n
-		}
+	if n, ok := r.deadLetterLimit(topic); ok {
+		return n
 	}
-	return defaultBatchMaxBytes
+	return topicsize.DefaultBatchMax
 }
-
-// batchLimit is a topic's max.message.bytes as a batch limit of the
-// client, which takes [512, 1 GiB].
-func batchLimit(n int32) int32 { return min(max(n, 512), 1<<30) }
 
 // sourceMaxBytes returns the max.message.bytes of the consumed topics
 // sources, read at start for the dead-letter topics (ensureDeadLetterTopics)
@@ -105,7 +95,7 @@ func (r *Receiver) sourceMaxBytes(ctx context.Context, adm *kadm.Client, sources
 		}
 	}
 	if len(unread) > 0 {
-		limits, err := maxMessageBytes(ctx, adm, unread...)
+		limits, err := topicsize.MaxMessageBytes(ctx, adm, unread...)
 		maps.Copy(s.limit, limits)
 		if err != nil && !s.warned {
 			s.warned = true
@@ -129,36 +119,6 @@ type sourceLimits struct {
 	warned bool             // a failure to read one was warned of
 }
 
-// maxMessageBytes reads the max.message.bytes of topics (their effective
-// value: the topic's own, else the broker's default). A topic whose value
-// cannot be read is missing from the result, with the error.
-func maxMessageBytes(ctx context.Context, adm *kadm.Client, topics ...string) (map[string]int32, error) {
-	out := make(map[string]int32, len(topics))
-	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
-	var errs []error
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for _, rc := range rcs {
-		if rc.Err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", rc.Name, rc.Err))
-			continue
-		}
-		for _, c := range rc.Configs {
-			if c.Key != "max.message.bytes" {
-				continue
-			}
-			n, err := strconv.ParseInt(c.MaybeValue(), 10, 32)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: max.message.bytes %q: %w", rc.Name, c.MaybeValue(), err))
-				break
-			}
-			out[rc.Name] = int32(n)
-		}
-	}
-	return out, errors.Join(errs...)
-}
-
 // wantParkedMaxBytes returns, by source topic, the max.message.bytes its
 // parked topic needs: the source's plus parkHeadroom. A source whose limit
 // cannot be read is missing (logged).
@@ -180,7 +140,7 @@ func (r *Receiver) sizeParkedTopics(ctx context.Context, adm *kadm.Client, sourc
 	for _, src := range sources {
 		parked = append(parked, park.Topic(src))
 	}
-	limits, err := maxMessageBytes(ctx, adm, parked...)
+	limits, err := topicsize.MaxMessageBytes(ctx, adm, parked...)
 	var unread []string
 	for _, t := range parked {
 		if n, ok := created[t]; ok {
@@ -203,29 +163,13 @@ func (r *Receiver) sizeParkedTopics(ctx context.Context, adm *kadm.Client, sourc
 		if !ok {
 			continue
 		}
-		s.limit[t] = batchLimit(n)
+		s.limit[t] = topicsize.BatchLimit(n)
 		if w, ok := want[src]; ok && n < w {
 			r.log.Warn("parked topic's max.message.bytes is below its source's plus room for the parking headers: a message near its source's limit that fails for good cannot be parked and holds its partition; raise it, then restart wowd",
 				zap.String("parked_topic", t), zap.Int32("max_message_bytes", n), zap.Int32("want", w))
 		}
 	}
 	r.park.sizes.Store(s)
-}
-
-// tooLarge reports whether a write was refused for its size, by the broker
-// (the topic's max.message.bytes) or by the client (larger than its batch
-// limit for the topic): kgo reports both as kerr.MessageTooLarge.
-func tooLarge(err error) bool {
-	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
-}
-
-// batchBytes is about what rec takes in a record batch.
-func batchBytes(rec *kgo.Record) int {
-	n := 70 + len(rec.Key) + len(rec.Value) // the batch header and the record's framing
-	for _, h := range rec.Headers {
-		n += 10 + len(h.Key) + len(h.Value)
-	}
-	return n
 }
 
 // parkTooLarge logs and counts a parked copy refused as too large for its
@@ -236,8 +180,8 @@ func (j *job) parkTooLarge(rec *kgo.Record, attempt int, wait time.Duration, err
 	r := j.r
 	src := j.rec
 	at := []zap.Field{zap.String("topic", src.Topic), zap.Int32("partition", src.Partition), zap.Int64("offset", src.Offset),
-		zap.String("parked_topic", rec.Topic), zap.Int("record_bytes", batchBytes(rec))}
-	want := int64(batchBytes(rec)) + parkHeadroom
+		zap.String("parked_topic", rec.Topic), zap.Int("record_bytes", topicsize.RecordBytes(rec))}
+	want := int64(topicsize.RecordBytes(rec)) + parkHeadroom
 	read := false
 	if s := r.park.sizes.Load(); s != nil {
 		if n, ok := s.limit[rec.Topic]; ok {
@@ -271,14 +215,18 @@ func (j *job) parkTooLarge(rec *kgo.Record, attempt int, wait time.Duration, err
 // retention).
 func (r *Receiver) produceParkedDeadLetter(p *partition, rec *kgo.Record, at []zap.Field) error {
 	dl := r.parkedDeadLetter(rec)
-	err := r.produceDurablyUntil(p, tooLarge, dl)
-	if err == nil || !tooLarge(err) {
+	err := r.produceDurablyUntil(p, topicsize.TooLarge, dl)
+	if err == nil || !topicsize.TooLarge(err) {
 		return err
 	}
-	r.log.Warn("parked aggregate: a parked message is too large for the dead-letter topic; writing its position and reason without its value and headers",
-		append(at, zap.String("dead_letter_topic", dl.Topic), zap.ByteString("offset", headerValue(rec, park.HeaderSourceOffset)),
-			zap.Int32("parked_partition", rec.Partition), zap.Int64("parked_offset", rec.Offset),
-			zap.Int("value_bytes", len(rec.Value)), zap.Error(err))...)
+	at = append(at, zap.String("dead_letter_topic", dl.Topic), zap.ByteString("offset", headerValue(rec, park.HeaderSourceOffset)),
+		zap.Int32("parked_partition", rec.Partition), zap.Int64("parked_offset", rec.Offset),
+		zap.Int("value_bytes", len(rec.Value)), zap.Int("record_bytes", topicsize.RecordBytes(dl)))
+	if n, ok := r.deadLetterLimit(dl.Topic); ok {
+		at = append(at, zap.Int32("max_message_bytes", n))
+	}
+	r.log.Warn("parked aggregate: a parked message is too large for the dead-letter topic; writing its position and reason without its value and headers (the parked topic keeps it whole)",
+		append(at, zap.Error(err))...)
 	stub := &kgo.Record{Topic: dl.Topic, Key: dl.Key, Timestamp: dl.Timestamp}
 	omitted := 0
 	for _, h := range dl.Headers {

@@ -22,6 +22,7 @@ import (
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/testwait"
+	"github.com/wowd/wowd/internal/topicsize"
 )
 
 // incompressible returns n random bytes: a topic's limit counts compressed
@@ -62,7 +63,7 @@ func (h *harness) maxMessageBytes(topic string) int32 {
 	h.t.Helper()
 	adm, done := h.sizeAdmin()
 	defer done()
-	limits, err := maxMessageBytes(context.Background(), adm, topic)
+	limits, err := topicsize.MaxMessageBytes(context.Background(), adm, topic)
 	if err != nil {
 		h.t.Fatal(err)
 	}
