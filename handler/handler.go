@@ -95,7 +95,10 @@ type Message struct {
 	Kind        Kind
 	AggregateID string // the record key
 
-	Topic     string
+	Topic string
+	// Partition and Offset are the record's position; both -1 for a
+	// message taken in through the local-first ingest, which is handled
+	// before its copy is published to Kafka.
 	Partition int32
 	Offset    int64
 	Key       []byte

@@ -60,7 +60,8 @@ func leastPrivilege(t *testing.T, create bool) {
 		allow(kmsg.ACLResourceTypeTopic, state, lit, kmsg.ACLOperationRead),
 		allow(kmsg.ACLResourceTypeTopic, state, lit, kmsg.ACLOperationWrite),
 		// The dead-letter and parked topics' sizes: their source's
-		// limit, and their own.
+		// limit, and their own; the consumed topic's limit also sizes
+		// what ingest publishes.
 		allow(kmsg.ACLResourceTypeTopic, topic, lit, kmsg.ACLOperationDescribeConfigs),
 		allow(kmsg.ACLResourceTypeTopic, dlq, lit, kmsg.ACLOperationDescribeConfigs),
 		allow(kmsg.ACLResourceTypeTopic, parked, lit, kmsg.ACLOperationDescribeConfigs),

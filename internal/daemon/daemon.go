@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -40,6 +41,7 @@ import (
 	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/tlsconf"
+	"github.com/wowd/wowd/internal/topicsize"
 	"github.com/wowd/wowd/internal/tracing"
 	"github.com/wowd/wowd/internal/wow"
 )
@@ -167,11 +169,26 @@ func (rt *Daemon) buildIngest() error {
 	if err != nil {
 		return err
 	}
+	sizes := &ingest.Sizes{Log: rt.log.Named("ingest")}
+	// Batches to a topic keep to its max.message.bytes, read before the
+	// first publish to it.
+	opts = append(opts, kgo.ProducerBatchMaxBytesFn(sizes.BatchMax))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("ingest producer: %w", err)
 	}
 	rt.ingestClient = cl
+	adm := kadm.NewClient(cl)
+	sizes.Read = func(ctx context.Context, topic string) (int32, error) {
+		limits, err := topicsize.MaxMessageBytes(ctx, adm, topic)
+		if n, ok := limits[topic]; ok {
+			return n, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%s: no max.message.bytes in its configuration", topic)
+		}
+		return 0, err
+	}
 	in := &ingest.Ingest{
 		Service:     cfg.Service,
 		TopicPrefix: cfg.Kafka.TopicPrefix,
@@ -180,6 +197,7 @@ func (rt *Daemon) buildIngest() error {
 		Log:         rt.log.Named("ingest"),
 		Metrics:     rt.metrics.Ingest(),
 		MaxInFlight: cfg.Ingest.MaxInFlight,
+		Sizes:       sizes,
 	}
 	if n := cfg.Ingest.RateLimit; n > 0 {
 		burst := cfg.Ingest.RateBurst

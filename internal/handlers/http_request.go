@@ -3,7 +3,9 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -204,6 +206,13 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 	id.from = len(buf)
 	if w != nil && w.ID != "" {
 		buf = appendCE(buf, w.ID)
+	} else if m.Partition < 0 {
+		// Taken in through the ingest, not read from Kafka: no position
+		// yet. Its value names it, as a retry sends it again.
+		sum := sha256.Sum256(m.Value)
+		buf = appendCE(buf, m.Topic)
+		buf = append(buf, "-ingested-"...)
+		buf = hex.AppendEncode(buf, sum[:16])
 	} else {
 		buf = appendCE(buf, m.Topic)
 		buf = append(buf, '-')
@@ -308,8 +317,10 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 		}
 	}
 	hb.set(hdrTopic, m.Topic)
-	hb.set(hdrPartition, strconv.FormatInt(int64(m.Partition), 10))
-	hb.set(hdrOffset, offset.in(text))
+	if m.Partition >= 0 { // a message taken in through the ingest has no position yet
+		hb.set(hdrPartition, strconv.FormatInt(int64(m.Partition), 10))
+		hb.set(hdrOffset, offset.in(text))
+	}
 	if keyIsID {
 		hb.set(keyName, m.AggregateID)
 	} else {

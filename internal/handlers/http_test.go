@@ -197,6 +197,30 @@ func TestHTTPRequest(t *testing.T) {
 			t.Errorf("header %s = %q, want %q", k, g, v)
 		}
 	}
+
+	// Messages taken in through the ingest (partition and offset -1): no
+	// position headers, and a ce-id of their own each (an endpoint that
+	// deduplicates by ce-id or position must not take one for another).
+	ids := map[string]bool{}
+	for i, v := range []string{`{"id":"local-1"}`, `{"id":"local-2"}`} {
+		m = testMessage(int64(44 + i))
+		m.Partition, m.Offset, m.Value = -1, -1, []byte(v)
+		h.Handle(context.Background(), m, acks.ack(int64(44+i)))
+		if err := acks.wait(t, int64(44+i)); err != nil {
+			t.Fatalf("ack %v", err)
+		}
+		r = <-got
+		for _, k := range []string{"kafka-partition", "kafka-offset"} {
+			if g, ok := r.header[http.CanonicalHeaderKey(k)]; ok {
+				t.Errorf("an ingested message with header %s %q, want none", k, g)
+			}
+		}
+		id := r.header.Get("ce-id")
+		if !strings.HasPrefix(id, "wow.example.cart.event-ingested-") || ids[id] {
+			t.Errorf("an ingested message's ce-id %q: want wow.example.cart.event-ingested-<its value's hash>, one of its own", id)
+		}
+		ids[id] = true
+	}
 }
 
 func TestHTTPPermanentStatus(t *testing.T) {

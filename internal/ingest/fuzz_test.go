@@ -55,6 +55,9 @@ type elsewhere struct{ admitted int }
 
 func (*elsewhere) Dispatcher() string { return "elsewhere" }
 func (*elsewhere) Routes(string) bool { return false }
+func (*elsewhere) Published(string, string, int32, int64) {
+	panic("told of a copy of a topic it does not consume")
+}
 func (e *elsewhere) Admit(context.Context, *kgo.Record) (receiver.Admitted, error) {
 	e.admitted++
 	return receiver.Admitted{}, errors.New("not consumed here")

@@ -31,6 +31,7 @@ import (
 	"github.com/wowd/wowd/internal/bearer"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/receiver"
+	"github.com/wowd/wowd/internal/topicsize"
 	"github.com/wowd/wowd/internal/wow"
 )
 
@@ -46,6 +47,11 @@ type Receiver interface {
 	Dispatcher() string
 	Routes(topic string) bool
 	Admit(ctx context.Context, rec *kgo.Record) (receiver.Admitted, error)
+	// Published says that a copy of a message the receiver never took
+	// (Admit refused it) was published at partition and offset: later
+	// ingested messages of its aggregate are given up there until the
+	// copy is handled.
+	Published(topic, key string, partition int32, offset int64)
 }
 
 // Producer publishes records; a franz-go client.
@@ -78,6 +84,10 @@ type Ingest struct {
 	Token *bearer.File
 	// Metrics counts the answers; nil counts nothing.
 	Metrics *metrics.Ingest
+	// Sizes, when set, says how large a message each topic takes (the
+	// topic's max.message.bytes); without it, the Kafka client's default
+	// batch limit. A larger message is refused (413) before it is handled.
+	Sizes *Sizes
 	// MaxInFlight bounds the requests under way (wow.ingest.max-in-flight);
 	// more are answered 503 with Retry-After before their body is read.
 	// 0 sets no bound.
@@ -303,28 +313,36 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	topic := wow.Topic(in.TopicPrefix, bc.Alias, m.AggregateName, kind)
-	local := &kgo.Record{Topic: topic, Key: []byte(m.AggregateID), Value: body, Timestamp: time.Now()}
+	var routing []Receiver // those that consume the topic
+	for _, r := range in.Receivers {
+		if r.Routes(topic) {
+			routing = append(routing, r)
+		}
+	}
+	if refusal, err := in.fits(req.Context(), topic, m.AggregateID, marked, routing); err != nil {
+		in.reply(w, http.StatusServiceUnavailable, response{Error: err.Error()})
+		return
+	} else if refusal != "" {
+		in.reply(w, http.StatusRequestEntityTooLarge, response{Topic: topic, Error: refusal})
+		return
+	}
+	// No position in Kafka yet: handlers see partition and offset -1.
+	local := &kgo.Record{Topic: topic, Partition: -1, Offset: -1, Key: []byte(m.AggregateID), Value: body, Timestamp: time.Now()}
 
 	// Admit it to every receiver that consumes its topic. Waiting here for
 	// room in a receiver's window is the caller's backpressure.
 	var (
 		admitted []receiver.Admitted
-		names    []string // the dispatcher of each admitted
-		wanted   int
 		refused  error
 	)
-	for _, r := range in.Receivers {
-		if !r.Routes(topic) {
-			continue
-		}
-		wanted++
+	wanted := len(routing)
+	for _, r := range routing {
 		a, err := r.Admit(req.Context(), local)
 		if err != nil {
 			refused = err
 			break
 		}
 		admitted = append(admitted, a)
-		names = append(names, r.Dispatcher())
 	}
 	if refused != nil && len(admitted) == 0 {
 		// Nothing is queued: the caller retries, nothing is published.
@@ -345,7 +363,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		case <-quit:
 		}
 		if a.Finished() {
-			handledBy = append(handledBy, names[i])
+			handledBy = append(handledBy, routing[i].Dispatcher())
 		}
 	}
 	handled := len(handledBy)
@@ -370,6 +388,9 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	defer cancel()
 	res := in.Producer.ProduceSync(ctx, out)
 	if err := res.FirstErr(); err != nil {
+		for _, a := range admitted {
+			a.NotPublished() // those that gave it up: nothing to wait for
+		}
 		in.Log.Error("publishing an ingested message failed after it was admitted locally",
 			zap.String("topic", topic), zap.String("aggregate_id", m.AggregateID), zap.Int("handled_locally", handled), zap.Error(err))
 		in.reply(w, http.StatusBadGateway, response{Topic: topic, Admitted: len(admitted), Handled: handled,
@@ -378,9 +399,55 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	rec := res[0].Record
+	// The receivers that did not finish it (gave it up, or never took it)
+	// handle the copy from Kafka: their later local records of the
+	// aggregate must not run ahead of it.
+	for i, r := range routing {
+		if i < len(admitted) {
+			admitted[i].Published(rec.Partition, rec.Offset) // nothing to do once finished
+		} else {
+			r.Published(topic, m.AggregateID, rec.Partition, rec.Offset)
+		}
+	}
 	w.Header().Set("Location", topic+"/"+strconv.Itoa(int(rec.Partition))+"/"+strconv.FormatInt(rec.Offset, 10))
 	in.reply(w, http.StatusAccepted, response{Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
 		Admitted: len(admitted), Handled: handled, Marked: mark, HandledBy: handledBy})
+}
+
+// fits says why the message, published to topic as marked, would be
+// refused for its size, or "" when it fits: with every receiver of the
+// topic (routing) listed in its mark, as large as it can be. It is asked
+// before the message is admitted anywhere: handled locally and then
+// refused by Kafka, the message would have run its handlers and never be
+// published.
+func (in *Ingest) fits(ctx context.Context, topic, key string, marked []byte, routing []Receiver) (string, error) {
+	limit, read := int32(topicsize.DefaultBatchMax), false
+	if in.Sizes != nil {
+		var err error
+		if limit, read, err = in.Sizes.Limit(ctx, topic); err != nil {
+			return "", err
+		}
+	}
+	var names []string
+	for _, r := range routing {
+		names = append(names, r.Dispatcher())
+	}
+	out := &kgo.Record{Topic: topic, Key: []byte(key), Value: marked}
+	if len(names) > 0 {
+		out.Headers = []kgo.RecordHeader{
+			{Key: receiver.HeaderHandledBy, Value: []byte(in.Service)},
+			{Key: receiver.HeaderHandledDispatchers, Value: []byte(strings.Join(names, ","))},
+		}
+	}
+	need := topicsize.RecordBytes(out)
+	if need <= int(limit) {
+		return "", nil
+	}
+	of := "its max.message.bytes"
+	if !read {
+		of = "the Kafka client's default batch limit: wowd could not read the topic's max.message.bytes (it needs DescribeConfigs on it; see the log)"
+	}
+	return fmt.Sprintf("the message takes %d bytes published to %s (marked as handled here), over its limit of %d bytes (%s); nothing was handled or published", need, topic, limit, of), nil
 }
 
 // markLocalFirst sets the Wow header local_first to "true" in a message,

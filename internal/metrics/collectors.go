@@ -26,6 +26,8 @@ type ReceiverSnapshot struct {
 	OldestParked       time.Duration // age of the oldest parked aggregate's parking; 0 when none
 	ParkFull           bool          // max-parked reached: fetching paused until an aggregate is unparked
 	ParkWaiting        int           // failed messages waiting for room among max-parked parked aggregates
+	IngestHeld         int           // groups of aggregates (by hash) whose ingested messages go through Kafka until a copy given up earlier is handled
+	IngestHeldAll      bool          // the start barrier stands: every ingested message goes through Kafka
 }
 
 // ReceiverSource gives a receiver's snapshot; called at scrape time.
@@ -68,6 +70,10 @@ var (
 		"1 while the receiver holds max-parked parked aggregates and another must park: fetching is paused until one is unparked.", receiverLabels, nil)
 	descParkWaiting = prometheus.NewDesc(Namespace+"_receiver_park_waiting",
 		"Failed messages waiting for room to park their aggregates while max-parked aggregates are parked already. Fetching stays paused (wowd_receiver_park_full) only while one waits: a message that stops waiting (its partition revoked, its aggregate parked meanwhile) lifts the pause.", receiverLabels, nil)
+	descIngestHeld = prometheus.NewDesc(Namespace+"_receiver_ingest_held_aggregates",
+		"Aggregates (by hash: up to 8192 groups of them) whose ingested messages this receiver gives up to Kafka, to be handled by the owner of their partition, because a copy of an earlier one given up here is not committed yet: the local-first ingest keeps an aggregate's order this way.", receiverLabels, nil)
+	descIngestHeldAll = prometheus.NewDesc(Namespace+"_receiver_ingest_held_all",
+		"1 from start until the group has committed past the ends the receiver's topics had at start (copies an earlier process gave up may lie below them): until then every ingested message is given up to Kafka.", receiverLabels, nil)
 	descBackoffDelay = prometheus.NewDesc(Namespace+"_receiver_backoff_seconds",
 		"Current backoff delay between probes while backing off; 0 otherwise.", receiverLabels, nil)
 )
@@ -92,7 +98,7 @@ func (c *receiverCollector) add(dispatcher, context string, src ReceiverSource) 
 }
 
 func (c *receiverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog, descBackingOff, descBackoffDelay, descBuffered, descFetchMax, descParked, descParkedAge, descParkFull, descParkWaiting} {
+	for _, d := range []*prometheus.Desc{descInFlight, descMaxInFlight, descPaused, descPausedPartitions, descAssigned, descJoined, descCommitLag, descLag, descKeyBacklog, descBackingOff, descBackoffDelay, descBuffered, descFetchMax, descParked, descParkedAge, descParkFull, descParkWaiting, descIngestHeld, descIngestHeldAll} {
 		ch <- d
 	}
 }
@@ -123,6 +129,8 @@ func (c *receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descParkedAge, s.OldestParked.Seconds())
 		g(descParkFull, b2f(s.ParkFull))
 		g(descParkWaiting, float64(s.ParkWaiting))
+		g(descIngestHeld, float64(s.IngestHeld))
+		g(descIngestHeldAll, b2f(s.IngestHeldAll))
 	}
 }
 

@@ -22,11 +22,35 @@ func (r *Receiver) Routes(topic string) bool { return r.routes[topic] != nil }
 // mailbox.
 type Admitted struct {
 	w *localWait
+	r *Receiver
+	// topic and key are the record's: its aggregate is held while its
+	// copy waits for its partition's owner (localhold.go).
+	topic, key string
 }
 
-// Done is closed once the record is finished (handled, skipped by a filter
-// or the handler, or dead-lettered) or given up (dropped because the
-// receiver stopped before it finished).
+// Published tells the receiver where the record's copy was published,
+// once Done is closed: if the receiver gave the record up, the owner of
+// that partition handles the copy, and until it is known finished, the
+// aggregate's later local records are given up here too, so that they do
+// not run ahead of it.
+func (a Admitted) Published(partition int32, offset int64) {
+	if !a.Finished() {
+		a.r.published(a.topic, a.key, partition, offset, true)
+	}
+}
+
+// NotPublished tells the receiver that the record's copy was not published
+// (the publish failed), once Done is closed: nothing is to wait for.
+func (a Admitted) NotPublished() {
+	if !a.Finished() {
+		a.r.notPublished(a.topic, a.key)
+	}
+}
+
+// Done is closed once the record is finished (handled, or skipped by a
+// filter or the handler) or given up: the receiver stopped before it
+// finished, its handler failed for good, or it must go through the owner
+// of its partition (see Published).
 func (a Admitted) Done() <-chan struct{} { return a.w.done }
 
 // Finished reports, once Done is closed, whether the record was finished
@@ -107,9 +131,11 @@ func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error)
 	j.msg.Context, j.msg.Aggregate, j.msg.Kind = route.Context, route.Aggregate, route.Kind
 	j.local = w
 	p.mu.Unlock()
+	a := Admitted{w: w, r: r, topic: rec.Topic, key: string(rec.Key)} // j may be done and reused once submitted
 	if err := route.Group.Submit(j.msg.AggregateID, j); err != nil {
 		j.drop()
+		r.notPublished(a.topic, a.key) // refused: nothing is published for it
 		return Admitted{}, ErrStopping
 	}
-	return Admitted{w: w}, nil
+	return a, nil
 }

@@ -230,6 +230,13 @@ func (j *job) Run(res executor.Resume) executor.Status {
 	j.start = j.r.since()
 	j.tried = j.start
 	j.traceStart()
+	if r := j.r; j.p == r.local && !j.redriven && r.heldLocally(j.rec.Topic, j.msg.AggregateID) {
+		// A copy of an earlier message of its aggregate, given up here,
+		// may not be handled yet by the owner of its partition: given up
+		// too, its copy in Kafka goes after it (localhold.go).
+		j.abandon()
+		return executor.Pending
+	}
 	if r := j.r; !j.redriven && r.park != nil {
 		if r.beforeParkCheck != nil {
 			r.beforeParkCheck(j.msg.AggregateID)
@@ -463,6 +470,11 @@ func (j *job) abandon() {
 // the executor is closing).
 func (j *job) drop() {
 	r, p, seq, local := j.r, j.p, j.seq, j.local
+	if p == r.local {
+		// Its copy goes to the owner of its partition: the aggregate's
+		// later local records must not run ahead of it (localhold.go).
+		r.gaveUp(j.rec.Topic, j.msg.AggregateID)
+	}
 	r.m.Count(metrics.Dropped, 1)
 	j.traceEnd(metrics.Dropped)
 	j.releasePark()

@@ -81,14 +81,15 @@
 //
 // # Goroutines and locks
 //
-// The receiver owns three goroutines, the poll loop, the committer and the
-// deadline watcher, all stopped by Stop. commitMu serializes commits with
+// The receiver owns four goroutines, the poll loop, the committer, the
+// deadline watcher and the watcher of local holds (watchHolds), all
+// stopped by Stop. commitMu serializes commits with
 // the rebalance callbacks, so offsets of a partition are never sent after
 // its revoke returned; it is held across a revoke's drain and commit round
 // trips, so it is a channel (see chanLock). partsMu guards the incarnation map. partition.mu
 // guards a tracker and the partition's pause state: the client is told to
 // pause or resume a partition only under its partition.mu. Lock order:
-// commitMu → partsMu → partition.mu.
+// commitMu → partsMu → partition.mu. localHolds.mu is a leaf.
 package receiver
 
 import (
@@ -267,10 +268,6 @@ type Receiver struct {
 	// dlSizes are the dead-letter topics' max.message.bytes, read at start
 	// (sizeDeadLetterTopics): the client's batches to each keep to it.
 	dlSizes atomic.Pointer[map[string]int32]
-	// dlReady is closed once Start has read them, or failed to: a
-	// dead-letter write waits for it (see deadLetter), since kgo learns a
-	// partition's batch limit at the first write to it.
-	dlReady chan struct{}
 	// srcMax are the consumed topics' max.message.bytes (Start's only).
 	srcMax sourceLimits
 
@@ -319,9 +316,15 @@ type Receiver struct {
 	commitDone chan struct{}
 	watchStop  chan struct{} // stops the deadline watcher
 	watchDone  chan struct{}
-	started    bool
-	stopOnce   sync.Once
-	stopErr    error
+	// holds are the aggregates whose local records are given up while a
+	// copy given up earlier waits for its partition's owner (localhold.go);
+	// watchHolds releases them, from Start until holdStop is closed.
+	holds    *localHolds
+	holdStop chan struct{}
+	holdDone chan struct{}
+	started  bool
+	stopOnce sync.Once
+	stopErr  error
 }
 
 type tp struct {
@@ -360,7 +363,6 @@ func New(o Options) (*Receiver, error) {
 		room:        make(chan struct{}, 1),
 		assignedSig: make(chan struct{}, 1),
 		fitted:      make(chan struct{}),
-		dlReady:     make(chan struct{}),
 		parts:       make(map[tp]*partition),
 		local:       newLocalPartition(),
 		pollDone:    make(chan struct{}),
@@ -370,6 +372,9 @@ func New(o Options) (*Receiver, error) {
 		commitDone:  make(chan struct{}),
 		watchStop:   make(chan struct{}),
 		watchDone:   make(chan struct{}),
+		holds:       newLocalHolds(),
+		holdStop:    make(chan struct{}),
+		holdDone:    make(chan struct{}),
 	}
 	r.stopExpired, r.expireStop = context.WithCancel(context.Background())
 	if o.VersionCheck {
@@ -468,9 +473,8 @@ func (r *Receiver) Start() {
 	if r.o.DeadLetter.Enabled {
 		r.ensureDeadLetterTopics(sctx)
 	}
-	// Dead-letter writes go from now on (those of parking come after
-	// ps.ready, closed by startParking below).
-	close(r.dlReady)
+	// Dead-letter writes go from now on: those of fetched records, polled
+	// below (those of parking come after ps.ready, closed by startParking).
 	if r.o.DeadLetter.Enabled || r.park != nil {
 		// The producer ID now, while Kafka is reachable at start, rather
 		// than at the first dead-letter or parking write, which may come
@@ -490,6 +494,7 @@ func (r *Receiver) Start() {
 	go r.pollLoop(ctx)
 	go r.commitLoop()
 	go r.watchDeadlines()
+	go r.watchHolds()
 }
 
 // since returns the time since the receiver was made, on the monotonic
@@ -538,7 +543,7 @@ func (r *Receiver) stop(ctx context.Context) error {
 	r.stopping.Store(true)
 	r.changed.Notify() // ingest admissions waiting for room give up
 	if !r.started {
-		r.closePartition(r.local) // records admitted before Start, waiting for it (a dead-letter write), end with it
+		r.closePartition(r.local) // records admitted before Start end with it
 		r.closeClient()
 		if r.park != nil {
 			r.park.tail.Close()
@@ -546,7 +551,9 @@ func (r *Receiver) stop(ctx context.Context) error {
 		return nil
 	}
 	r.pollCancel()
-	<-r.pollDone // PollRecords returns at once on cancel; the loop never blocks on anything else
+	<-r.pollDone      // PollRecords returns at once on cancel; the loop never blocks on anything else
+	close(r.holdStop) // no local record is admitted from now on
+	<-r.holdDone
 
 	// Drain what was admitted.
 	_ = r.changed.Wait(ctx, func() bool { return r.inFlight.Load() == 0 })
@@ -628,6 +635,7 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		ParkFull:      r.parkFull.Load(),
 		ParkWaiting:   int(r.parkWaiting.Load()),
 	}
+	s.IngestHeld, s.IngestHeldAll = r.holds.count()
 	if ps := r.park; ps != nil {
 		ps.mu.RLock()
 		s.ParkedAggregates = len(ps.parked)

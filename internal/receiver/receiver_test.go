@@ -468,6 +468,8 @@ func (r *Receiver) crash() {
 	<-r.commitDone
 	close(r.watchStop)
 	<-r.watchDone
+	close(r.holdStop)
+	<-r.holdDone
 	r.partsMu.Lock()
 	for k, p := range r.parts {
 		p.closed.Store(true) // no final revoke, no lifted pause: the process is gone

@@ -1,0 +1,107 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/internal/topicsize"
+)
+
+// Sizes knows how large a record the ingest may publish to each topic: the
+// topic's max.message.bytes, read once, before the first publish to the
+// topic. Its BatchMax is the producer client's ProducerBatchMaxBytesFn, so
+// that the client's batches to a topic keep to the topic's limit (a
+// message the topic allows is published, and small ones batched together
+// are not refused for their sum): franz-go asks it once per topic, when the
+// first publish loads the topic's partitions, and keeps the answer.
+//
+// A message that would not fit is refused before it is admitted anywhere
+// (ServeHTTP): handled locally and then refused by Kafka, it would have
+// run its handlers for a message never published.
+type Sizes struct {
+	// Read reads a topic's max.message.bytes (topicsize.MaxMessageBytes).
+	Read func(ctx context.Context, topic string) (int32, error)
+	Log  *zap.Logger
+
+	mu     sync.Mutex // guards topics
+	topics map[string]*topicSize
+}
+
+// topicSize is the batch limit of one topic, read once.
+type topicSize struct {
+	done  chan struct{} // closed once limit is set
+	limit int32         // the client's batch limit for the topic
+	read  bool          // limit is the topic's own; else the client's default
+}
+
+// sizeReadTimeout bounds the read of one topic's limit.
+const sizeReadTimeout = 10 * time.Second
+
+// Limit returns the client's batch limit for topic, reading the topic's
+// max.message.bytes first unless it was read (or given up on) before, and
+// whether it is the topic's own. Concurrent first callers wait for one
+// read. A topic that does not exist yet is not given up on: it is read
+// again by the next message. Any other failure to read keeps the topic at
+// the client's default for the life of the process, warned of once.
+func (s *Sizes) Limit(ctx context.Context, topic string) (limit int32, read bool, err error) {
+	s.mu.Lock()
+	if s.topics == nil {
+		s.topics = make(map[string]*topicSize)
+	}
+	t, ok := s.topics[topic]
+	if !ok {
+		t = &topicSize{done: make(chan struct{})}
+		s.topics[topic] = t
+	}
+	s.mu.Unlock()
+	if ok {
+		select {
+		case <-t.done:
+			return t.limit, t.read, nil
+		case <-ctx.Done():
+			return 0, false, fmt.Errorf("waiting for the max.message.bytes of %s: %w", topic, context.Cause(ctx))
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sizeReadTimeout)
+	n, err := s.Read(rctx, topic)
+	cancel()
+	switch {
+	case err == nil:
+		t.limit, t.read = topicsize.BatchLimit(n), true
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		// Not there yet: its publish fails (or creates it), and the next
+		// message reads it again. Nothing is published to it meanwhile
+		// that the client would size.
+		s.mu.Lock()
+		delete(s.topics, topic)
+		s.mu.Unlock()
+		t.limit = topicsize.DefaultBatchMax
+	default:
+		t.limit = topicsize.DefaultBatchMax
+		s.Log.Warn("reading a topic's max.message.bytes (needs DescribeConfigs on it); ingested messages published to it keep to 1000012-byte batches until wowd restarts, and a larger message is refused",
+			zap.String("topic", topic), zap.Error(err))
+	}
+	close(t.done)
+	return t.limit, t.read, nil
+}
+
+// BatchMax is the ingest client's ProducerBatchMaxBytesFn: a topic's limit
+// once read, else the client's default.
+func (s *Sizes) BatchMax(topic string) int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.topics[topic]; ok {
+		select {
+		case <-t.done:
+			return t.limit
+		default:
+		}
+	}
+	return topicsize.DefaultBatchMax
+}

@@ -1,0 +1,353 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"go.uber.org/zap"
+)
+
+// Local holds keep the order of an aggregate's ingested messages when one
+// of them goes through Kafka instead of being handled here. A local
+// (ingest) record given up — its aggregate parked or not known not to be,
+// its handler failing for good, the receiver stopping — is published
+// unmarked for this receiver's dispatcher, and the owner of its partition
+// handles it from Kafka, perhaps much later. The aggregate's later local
+// records must not be handled here before it: from the give-up on, they
+// are given up too, and so reach the handler through the owner, in order.
+// The ingest then tells where the copy went (Admitted.Published; or that it
+// was not published, Admitted.NotPublished), and the hold lasts until the
+// group's committed offset shows every such copy finished (handled,
+// dead-lettered or parked) and, with parking, the state topic has been
+// read past that point, so that an aggregate the owner parked is seen
+// parked here. A receiver that never took the record (Admit refused) is
+// told too (Receiver.Published).
+//
+// Holds are kept by a hash of the aggregate in holdBuckets buckets, so
+// their memory is bounded however many aggregates are held: another
+// aggregate of a held bucket is held too (it goes through Kafka, which is
+// slower, never out of order).
+//
+// A process does not know the copies an earlier one gave up (a restart):
+// from New until the group's committed offsets reach the ends the topics
+// had when the receiver started (read by watchHolds, the start barrier),
+// every local record is given up.
+
+// holdBuckets is the number of buckets the held aggregates hash to.
+const holdBuckets = 8192
+
+// holdCheck is how often the committed offsets are read while copies are
+// waited for.
+const holdCheck = 200 * time.Millisecond
+
+// localHolds are the aggregates with a local record given up here whose
+// copy in Kafka is not known finished yet, by bucket, and the start
+// barrier.
+type localHolds struct {
+	seed maphash.Seed
+	mu   sync.Mutex // guards buckets, held, barrier and barrierRead. A leaf.
+	// buckets: records given up whose copies are not reported yet, and the
+	// last copy per partition to wait for, of the aggregates hashing to
+	// each.
+	buckets [holdBuckets]hold
+	held    int // buckets holding anything
+	// barrier is, per partition, the last offset at start, until the
+	// group's committed offset is past it; barrierRead is set once the
+	// ends were read (until then every local record is held).
+	barrier     map[tp]int64
+	barrierRead bool
+	wake        chan struct{} // capacity 1: a copy was added
+}
+
+// hold is one bucket's.
+type hold struct {
+	pending int
+	copies  []tpOffset
+}
+
+func (e *hold) empty() bool { return e.pending == 0 && len(e.copies) == 0 }
+
+// tpOffset is a copy's position.
+type tpOffset struct {
+	tp
+	offset int64
+}
+
+func newLocalHolds() *localHolds {
+	return &localHolds{seed: maphash.MakeSeed(), barrier: make(map[tp]int64), wake: make(chan struct{}, 1)}
+}
+
+// bucket returns the bucket of the aggregate. h.mu held.
+func (h *localHolds) bucket(topic, key string) *hold {
+	var mh maphash.Hash
+	mh.SetSeed(h.seed)
+	mh.WriteString(topic)
+	mh.WriteByte(0)
+	mh.WriteString(key)
+	return &h.buckets[mh.Sum64()%holdBuckets]
+}
+
+// change runs fn on the aggregate's bucket, keeping held up to date.
+func (h *localHolds) change(topic, key string, fn func(e *hold)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.bucket(topic, key)
+	was := !e.empty()
+	fn(e)
+	switch now := !e.empty(); {
+	case now && !was:
+		h.held++
+	case was && !now:
+		h.held--
+	}
+}
+
+// gaveUp holds the aggregate of a local record given up here until its
+// copy is reported (published, then finished; or not published).
+func (r *Receiver) gaveUp(topic, key string) {
+	r.holds.change(topic, key, func(e *hold) { e.pending++ })
+}
+
+// published records a copy of a local record of the aggregate at partition
+// and offset, which the owner of that partition handles; gaveUp: the
+// record was given up here (its hold was counted by gaveUp).
+func (r *Receiver) published(topic, key string, partition int32, offset int64, gaveUp bool) {
+	h := r.holds
+	h.change(topic, key, func(e *hold) {
+		if gaveUp && e.pending > 0 {
+			e.pending--
+		}
+		e.copies = later(e.copies, tp{topic, partition}, offset)
+	})
+	r.log.Debug("local-first: a copy not handled here waits for the owner of its partition; later ingested messages of its aggregate are given up too until it is handled",
+		zap.String("topic", topic), zap.String("aggregate", key), zap.Int32("partition", partition), zap.Int64("offset", offset))
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// notPublished forgets a local record given up here whose copy was not
+// published: nothing waits for it.
+func (r *Receiver) notPublished(topic, key string) {
+	r.holds.change(topic, key, func(e *hold) {
+		if e.pending > 0 {
+			e.pending--
+		}
+	})
+}
+
+// Published tells the receiver that the ingest published a copy of a
+// record of topic and aggregate key at partition and offset, which this
+// receiver never took (Admit refused it): the owner of that partition
+// handles it, and until it is known finished, the aggregate's local records
+// are given up here.
+func (r *Receiver) Published(topic, key string, partition int32, offset int64) {
+	r.published(topic, key, partition, offset, false)
+}
+
+// later returns ps with offset as the copy to wait for in its partition.
+func later(ps []tpOffset, at tp, offset int64) []tpOffset {
+	for i := range ps {
+		if ps[i].tp == at {
+			ps[i].offset = max(ps[i].offset, offset)
+			return ps
+		}
+	}
+	return append(ps, tpOffset{at, offset})
+}
+
+// heldLocally reports whether a local record of the aggregate must be
+// given up: an earlier one (or one of another aggregate of its bucket)
+// was given up here and its copy may not be finished, or the start
+// barrier stands.
+func (r *Receiver) heldLocally(topic, key string) bool {
+	h := r.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.barrierRead || len(h.barrier) > 0 || !h.bucket(topic, key).empty()
+}
+
+// count returns the buckets held, and whether the start barrier stands.
+func (h *localHolds) count() (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held, !h.barrierRead || len(h.barrier) > 0
+}
+
+// waiting reports whether any copy, or the barrier, is waited for.
+func (h *localHolds) waiting() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.barrier) > 0 {
+		return true
+	}
+	for i := range h.buckets {
+		if len(h.buckets[i].copies) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// setBarrier sets the start barrier: ends are the topics' end offsets at
+// start, by partition.
+func (h *localHolds) setBarrier(ends map[tp]int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for at, end := range ends {
+		if end > 0 {
+			h.barrier[at] = end - 1
+		}
+	}
+	h.barrierRead = true
+}
+
+// release forgets the copies that committed says are finished: committed
+// returns a partition's committed offset (the next to handle), and false
+// where there is none.
+func (h *localHolds) release(committed func(topic string, partition int32) (int64, bool)) {
+	done := func(at tp, offset int64) bool {
+		c, ok := committed(at.topic, at.partition)
+		return ok && c > offset
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.buckets {
+		e := &h.buckets[i]
+		if len(e.copies) == 0 {
+			continue
+		}
+		left := e.copies[:0]
+		for _, c := range e.copies {
+			if !done(c.tp, c.offset) {
+				left = append(left, c)
+			}
+		}
+		e.copies = left
+		if e.empty() {
+			e.copies = nil
+			h.held--
+		}
+	}
+	for at, o := range h.barrier {
+		if done(at, o) {
+			delete(h.barrier, at)
+		}
+	}
+}
+
+// watchHolds releases the copies waited for once the group's committed
+// offsets pass them (and, with parking, the state topic was read past
+// that). It runs from Start until holdStop is closed.
+func (r *Receiver) watchHolds() {
+	defer close(r.holdDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-r.holdStop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	adm := kadm.NewClient(r.cl)
+	t := time.NewTimer(holdCheck)
+	defer t.Stop()
+	for attempt := 1; ; attempt++ {
+		err := r.readBarrier(ctx, adm)
+		if err == nil {
+			break
+		}
+		if attempt == 1 || attempt%50 == 0 {
+			r.log.Warn("local-first: reading the topics' end offsets at start; ingested messages are given up here (handled from Kafka) until they are read", zap.Error(err))
+		}
+		if sleepCtx(ctx, holdCheck) != nil {
+			return
+		}
+	}
+	for {
+		if r.holds.waiting() {
+			t.Reset(holdCheck)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		} else {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.holds.wake:
+				continue // look again: waiting now, wait a round first
+			}
+		}
+		if err := r.releaseHolds(ctx, adm); err != nil && ctx.Err() == nil {
+			r.log.Debug("local-first: reading the group's committed offsets for the copies given up here", zap.Error(err))
+		}
+	}
+}
+
+// readBarrier reads the end offsets of the receiver's topics, the start
+// barrier: copies an earlier process gave up are below them.
+func (r *Receiver) readBarrier(ctx context.Context, adm *kadm.Client) error {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	listed, err := adm.ListEndOffsets(rctx, r.topics...)
+	if err != nil {
+		return err
+	}
+	ends := make(map[tp]int64)
+	var errs []error
+	listed.Each(func(o kadm.ListedOffset) {
+		switch {
+		case errors.Is(o.Err, kerr.UnknownTopicOrPartition): // nothing published to it yet
+		case o.Err != nil:
+			errs = append(errs, fmt.Errorf("%s/%d: %w", o.Topic, o.Partition, o.Err))
+		default:
+			ends[tp{o.Topic, o.Partition}] = o.Offset
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	r.holds.setBarrier(ends)
+	return nil
+}
+
+// releaseHolds reads the group's committed offsets and releases the copies
+// they show finished, once the parked state is read past them.
+func (r *Receiver) releaseHolds(ctx context.Context, adm *kadm.Client) error {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	offs, err := adm.FetchOffsets(rctx, r.o.GroupID)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		return err
+	}
+	if r.park != nil {
+		// The owner writes an aggregate's parked state before it commits
+		// past the message it parked: read the state topic up to now, so
+		// that such an aggregate is seen parked (parkedAnywhere) before
+		// its hold goes.
+		if err := r.park.tail.CaughtUp(rctx); err != nil {
+			return err
+		}
+	}
+	r.holds.release(func(topic string, partition int32) (int64, bool) {
+		o, ok := offs.Lookup(topic, partition)
+		if !ok || o.Err != nil || o.At < 0 {
+			return 0, false
+		}
+		return o.At, true
+	})
+	return nil
+}
