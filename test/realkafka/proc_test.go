@@ -44,6 +44,9 @@ type wowdConfig struct {
 	// Dispatchers is how many dispatchers read the topic, each its own
 	// group and sink calls: sink, then sink-2, sink-3, ... (1 when 0).
 	Dispatchers int
+	// Ingest turns the local-first ingest endpoint on (on the metrics
+	// listener).
+	Ingest bool
 }
 
 // DispatcherNames returns the names of the config's dispatchers.
@@ -116,6 +119,10 @@ var configTemplate = template.Must(template.New("wowd.yaml").Parse(`wow:
 {{- end}}
   metrics:
     listen: {{.Metrics}}
+{{- if .Ingest}}
+  ingest:
+    enabled: true
+{{- end}}
   log:
     level: info
     format: json

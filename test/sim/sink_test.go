@@ -430,6 +430,17 @@ func (w *world) sinkMessage(partition, offset, key, try string, value []byte) si
 	o, oerr := strconv.ParseInt(offset, 10, 64)
 	n, nerr := strconv.Atoi(try)
 	k, seq, ok := parseValue(value)
+	if partition == "" && offset == "" && ok {
+		// A local record (taken in as the ingest does): the sink sends
+		// no position for it, having none; the world knows where it is.
+		w.mu.Lock()
+		at, found := w.localAt[keySeq{k, seq}]
+		w.mu.Unlock()
+		p, o, perr, oerr = int64(at.p), at.o, nil, nil
+		if !found {
+			perr = errors.New("no position, and not a local record")
+		}
+	}
 	m := sinkMessage{try: n, at: pos{int32(p), o}, key: k, seq: seq, valid: perr == nil && oerr == nil && nerr == nil && ok && k == key}
 	if !m.valid {
 		w.violate("the sink sent a message the server cannot read: partition %q offset %q key %q try %q value %.40q", partition, offset, key, try, value)

@@ -109,8 +109,9 @@ type world struct {
 	seen        struct{ maxParked, tooLarge, byHand int }
 	sinkCancels int // sink closes that canceled requests in flight
 	stale       handler.Ack
-	local       []localRecord // records admitted through Admit (the ingest's way in)
-	nextLocal   int64         // the next local record's offset (its partition is -1)
+	local       []localRecord  // records admitted through Admit (the ingest's way in)
+	nextLocal   int64          // the next local record's offset (its partition is -1)
+	localAt     map[keySeq]pos // where each local record is, by key and sequence number
 	violations  []string
 	events      []string      // the run's schedule, for the failure report
 	served      map[pos]int   // requests the sink's server got, per record
@@ -136,6 +137,7 @@ func newWorld(seed uint64) *world {
 		nextFirst:   map[string]int{},
 		produced:    map[string][]pos{},
 		keyOf:       map[pos]keySeq{},
+		localAt:     map[keySeq]pos{},
 		attempts:    map[pos]int{},
 		deliveredTo: map[pos][]int{},
 		commitLog:   map[int32][]string{},
@@ -266,6 +268,7 @@ func (w *world) admitLocal(m *member, burst, n int) {
 		w.mu.Lock()
 		at := pos{-1, w.nextLocal}
 		w.nextLocal++
+		w.localAt[keySeq{key, seq[key]}] = at
 		w.mu.Unlock()
 		rec := &kgo.Record{Topic: topic, Partition: -1, Offset: at.o, Key: []byte(key), Value: w.value(key, seq[key])}
 		seq[key]++
