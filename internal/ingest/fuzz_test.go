@@ -58,6 +58,10 @@ func (*elsewhere) Routes(string) bool { return false }
 func (*elsewhere) Published(string, string, int32, int64) {
 	panic("told of a copy of a topic it does not consume")
 }
+func (*elsewhere) Refused(string, string) { panic("told of a copy of a topic it does not consume") }
+func (*elsewhere) NotPublished(string, string) {
+	panic("told of a copy of a topic it does not consume")
+}
 func (e *elsewhere) Admit(context.Context, *kgo.Record) (receiver.Admitted, error) {
 	e.admitted++
 	return receiver.Admitted{}, errors.New("not consumed here")

@@ -47,11 +47,17 @@ type Receiver interface {
 	Dispatcher() string
 	Routes(topic string) bool
 	Admit(ctx context.Context, rec *kgo.Record) (receiver.Admitted, error)
-	// Published says that a copy of a message the receiver never took
-	// (Admit refused it) was published at partition and offset: later
-	// ingested messages of its aggregate are given up there until the
-	// copy is handled.
+	// Refused says that a message of the aggregate the receiver did not
+	// take (Admit refused it, or was not asked) is to be published: its
+	// later ingested messages are given up there from now on, until the
+	// copy is known handled. Published or NotPublished follows.
+	Refused(topic, key string)
+	// Published says where the copy of a refused message went: the
+	// aggregate stays held until it is handled.
 	Published(topic, key string, partition int32, offset int64)
+	// NotPublished says that the copy of a refused message was not
+	// published: nothing is to wait for.
+	NotPublished(topic, key string)
 }
 
 // Producer publishes records; a franz-go client.
@@ -352,6 +358,14 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusServiceUnavailable, response{Error: fmt.Sprintf("admitting: %v", refused)})
 		return
 	}
+	// The receivers that did not take it handle its copy from Kafka: from
+	// now on, not only once it is published (which waits for the others'
+	// handlers), their later local records of the aggregate must not run
+	// ahead of it.
+	notTaken := routing[len(admitted):]
+	for _, r := range notTaken {
+		r.Refused(topic, m.AggregateID)
+	}
 
 	// From here the message is queued locally: it is published whatever the
 	// caller does. A dispatcher may be listed in its mark only if its
@@ -391,6 +405,9 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		for _, a := range admitted {
 			a.NotPublished() // those that gave it up: nothing to wait for
 		}
+		for _, r := range notTaken {
+			r.NotPublished(topic, m.AggregateID)
+		}
 		in.Log.Error("publishing an ingested message failed after it was admitted locally",
 			zap.String("topic", topic), zap.String("aggregate_id", m.AggregateID), zap.Int("handled_locally", handled), zap.Error(err))
 		in.reply(w, http.StatusBadGateway, response{Topic: topic, Admitted: len(admitted), Handled: handled,
@@ -402,12 +419,11 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// The receivers that did not finish it (gave it up, or never took it)
 	// handle the copy from Kafka: their later local records of the
 	// aggregate must not run ahead of it.
-	for i, r := range routing {
-		if i < len(admitted) {
-			admitted[i].Published(rec.Partition, rec.Offset) // nothing to do once finished
-		} else {
-			r.Published(topic, m.AggregateID, rec.Partition, rec.Offset)
-		}
+	for _, a := range admitted {
+		a.Published(rec.Partition, rec.Offset) // nothing to do once finished
+	}
+	for _, r := range notTaken {
+		r.Published(topic, m.AggregateID, rec.Partition, rec.Offset)
 	}
 	w.Header().Set("Location", topic+"/"+strconv.Itoa(int(rec.Partition))+"/"+strconv.FormatInt(rec.Offset, 10))
 	in.reply(w, http.StatusAccepted, response{Topic: topic, Partition: rec.Partition, Offset: rec.Offset,

@@ -27,6 +27,8 @@ type consumer struct{ admits atomic.Int32 }
 func (*consumer) Dispatcher() string                     { return "projection" }
 func (*consumer) Routes(string) bool                     { return true }
 func (*consumer) Published(string, string, int32, int64) {}
+func (*consumer) Refused(string, string)                 {}
+func (*consumer) NotPublished(string, string)            {}
 func (c *consumer) Admit(context.Context, *kgo.Record) (receiver.Admitted, error) {
 	c.admits.Add(1)
 	return receiver.Admitted{}, errors.New("refused by the test")

@@ -35,7 +35,7 @@ type Admitted struct {
 // not run ahead of it.
 func (a Admitted) Published(partition int32, offset int64) {
 	if !a.Finished() {
-		a.r.published(a.topic, a.key, partition, offset, true)
+		a.r.published(a.topic, a.key, partition, offset)
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 // dead-lettered or parked) and, with parking, the state topic has been
 // read past that point, so that an aggregate the owner parked is seen
 // parked here. A receiver that never took the record (Admit refused) is
-// told too (Receiver.Published).
+// told too, from the refusal on (Receiver.Refused, then Published).
 //
 // Holds are kept by a hash of the aggregate in holdBuckets buckets, so
 // their memory is bounded however many aggregates are held: another
@@ -115,12 +115,12 @@ func (r *Receiver) gaveUp(topic, key string) {
 }
 
 // published records a copy of a local record of the aggregate at partition
-// and offset, which the owner of that partition handles; gaveUp: the
-// record was given up here (its hold was counted by gaveUp).
-func (r *Receiver) published(topic, key string, partition int32, offset int64, gaveUp bool) {
+// and offset, which the owner of that partition handles, in place of the
+// record given up here (counted by gaveUp).
+func (r *Receiver) published(topic, key string, partition int32, offset int64) {
 	h := r.holds
 	h.change(topic, key, func(e *hold) {
-		if gaveUp && e.pending > 0 {
+		if e.pending > 0 {
 			e.pending--
 		}
 		e.copies = later(e.copies, tp{topic, partition}, offset)
@@ -143,14 +143,23 @@ func (r *Receiver) notPublished(topic, key string) {
 	})
 }
 
-// Published tells the receiver that the ingest published a copy of a
-// record of topic and aggregate key at partition and offset, which this
-// receiver never took (Admit refused it): the owner of that partition
-// handles it, and until it is known finished, the aggregate's local records
-// are given up here.
+// Refused tells the receiver that the ingest will publish a copy of a
+// record of topic and aggregate key that this receiver did not take (Admit
+// refused it, or was not asked): the owner of its partition handles it, so
+// from now on the aggregate's local records are given up here, until the
+// copy is known finished. Published or NotPublished must follow.
+func (r *Receiver) Refused(topic, key string) { r.gaveUp(topic, key) }
+
+// Published tells the receiver where the copy of a record it refused
+// (Refused) was published: the aggregate stays held until the copy is
+// known finished.
 func (r *Receiver) Published(topic, key string, partition int32, offset int64) {
-	r.published(topic, key, partition, offset, false)
+	r.published(topic, key, partition, offset)
 }
+
+// NotPublished tells the receiver that the copy of a record it refused
+// (Refused) was not published: nothing is to wait for.
+func (r *Receiver) NotPublished(topic, key string) { r.notPublished(topic, key) }
 
 // later returns ps with offset as the copy to wait for in its partition.
 func later(ps []tpOffset, at tp, offset int64) []tpOffset {

@@ -401,7 +401,7 @@ func TestLocalHoldFromTheGiveUp(t *testing.T) {
 	if !r.heldLocally(testTopic, "a") {
 		t.Fatal("not held while a second give-up's copy is not reported")
 	}
-	r.published(testTopic, "a", 0, 7, true)
+	r.published(testTopic, "a", 0, 7)
 	committed = 7
 	release()
 	if !r.heldLocally(testTopic, "a") {
@@ -416,6 +416,30 @@ func TestLocalHoldFromTheGiveUp(t *testing.T) {
 	r.notPublished(testTopic, "b")
 	if r.heldLocally(testTopic, "b") {
 		t.Fatal("held for a copy never published")
+	}
+
+	// A record the receiver refused: held from the refusal, before the
+	// copy is published (the ingest publishes only once the receivers
+	// that took it are done), until the copy is committed past.
+	r.Refused(testTopic, "c")
+	if !r.heldLocally(testTopic, "c") {
+		t.Fatal("not held after a refusal, before its copy was published")
+	}
+	r.Published(testTopic, "c", 0, 20)
+	committed = 20
+	release()
+	if !r.heldLocally(testTopic, "c") {
+		t.Fatal("a refused record's hold released before its copy was committed past")
+	}
+	committed = 21
+	release()
+	if r.heldLocally(testTopic, "c") {
+		t.Fatal("a refused record's hold kept with its copy committed past")
+	}
+	r.Refused(testTopic, "d")
+	r.NotPublished(testTopic, "d")
+	if r.heldLocally(testTopic, "d") || r.holds.waiting() {
+		t.Fatal("held for a refused record whose copy was never published")
 	}
 }
 
