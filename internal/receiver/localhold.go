@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 )
 
@@ -220,8 +222,9 @@ func (h *localHolds) setBarrier(ends map[tp]int64) {
 
 // release forgets the copies that committed says are finished: committed
 // returns a partition's committed offset (the next to handle), and false
-// where there is none.
-func (h *localHolds) release(committed func(topic string, partition int32) (int64, bool)) {
+// where there is none. It returns the start barrier's partitions still
+// waited for, and the offset each waits past.
+func (h *localHolds) release(committed func(topic string, partition int32) (int64, bool)) (barrier []tpOffset) {
 	done := func(at tp, offset int64) bool {
 		c, ok := committed(at.topic, at.partition)
 		return ok && c > offset
@@ -248,8 +251,11 @@ func (h *localHolds) release(committed func(topic string, partition int32) (int6
 	for at, o := range h.barrier {
 		if done(at, o) {
 			delete(h.barrier, at)
+		} else {
+			barrier = append(barrier, tpOffset{at, o})
 		}
 	}
+	return barrier
 }
 
 // watchHolds releases the copies waited for once the group's committed
@@ -281,6 +287,11 @@ func (r *Receiver) watchHolds() {
 			return
 		}
 	}
+	var (
+		failing   int          // consecutive rounds that could not read the committed offsets
+		barrierAt = time.Now() // when the start barrier was read
+		warned    time.Time    // when a standing barrier was last warned of
+	)
 	for {
 		if r.holds.waiting() {
 			t.Reset(holdCheck)
@@ -297,14 +308,49 @@ func (r *Receiver) watchHolds() {
 				continue // look again: waiting now, wait a round first
 			}
 		}
-		if err := r.releaseHolds(ctx, adm); err != nil && ctx.Err() == nil {
-			r.log.Debug("local-first: reading the group's committed offsets for the copies given up here", zap.Error(err))
+		standing, err := r.releaseHolds(ctx, adm)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			// Every hold, and the barrier, stays while this fails: said
+			// after 5 s of it, then every 30 s.
+			if failing++; failing == 25 || failing%150 == 0 {
+				r.log.Warn("local-first: cannot read the group's committed offsets; ingested messages of the aggregates held here (all of them while the start barrier stands) keep going through Kafka",
+					zap.Int("rounds", failing), zap.Error(err))
+			}
+			continue
+		}
+		failing = 0
+		if len(standing) > 0 && time.Since(barrierAt) > barrierPatience && time.Since(warned) > 5*barrierPatience {
+			warned = time.Now()
+			r.log.Warn("local-first: the start barrier still stands: every ingested message goes through Kafka until the group has committed past the offsets the topics ended at when this receiver started (a partition whose last entry is a transaction marker keeps it until its next record)",
+				zap.Duration("since", time.Since(barrierAt).Round(time.Second)), zap.Int("partitions", len(standing)), zap.Strings("waiting", describe(standing, 5)))
 		}
 	}
 }
 
+// barrierPatience is how long the start barrier may stand before a warning
+// says which partitions keep it.
+const barrierPatience = time.Minute
+
+// describe lists up to n partitions with the offset each waits past.
+func describe(ps []tpOffset, n int) []string {
+	var out []string
+	for _, p := range ps[:min(n, len(ps))] {
+		out = append(out, fmt.Sprintf("%s/%d past %d", p.topic, p.partition, p.offset))
+	}
+	return out
+}
+
 // readBarrier reads the end offsets of the receiver's topics, the start
-// barrier: copies an earlier process gave up are below them.
+// barrier: copies an earlier process gave up are below them. A partition
+// whose records below its end the group will never handle waits for
+// nothing: all of them gone (retention, deleted records), or a group
+// without a committed offset there (or one below the log's start) that
+// starts at the end (wow.kafka.start-offset: latest). Either would
+// otherwise keep the barrier up until the partition's next record, and a
+// quiet partition forever.
 func (r *Receiver) readBarrier(ctx context.Context, adm *kadm.Client) error {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -326,13 +372,64 @@ func (r *Receiver) readBarrier(ctx context.Context, adm *kadm.Client) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	if err := r.handledBelow(rctx, adm, ends); err != nil {
+		return err
+	}
 	r.holds.setBarrier(ends)
 	return nil
 }
 
+// handledBelow removes from ends the partitions whose records below their
+// end the group will never handle (see readBarrier).
+func (r *Receiver) handledBelow(ctx context.Context, adm *kadm.Client, ends map[tp]int64) error {
+	var topics []string
+	for at, end := range ends {
+		if end > 0 && !slices.Contains(topics, at.topic) {
+			topics = append(topics, at.topic)
+		}
+	}
+	if len(topics) == 0 {
+		return nil
+	}
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return err
+	}
+	committed, err := adm.FetchOffsets(ctx, r.o.GroupID)
+	if err == nil {
+		err = committed.Error()
+	}
+	if err != nil {
+		return err
+	}
+	atEnd := r.startsAtEnd()
+	for at, end := range ends {
+		s, ok := starts.Lookup(at.topic, at.partition)
+		if !ok || s.Err != nil {
+			continue // unknown: waited for
+		}
+		c, has := committed.Lookup(at.topic, at.partition)
+		switch {
+		case s.Offset >= end:
+			delete(ends, at) // nothing left below the end
+		case atEnd && (!has || c.Err != nil || c.At < s.Offset):
+			delete(ends, at) // the group starts this partition at its end
+		}
+	}
+	return nil
+}
+
+// startsAtEnd reports whether the client starts a partition without a
+// committed offset (or one out of range) at its end.
+func (r *Receiver) startsAtEnd() bool {
+	o, ok := r.cl.OptValue(kgo.ConsumeResetOffset).(kgo.Offset)
+	return ok && o.EpochOffset().Offset == -1
+}
+
 // releaseHolds reads the group's committed offsets and releases the copies
-// they show finished, once the parked state is read past them.
-func (r *Receiver) releaseHolds(ctx context.Context, adm *kadm.Client) error {
+// they show finished, once the parked state is read past them. It returns
+// the start barrier's partitions still waited for.
+func (r *Receiver) releaseHolds(ctx context.Context, adm *kadm.Client) ([]tpOffset, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	offs, err := adm.FetchOffsets(rctx, r.o.GroupID)
@@ -340,7 +437,7 @@ func (r *Receiver) releaseHolds(ctx context.Context, adm *kadm.Client) error {
 		err = offs.Error()
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if r.park != nil {
 		// The owner writes an aggregate's parked state before it commits
@@ -348,15 +445,14 @@ func (r *Receiver) releaseHolds(ctx context.Context, adm *kadm.Client) error {
 		// that such an aggregate is seen parked (parkedAnywhere) before
 		// its hold goes.
 		if err := r.park.tail.CaughtUp(rctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	r.holds.release(func(topic string, partition int32) (int64, bool) {
+	return r.holds.release(func(topic string, partition int32) (int64, bool) {
 		o, ok := offs.Lookup(topic, partition)
 		if !ok || o.Err != nil || o.At < 0 {
 			return 0, false
 		}
 		return o.At, true
-	})
-	return nil
+	}), nil
 }

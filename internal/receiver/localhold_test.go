@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
@@ -559,4 +560,64 @@ func TestVersionCheckKeepsALocalEventGivenUpAtStop(t *testing.T) {
 	if !slices.Equal(got, []int64{1, 2}) {
 		t.Fatalf("cart-1 handled versions %v, want [1 2]: v1, given up at the stop and published for the owner, was skipped as a duplicate after the restarted instance handled v2 locally", got)
 	}
+}
+
+// TestLocalHoldStartBarrierWaitsOnlyForWhatTheGroupWillHandle: the start
+// barrier waits for the group to commit past the ends its topics had at
+// start, so it must not wait for records the group will never handle: a
+// new group that starts at the end (wow.kafka.start-offset: latest) on a
+// topic with records, and a new group on a partition whose records are all
+// gone (retention, deleted records). Either committed nothing while the
+// partition stayed quiet, and so kept every ingested message on the Kafka
+// path for good. (Found by review.)
+func TestLocalHoldStartBarrierWaitsOnlyForWhatTheGroupWillHandle(t *testing.T) {
+	nop := handler.Sync(func(context.Context, *handler.Message) error { return nil })
+	t.Run("new group at the end", func(t *testing.T) {
+		h := newHarness(t, 1)
+		h.produceState(&kgo.Record{Topic: testTopic, Key: []byte("old"), Value: []byte("before the group existed")})
+		r := h.receiver("g-latest", nop, 16, func(o *Options) {
+			o.ClientOpts = append(o.ClientOpts,
+				kgo.ConsumeStartOffset(kgo.NewOffset().AtEnd()),
+				kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+		})
+		defer stop(t, r)
+		testwait.For(t, 30*time.Second, "ready", r.Ready)
+		testwait.For(t, 10*time.Second, "the start barrier lifted", func() bool { _, all := r.holds.count(); return !all })
+		if !ingest(t, h, r, 0) {
+			t.Fatal("an ingested message given up to Kafka with the barrier lifted")
+		}
+	})
+	t.Run("all records gone", func(t *testing.T) {
+		h := newHarness(t, 1)
+		h.produceState(&kgo.Record{Topic: testTopic, Key: []byte("old"), Value: []byte("expired")})
+		cl, err := kgo.NewClient(brokers(h.c)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gone kadm.Offsets
+		gone.Add(kadm.Offset{Topic: testTopic, Partition: 0, At: 1})
+		if _, err := kadm.NewClient(cl).DeleteRecords(context.Background(), gone); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
+		r := h.receiver("g-emptied", nop, 16)
+		defer stop(t, r)
+		testwait.For(t, 30*time.Second, "ready", r.Ready)
+		testwait.For(t, 10*time.Second, "the start barrier lifted", func() bool { _, all := r.holds.count(); return !all })
+	})
+	t.Run("a group with records to handle waits", func(t *testing.T) {
+		// The same at the start: the barrier stands until they are handled.
+		h := newHarness(t, 1)
+		h.produceState(&kgo.Record{Topic: testTopic, Key: []byte("old"), Value: []byte("to handle")})
+		gate := make(chan struct{})
+		r := h.receiver("g-earliest", handler.Sync(func(context.Context, *handler.Message) error { <-gate; return nil }), 16)
+		defer stop(t, r)
+		testwait.For(t, 30*time.Second, "ready", r.Ready)
+		time.Sleep(3 * holdCheck)
+		if _, all := r.holds.count(); !all {
+			t.Fatal("the start barrier lifted before the record below the end was handled")
+		}
+		close(gate)
+		testwait.For(t, 10*time.Second, "the start barrier lifted", func() bool { _, all := r.holds.count(); return !all })
+	})
 }
