@@ -331,8 +331,8 @@ func (r *Receiver) watchHolds() {
 }
 
 // barrierPatience is how long the start barrier may stand before a warning
-// says which partitions keep it.
-const barrierPatience = time.Minute
+// says which partitions keep it (a variable for tests).
+var barrierPatience = time.Minute
 
 // describe lists up to n partitions with the offset each waits past.
 func describe(ps []tpOffset, n int) []string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/park"
@@ -620,4 +623,44 @@ func TestLocalHoldStartBarrierWaitsOnlyForWhatTheGroupWillHandle(t *testing.T) {
 		close(gate)
 		testwait.For(t, 10*time.Second, "the start barrier lifted", func() bool { _, all := r.holds.count(); return !all })
 	})
+}
+
+// TestLocalHoldStartBarrierStandingIsWarnedOf: a partition whose last entry
+// is a transaction marker keeps the start barrier up until its next record
+// (the group commits past the last record it handled, not past the
+// marker); a warning names it once the barrier has stood for a while.
+func TestLocalHoldStartBarrierStandingIsWarnedOf(t *testing.T) {
+	defer func(d time.Duration) { barrierPatience = d }(barrierPatience)
+	barrierPatience = time.Second
+	h := newHarness(t, 1)
+	cl, err := kgo.NewClient(append(brokers(h.c), kgo.TransactionalID("txn"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: testTopic, Key: []byte("old"), Value: []byte("in a transaction")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	core, logs := observer.New(zap.WarnLevel)
+	r := h.receiver("g-txn", handler.Sync(func(context.Context, *handler.Message) error { return nil }), 16, func(o *Options) {
+		o.Logger = zap.New(zapcore.NewTee(o.Logger.Core(), core))
+	})
+	defer stop(t, r)
+	testwait.For(t, 30*time.Second, "the warning of a standing barrier", func() bool {
+		return logs.FilterMessageSnippet("the start barrier still stands").Len() > 0
+	})
+	w := logs.FilterMessageSnippet("the start barrier still stands").All()[0]
+	if got, want := fmt.Sprint(w.ContextMap()["waiting"]), "["+testTopic+"/0 past 1]"; got != want {
+		t.Errorf("the warning names %s, want %s (the marker after the record at 0)", got, want)
+	}
+	// The partition's next record lifts it.
+	h.produceState(&kgo.Record{Topic: testTopic, Key: []byte("new"), Value: []byte("after")})
+	testwait.For(t, 10*time.Second, "the start barrier lifted", func() bool { _, all := r.holds.count(); return !all })
 }
