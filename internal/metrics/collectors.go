@@ -27,7 +27,7 @@ type ReceiverSnapshot struct {
 	ParkFull           bool          // max-parked reached: fetching paused until an aggregate is unparked
 	ParkWaiting        int           // failed messages waiting for room among max-parked parked aggregates
 	IngestHeld         int           // groups of aggregates (by hash) whose ingested messages go through Kafka until a copy given up earlier is handled
-	IngestHeldAll      bool          // the start barrier stands: every ingested message goes through Kafka
+	IngestHeldAll      bool          // the start barrier stands for some partition: their aggregates' ingested messages go through Kafka
 }
 
 // ReceiverSource gives a receiver's snapshot; called at scrape time.
@@ -73,7 +73,7 @@ var (
 	descIngestHeld = prometheus.NewDesc(Namespace+"_receiver_ingest_held_aggregates",
 		"Aggregates (by hash: up to 8192 groups of them) whose ingested messages this receiver gives up to Kafka, to be handled by the owner of their partition, because a copy of an earlier one given up here is not committed yet: the local-first ingest keeps an aggregate's order this way.", receiverLabels, nil)
 	descIngestHeldAll = prometheus.NewDesc(Namespace+"_receiver_ingest_held_all",
-		"1 from start until the group has committed past the ends the receiver's topics had at start (copies an earlier process gave up may lie below them): until then every ingested message is given up to Kafka.", receiverLabels, nil)
+		"1 from start until the group has committed past the ends the receiver's topics had at start, on every partition (copies an earlier process gave up may lie below them): meanwhile the ingested messages of aggregates on a partition not yet past its end are given up to Kafka (all of them until the ends are read). A quiet partition keeps it at 1 until its next record.", receiverLabels, nil)
 	descBackoffDelay = prometheus.NewDesc(Namespace+"_receiver_backoff_seconds",
 		"Current backoff delay between probes while backing off; 0 otherwise.", receiverLabels, nil)
 )

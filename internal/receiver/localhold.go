@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"slices"
 	"sync"
 	"time"
 
@@ -37,9 +36,16 @@ import (
 // slower, never out of order).
 //
 // A process does not know the copies an earlier one gave up (a restart):
-// from New until the group's committed offsets reach the ends the topics
-// had when the receiver started (read by watchHolds, the start barrier),
-// every local record is given up.
+// until the ends the topics had when the receiver started are read (by
+// watchHolds), every local record is given up; then, until the group's
+// committed offset of a partition reaches its end (the start barrier),
+// the local records of the aggregates whose messages go to that
+// partition. The partition is the one Kafka's default partitioner (and
+// franz-go's, which the ingest uses) picks for the key among the
+// partitions the topic had at start, where an earlier process's copies
+// went. A partition the group does not move past (quiet, or its last entry
+// a transaction marker) holds only its own aggregates, and the first such
+// message given up goes there and moves it on.
 
 // holdBuckets is the number of buckets the held aggregates hash to.
 const holdBuckets = 8192
@@ -53,7 +59,7 @@ const holdCheck = 200 * time.Millisecond
 // barrier.
 type localHolds struct {
 	seed maphash.Seed
-	mu   sync.Mutex // guards buckets, held, barrier and barrierRead. A leaf.
+	mu   sync.Mutex // guards buckets, held, barrier, parts and barrierRead. A leaf.
 	// buckets: records given up whose copies are not reported yet, and the
 	// last copy per partition to wait for, of the aggregates hashing to
 	// each.
@@ -64,7 +70,16 @@ type localHolds struct {
 	// ends were read (until then every local record is held).
 	barrier     map[tp]int64
 	barrierRead bool
-	wake        chan struct{} // capacity 1: a copy was added
+	// parts are, per topic, its partition count at start and the
+	// partitioner that places a key among them (for the barrier).
+	parts map[string]topicParts
+	wake  chan struct{} // capacity 1: a copy was added
+}
+
+// topicParts is a topic's partition count at start and its partitioner.
+type topicParts struct {
+	n   int
+	key kgo.TopicPartitioner
 }
 
 // hold is one bucket's.
@@ -177,15 +192,31 @@ func later(ps []tpOffset, at tp, offset int64) []tpOffset {
 // heldLocally reports whether a local record of the aggregate must be
 // given up: an earlier one (or one of another aggregate of its bucket)
 // was given up here and its copy may not be finished, or the start
-// barrier stands.
+// barrier stands for its partition.
 func (r *Receiver) heldLocally(topic, key string) bool {
 	h := r.holds
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !h.barrierRead || len(h.barrier) > 0 || !h.bucket(topic, key).empty()
+	return !h.barrierRead || h.barrierHolds(topic, key) || !h.bucket(topic, key).empty()
 }
 
-// count returns the buckets held, and whether the start barrier stands.
+// barrierHolds reports whether the start barrier stands for the partition
+// the aggregate's messages go to. h.mu held.
+func (h *localHolds) barrierHolds(topic, key string) bool {
+	if len(h.barrier) == 0 {
+		return false
+	}
+	tps, ok := h.parts[topic]
+	if !ok {
+		return false // the topic had no partition at start: nothing below
+	}
+	p := tps.key.Partition(&kgo.Record{Topic: topic, Key: []byte(key)}, tps.n)
+	_, waits := h.barrier[tp{topic, int32(p)}]
+	return waits
+}
+
+// count returns the buckets held, and whether the start barrier stands for
+// any partition.
 func (h *localHolds) count() (int, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -208,17 +239,29 @@ func (h *localHolds) waiting() bool {
 }
 
 // setBarrier sets the start barrier: ends are the topics' end offsets at
-// start, by partition.
+// start, by partition, every partition of each topic listed.
 func (h *localHolds) setBarrier(ends map[tp]int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.parts = make(map[string]topicParts)
 	for at, end := range ends {
+		tps := h.parts[at.topic]
+		if tps.key == nil {
+			tps.key = keyPartitioner.ForTopic(at.topic)
+		}
+		tps.n++
+		h.parts[at.topic] = tps
 		if end > 0 {
 			h.barrier[at] = end - 1
 		}
 	}
 	h.barrierRead = true
 }
+
+// keyPartitioner places a keyed record as Kafka's default partitioner does
+// (murmur2 of the key, modulo the partitions), as franz-go's default one,
+// which the ingest's producer uses, does for a keyed record.
+var keyPartitioner = kgo.StickyKeyPartitioner(nil)
 
 // release forgets the copies that committed says are finished: committed
 // returns a partition's committed offset (the next to handle), and false
@@ -316,7 +359,7 @@ func (r *Receiver) watchHolds() {
 			// Every hold, and the barrier, stays while this fails: said
 			// after 5 s of it, then every 30 s.
 			if failing++; failing == 25 || failing%150 == 0 {
-				r.log.Warn("local-first: cannot read the group's committed offsets; ingested messages of the aggregates held here (all of them while the start barrier stands) keep going through Kafka",
+				r.log.Warn("local-first: cannot read the group's committed offsets (or, with parking, the parked state); ingested messages of the aggregates held here keep going through Kafka",
 					zap.Int("rounds", failing), zap.Error(err))
 			}
 			continue
@@ -324,13 +367,13 @@ func (r *Receiver) watchHolds() {
 		failing = 0
 		if len(standing) > 0 && time.Since(barrierAt) > barrierPatience && time.Since(warned) > 5*barrierPatience {
 			warned = time.Now()
-			r.log.Warn("local-first: the start barrier still stands: every ingested message goes through Kafka until the group has committed past the offsets the topics ended at when this receiver started (a partition whose last entry is a transaction marker keeps it until its next record)",
+			r.log.Info("local-first: the start barrier still stands for some partitions: ingested messages of the aggregates on them go through Kafka until the group has committed past where they ended when this receiver started (a quiet partition, or one whose last entry is a transaction marker, until its next record)",
 				zap.Duration("since", time.Since(barrierAt).Round(time.Second)), zap.Int("partitions", len(standing)), zap.Strings("waiting", describe(standing, 5)))
 		}
 	}
 }
 
-// barrierPatience is how long the start barrier may stand before a warning
+// barrierPatience is how long the start barrier may stand before a log line
 // says which partitions keep it (a variable for tests).
 var barrierPatience = time.Minute
 
@@ -344,13 +387,7 @@ func describe(ps []tpOffset, n int) []string {
 }
 
 // readBarrier reads the end offsets of the receiver's topics, the start
-// barrier: copies an earlier process gave up are below them. A partition
-// whose records below its end the group will never handle waits for
-// nothing: all of them gone (retention, deleted records), or a group
-// without a committed offset there (or one below the log's start) that
-// starts at the end (wow.kafka.start-offset: latest). Either would
-// otherwise keep the barrier up until the partition's next record, and a
-// quiet partition forever.
+// barrier: copies an earlier process gave up are below them.
 func (r *Receiver) readBarrier(ctx context.Context, adm *kadm.Client) error {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -359,71 +396,30 @@ func (r *Receiver) readBarrier(ctx context.Context, adm *kadm.Client) error {
 		return err
 	}
 	ends := make(map[tp]int64)
+	unknown := make(map[string]bool)
 	var errs []error
 	listed.Each(func(o kadm.ListedOffset) {
 		switch {
 		case errors.Is(o.Err, kerr.UnknownTopicOrPartition): // nothing published to it yet
+			unknown[o.Topic] = true
 		case o.Err != nil:
 			errs = append(errs, fmt.Errorf("%s/%d: %w", o.Topic, o.Partition, o.Err))
 		default:
 			ends[tp{o.Topic, o.Partition}] = o.Offset
 		}
 	})
-	if err := errors.Join(errs...); err != nil {
-		return err
+	for at := range ends {
+		if unknown[at.topic] {
+			// Every partition is needed to place a key among them.
+			errs = append(errs, fmt.Errorf("%s: some partitions unknown, others listed", at.topic))
+			delete(unknown, at.topic)
+		}
 	}
-	if err := r.handledBelow(rctx, adm, ends); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	r.holds.setBarrier(ends)
 	return nil
-}
-
-// handledBelow removes from ends the partitions whose records below their
-// end the group will never handle (see readBarrier).
-func (r *Receiver) handledBelow(ctx context.Context, adm *kadm.Client, ends map[tp]int64) error {
-	var topics []string
-	for at, end := range ends {
-		if end > 0 && !slices.Contains(topics, at.topic) {
-			topics = append(topics, at.topic)
-		}
-	}
-	if len(topics) == 0 {
-		return nil
-	}
-	starts, err := adm.ListStartOffsets(ctx, topics...)
-	if err != nil {
-		return err
-	}
-	committed, err := adm.FetchOffsets(ctx, r.o.GroupID)
-	if err == nil {
-		err = committed.Error()
-	}
-	if err != nil {
-		return err
-	}
-	atEnd := r.startsAtEnd()
-	for at, end := range ends {
-		s, ok := starts.Lookup(at.topic, at.partition)
-		if !ok || s.Err != nil {
-			continue // unknown: waited for
-		}
-		c, has := committed.Lookup(at.topic, at.partition)
-		switch {
-		case s.Offset >= end:
-			delete(ends, at) // nothing left below the end
-		case atEnd && (!has || c.Err != nil || c.At < s.Offset):
-			delete(ends, at) // the group starts this partition at its end
-		}
-	}
-	return nil
-}
-
-// startsAtEnd reports whether the client starts a partition without a
-// committed offset (or one out of range) at its end.
-func (r *Receiver) startsAtEnd() bool {
-	o, ok := r.cl.OptValue(kgo.ConsumeResetOffset).(kgo.Offset)
-	return ok && o.EpochOffset().Offset == -1
 }
 
 // releaseHolds reads the group's committed offsets and releases the copies
