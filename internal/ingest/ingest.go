@@ -366,6 +366,21 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	for _, r := range notTaken {
 		r.Refused(topic, m.AggregateID)
 	}
+	// Each receiver is told where the copy went, or that it did not go,
+	// exactly once; a panic on the way (recovered by net/http) must not
+	// leave their holds waiting for a copy they will never hear of.
+	settled := false
+	defer func() {
+		if settled {
+			return
+		}
+		for _, a := range admitted {
+			a.NotPublished()
+		}
+		for _, r := range notTaken {
+			r.NotPublished(topic, m.AggregateID)
+		}
+	}()
 
 	// From here the message is queued locally: it is published whatever the
 	// caller does. A dispatcher may be listed in its mark only if its
@@ -401,6 +416,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), publishTimeout)
 	defer cancel()
 	res := in.Producer.ProduceSync(ctx, out)
+	settled = true
 	if err := res.FirstErr(); err != nil {
 		for _, a := range admitted {
 			a.NotPublished() // those that gave it up: nothing to wait for
