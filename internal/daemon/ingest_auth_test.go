@@ -172,6 +172,7 @@ func TestIngestRequiresTheToken(t *testing.T) {
 					stopRT(t, rt)
 				}
 			}()
+			waitIngestReady(t, rt)
 			addr := rt.IngestAddr()
 			if tt.listen == "" {
 				if addr != "" {

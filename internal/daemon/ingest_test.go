@@ -90,14 +90,23 @@ wow:
 		t.Fatal(err)
 	}
 	rt.Start()
-	deadline := time.Now().Add(20 * time.Second)
-	for ok, _ := rt.Ready(); !ok; ok, _ = rt.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("instance not ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitIngestReady(t, rt)
 	return rt
+}
+
+// waitIngestReady waits until rt is ready and its receivers' start
+// barriers are lifted: until then every ingested message is given up
+// locally and handled from its copy in Kafka, later (localhold.go), which
+// a test counting local handlings must not race.
+func waitIngestReady(t *testing.T, rt *Daemon) {
+	t.Helper()
+	testwait.For(t, 20*time.Second, "ready, start barriers lifted", func() bool {
+		ok, _ := rt.Ready()
+		for _, r := range rt.receivers {
+			ok = ok && !r.Snapshot().IngestHeldAll
+		}
+		return ok
+	})
 }
 
 func post(t *testing.T, addr string, body []byte) int {
