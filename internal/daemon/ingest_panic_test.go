@@ -17,6 +17,7 @@ import (
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/ingest"
+	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/testwait"
 )
 
@@ -89,10 +90,7 @@ wow:
 	rt.Start()
 	defer stopRT(t, rt)
 	r := rt.receivers[0]
-	testwait.For(t, 20*time.Second, "ready, start barrier lifted", func() bool {
-		ok, _ := rt.Ready()
-		return ok && !r.Snapshot().IngestHeldAll
-	})
+	waitIngestReady(t, rt)
 	resp, err := http.Post("http://"+rt.MetricsAddr()+"/v1/messages/event", "application/json", bytes.NewReader(event("m0", "cart-1", "")))
 	if err == nil {
 		resp.Body.Close()
@@ -102,4 +100,88 @@ wow:
 		t.Fatalf("the publish of m0 reached %d times, want 1 (%v)", n, err)
 	}
 	testwait.For(t, 5*time.Second, "no aggregate held once the publish ended", func() bool { return r.Snapshot().IngestHeld == 0 })
+}
+
+// refusing is a receiver of the ingest that refuses every message, and
+// panics once it was told of the refusal (a panic between the refusals
+// and the publish).
+type refusing struct{ ingest.Receiver }
+
+func (r refusing) Admit(context.Context, *kgo.Record) (receiver.Admitted, error) {
+	return receiver.Admitted{}, errors.New("refused by the test")
+}
+
+func (r refusing) Refused(topic, key string) {
+	r.Receiver.Refused(topic, key)
+	panic("after the refusal of " + key)
+}
+
+// TestIngestPanicAfterARefusalLeavesNoHold: of two dispatchers, "a" takes
+// the message and "b" refuses it; b holds the aggregate from the refusal,
+// until it hears where the copy went. A panic right after the refusal
+// (net/http recovers it) must still tell b that nothing was published:
+// otherwise its aggregate stays on the Kafka path until a restart.
+func TestIngestPanicAfterARefusalLeavesNoHold(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "wow.example.cart.event"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var reg handler.Registry
+	reg.Register(handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
+		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil
+	}})
+	cfg, err := config.Parse(fmt.Appendf(nil, `
+wow:
+  service: carts
+  kafka:
+    bootstrap-servers: [%s]
+    commit-interval: 100ms
+    heartbeat-interval: 200ms
+  contexts:
+    example-service:
+      alias: example
+      aggregates: [cart]
+  dispatchers:
+    a:
+      topics: [event]
+      handler: {type: count}
+    b:
+      topics: [event]
+      handler: {type: count}
+  metrics:
+    listen: 127.0.0.1:0
+  ingest:
+    enabled: true
+`, c.ListenAddrs()[0]), "test.yaml", &reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(cfg, &reg, zaptest.NewLogger(t), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b *receiver.Receiver
+	for i, r := range rt.ingest.Receivers {
+		if r.Dispatcher() == "b" {
+			rt.ingest.Receivers[i] = refusing{r}
+		}
+	}
+	for _, r := range rt.receivers {
+		if r.Dispatcher() == "b" {
+			b = r
+		}
+	}
+	if b == nil || len(rt.ingest.Receivers) != 2 || rt.ingest.Receivers[0].Dispatcher() != "a" {
+		t.Fatalf("want the ingest's receivers a, then b (refusing); have %d", len(rt.ingest.Receivers))
+	}
+	rt.Start()
+	defer stopRT(t, rt)
+	waitIngestReady(t, rt)
+	resp, err := http.Post("http://"+rt.MetricsAddr()+"/v1/messages/event", "application/json", bytes.NewReader(event("m0", "cart-1", "")))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("m0 answered %d; want the connection to end with the panic", resp.StatusCode)
+	}
+	testwait.For(t, 5*time.Second, "b holds no aggregate once the request ended", func() bool { return b.Snapshot().IngestHeld == 0 })
 }

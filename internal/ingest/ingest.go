@@ -358,29 +358,46 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusServiceUnavailable, response{Error: fmt.Sprintf("admitting: %v", refused)})
 		return
 	}
+	// Each receiver is told where the copy went, or that it did not go,
+	// exactly once: tell reports the publish to those not told yet, and a
+	// panic on the way (recovered by net/http) reports "not published" to
+	// the rest, so that no hold waits for a copy nobody will report.
+	var (
+		notTaken     []Receiver
+		told, toldNT int  // how many of admitted and of notTaken were told
+		pubOK        bool // the copy is in Kafka, at pubPart and pubOff
+		pubPart      int32
+		pubOff       int64
+	)
+	tell := func() {
+		for told < len(admitted) {
+			a := admitted[told]
+			told++
+			if pubOK {
+				a.Published(pubPart, pubOff) // nothing to do once finished
+			} else {
+				a.NotPublished() // those that gave it up: nothing to wait for
+			}
+		}
+		for toldNT < len(notTaken) {
+			r := notTaken[toldNT]
+			toldNT++
+			if pubOK {
+				r.Published(topic, m.AggregateID, pubPart, pubOff)
+			} else {
+				r.NotPublished(topic, m.AggregateID)
+			}
+		}
+	}
+	defer tell()
 	// The receivers that did not take it handle its copy from Kafka: from
 	// now on, not only once it is published (which waits for the others'
 	// handlers), their later local records of the aggregate must not run
 	// ahead of it.
-	notTaken := routing[len(admitted):]
-	for _, r := range notTaken {
+	for i, r := range routing[len(admitted):] {
+		notTaken = routing[len(admitted) : len(admitted)+i+1]
 		r.Refused(topic, m.AggregateID)
 	}
-	// Each receiver is told where the copy went, or that it did not go,
-	// exactly once; a panic on the way (recovered by net/http) must not
-	// leave their holds waiting for a copy they will never hear of.
-	settled := false
-	defer func() {
-		if settled {
-			return
-		}
-		for _, a := range admitted {
-			a.NotPublished()
-		}
-		for _, r := range notTaken {
-			r.NotPublished(topic, m.AggregateID)
-		}
-	}()
 
 	// From here the message is queued locally: it is published whatever the
 	// caller does. A dispatcher may be listed in its mark only if its
@@ -416,14 +433,8 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), publishTimeout)
 	defer cancel()
 	res := in.Producer.ProduceSync(ctx, out)
-	settled = true
 	if err := res.FirstErr(); err != nil {
-		for _, a := range admitted {
-			a.NotPublished() // those that gave it up: nothing to wait for
-		}
-		for _, r := range notTaken {
-			r.NotPublished(topic, m.AggregateID)
-		}
+		tell()
 		in.Log.Error("publishing an ingested message failed after it was admitted locally",
 			zap.String("topic", topic), zap.String("aggregate_id", m.AggregateID), zap.Int("handled_locally", handled), zap.Error(err))
 		in.reply(w, http.StatusBadGateway, response{Topic: topic, Admitted: len(admitted), Handled: handled,
@@ -435,12 +446,8 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// The receivers that did not finish it (gave it up, or never took it)
 	// handle the copy from Kafka: their later local records of the
 	// aggregate must not run ahead of it.
-	for _, a := range admitted {
-		a.Published(rec.Partition, rec.Offset) // nothing to do once finished
-	}
-	for _, r := range notTaken {
-		r.Published(topic, m.AggregateID, rec.Partition, rec.Offset)
-	}
+	pubOK, pubPart, pubOff = true, rec.Partition, rec.Offset
+	tell()
 	w.Header().Set("Location", topic+"/"+strconv.Itoa(int(rec.Partition))+"/"+strconv.FormatInt(rec.Offset, 10))
 	in.reply(w, http.StatusAccepted, response{Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
 		Admitted: len(admitted), Handled: handled, Marked: mark, HandledBy: handledBy})

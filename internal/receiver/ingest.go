@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -23,29 +24,20 @@ func (r *Receiver) Routes(topic string) bool { return r.routes[topic] != nil }
 type Admitted struct {
 	w *localWait
 	r *Receiver
-	// topic and key are the record's: its aggregate is held while its
-	// copy waits for its partition's owner (localhold.go).
-	topic, key string
 }
 
-// Published tells the receiver where the record's copy was published,
-// once Done is closed: if the receiver gave the record up, the owner of
-// that partition handles the copy, and until it is known finished, the
-// aggregate's later local records are given up here too, so that they do
-// not run ahead of it.
-func (a Admitted) Published(partition int32, offset int64) {
-	if !a.Finished() {
-		a.r.published(a.topic, a.key, partition, offset)
-	}
-}
+// Published tells the receiver where the record's copy was published: if
+// the receiver gave the record up (before this call or after it), the
+// owner of that partition handles the copy, and until it is known
+// finished, the aggregate's later local records are given up here too, so
+// that they do not run ahead of it. Only the first of Published and
+// NotPublished counts.
+func (a Admitted) Published(partition int32, offset int64) { a.w.report(a.r, true, partition, offset) }
 
 // NotPublished tells the receiver that the record's copy was not published
-// (the publish failed), once Done is closed: nothing is to wait for.
-func (a Admitted) NotPublished() {
-	if !a.Finished() {
-		a.r.notPublished(a.topic, a.key)
-	}
-}
+// (the publish failed): nothing is to wait for, whether the record was
+// given up before this call or is given up after it.
+func (a Admitted) NotPublished() { a.w.report(a.r, false, 0, 0) }
 
 // Done is closed once the record is finished (handled, or skipped by a
 // filter or the handler) or given up: the receiver stopped before it
@@ -65,17 +57,76 @@ func (a Admitted) Finished() bool {
 }
 
 // localWait is shared by an admitted record's job and the Admitted handed to
-// the caller. The job calls exactly one of finished and dropped, once.
+// the caller. The job calls exactly one of finished and dropped, once; for
+// a record of the local partition, giveUp before dropped.
 type localWait struct {
 	done chan struct{}
 	// Written before done is closed:
 	ok      bool            // finished, not given up
 	outcome metrics.Outcome // what became of it; Dropped when given up
 	fail    failure         // a redriven message that failed for good again: why (outcome Parked)
+
+	topic, key string // fixed: the aggregate held while its copy waits (localhold.go)
+
+	// mu orders the job's give-up against the ingest's report of the copy,
+	// which may come first: the ingest stops waiting for Done when it
+	// drains, and reports that nothing was published when it panics on
+	// the way. Either order leaves the holds as the other would, so that a
+	// report is never counted against another message's give-up. Lock
+	// order: localWait.mu before localHolds.mu.
+	mu        sync.Mutex
+	held      bool // given up and counted (gaveUp); the report not made yet
+	reported  bool // the report was made: published, at partition and offset, or not
+	published bool
+	partition int32
+	offset    int64
+}
+
+func newLocalWait(topic, key string) *localWait {
+	return &localWait{done: make(chan struct{}), topic: topic, key: key}
 }
 
 func (w *localWait) finished(o metrics.Outcome) { w.ok, w.outcome = true, o; close(w.done) }
 func (w *localWait) dropped()                   { w.outcome = metrics.Dropped; close(w.done) }
+
+// giveUp holds the aggregate of a local record given up here: its copy
+// goes to the owner of its partition, and the aggregate's later local
+// records must not run ahead of it. Until the report; or, if the copy was
+// already reported published, until it is finished; not at all if it was
+// reported not published.
+func (w *localWait) giveUp(r *Receiver) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case !w.reported:
+		r.gaveUp(w.topic, w.key)
+		w.held = true
+	case w.published:
+		r.gaveUp(w.topic, w.key)
+		r.published(w.topic, w.key, w.partition, w.offset)
+	}
+}
+
+// report is the ingest's word on the copy, once: it settles the hold of a
+// give-up already counted, and tells a later give-up what to do. A record
+// finished here needs nothing.
+func (w *localWait) report(r *Receiver, published bool, partition int32, offset int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.reported {
+		return
+	}
+	w.reported, w.published, w.partition, w.offset = true, published, partition, offset
+	if !w.held {
+		return
+	}
+	w.held = false
+	if published {
+		r.published(w.topic, w.key, partition, offset)
+	} else {
+		r.notPublished(w.topic, w.key)
+	}
+}
 
 // Admit hands the receiver a record that did not come from Kafka (the
 // local-first ingest): it waits until the window has room (that is the
@@ -117,7 +168,7 @@ func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error)
 	}
 	p := r.local
 	p.pending.Add(1)
-	w := &localWait{done: make(chan struct{})}
+	w := newLocalWait(rec.Topic, string(rec.Key))
 	p.mu.Lock()
 	if p.closed.Load() {
 		p.mu.Unlock()
@@ -131,10 +182,10 @@ func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error)
 	j.msg.Context, j.msg.Aggregate, j.msg.Kind = route.Context, route.Aggregate, route.Kind
 	j.local = w
 	p.mu.Unlock()
-	a := Admitted{w: w, r: r, topic: rec.Topic, key: string(rec.Key)} // j may be done and reused once submitted
+	a := Admitted{w: w, r: r} // j may be done and reused once submitted
 	if err := route.Group.Submit(j.msg.AggregateID, j); err != nil {
 		j.drop()
-		r.notPublished(a.topic, a.key) // refused: nothing is published for it
+		a.NotPublished() // refused: nothing is published for it
 		return Admitted{}, ErrStopping
 	}
 	return a, nil

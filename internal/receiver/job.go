@@ -470,10 +470,10 @@ func (j *job) abandon() {
 // the executor is closing).
 func (j *job) drop() {
 	r, p, seq, local := j.r, j.p, j.seq, j.local
-	if p == r.local {
+	if p == r.local && local != nil {
 		// Its copy goes to the owner of its partition: the aggregate's
 		// later local records must not run ahead of it (localhold.go).
-		r.gaveUp(j.rec.Topic, j.msg.AggregateID)
+		local.giveUp(r)
 	}
 	r.m.Count(metrics.Dropped, 1)
 	j.traceEnd(metrics.Dropped)

@@ -59,7 +59,7 @@ const holdCheck = 200 * time.Millisecond
 // barrier.
 type localHolds struct {
 	seed maphash.Seed
-	mu   sync.Mutex // guards buckets, held, barrier, parts and barrierRead. A leaf.
+	mu   sync.Mutex // guards buckets, held, barrier, parts and barrierRead. A leaf (localWait.mu may be held above it).
 	// buckets: records given up whose copies are not reported yet, and the
 	// last copy per partition to wait for, of the aggregates hashing to
 	// each.

@@ -770,3 +770,58 @@ func TestLocalHoldStartBarrierStandingIsWarnedOf(t *testing.T) {
 	h.produceState(&kgo.Record{Topic: testTopic, Key: []byte("new"), Value: []byte("after")})
 	testwait.For(t, 10*time.Second, "the start barrier lifted", func() bool { _, all := r.holds.count(); return !all })
 }
+
+// TestAReportBeforeTheGiveUpCountsOnlyForItsOwnRecord: the ingest may
+// report a copy before the receiver gives its record up (it stops waiting
+// when it drains, and reports "not published" when it panics on the way).
+// Such a report must not settle another message's give-up: request 1 of x
+// was given up and its publish is under way when request 2's record, still
+// running, is reported not published; x must stay held until request 1's
+// copy is reported and finished, and request 2's later give-up must hold
+// nothing. A copy reported published before its give-up holds its
+// aggregate from the give-up until it is finished. (Found by review: the
+// early report released x while request 1's copy was not published yet.)
+func TestAReportBeforeTheGiveUpCountsOnlyForItsOwnRecord(t *testing.T) {
+	r := &Receiver{holds: newLocalHolds(), log: zap.NewNop()}
+	r.holds.setBarrier(nil)
+	committed := int64(0)
+	release := func() { r.holds.release(func(string, int32) (int64, bool) { return committed, true }) }
+
+	first, second := newLocalWait(testTopic, "x"), newLocalWait(testTopic, "x")
+	first.giveUp(r)
+	Admitted{w: second, r: r}.NotPublished()
+	if !r.heldLocally(testTopic, "x") {
+		t.Fatal("x released by request 2's report while request 1's copy is not published yet")
+	}
+	second.giveUp(r)
+	Admitted{w: first, r: r}.Published(0, 7)
+	Admitted{w: first, r: r}.NotPublished() // a second report: ignored
+	committed = 8
+	release()
+	if r.heldLocally(testTopic, "x") || r.holds.waiting() {
+		t.Fatal("x held with request 1's copy finished and request 2 never published")
+	}
+
+	early := newLocalWait(testTopic, "y")
+	Admitted{w: early, r: r}.Published(0, 9)
+	if r.heldLocally(testTopic, "y") {
+		t.Fatal("y held for a record not given up")
+	}
+	early.giveUp(r)
+	release()
+	if !r.heldLocally(testTopic, "y") {
+		t.Fatal("y not held after the give-up of a record whose copy was published before it, unfinished")
+	}
+	committed = 10
+	release()
+	if r.heldLocally(testTopic, "y") || r.holds.waiting() {
+		t.Fatal("y held with its copy finished")
+	}
+
+	finished := newLocalWait(testTopic, "z")
+	finished.finished(0)
+	Admitted{w: finished, r: r}.Published(0, 11)
+	if r.heldLocally(testTopic, "z") {
+		t.Fatal("z held for a record finished here")
+	}
+}

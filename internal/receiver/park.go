@@ -1290,7 +1290,7 @@ func (r *Receiver) actionPartition(p *partition) *partition {
 // good again: f says why) or Dropped (the partition went).
 func (r *Receiver) runParked(rp *partition, src *kgo.Record) (metrics.Outcome, failure) {
 	route := r.routes[src.Topic]
-	w := &localWait{done: make(chan struct{})}
+	w := newLocalWait(src.Topic, string(src.Key))
 	rp.pending.Add(1)
 	r.retire(rp) // the deadline watcher watches it while it has a record
 	rp.mu.Lock()

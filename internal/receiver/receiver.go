@@ -89,7 +89,8 @@
 // trips, so it is a channel (see chanLock). partsMu guards the incarnation map. partition.mu
 // guards a tracker and the partition's pause state: the client is told to
 // pause or resume a partition only under its partition.mu. Lock order:
-// commitMu → partsMu → partition.mu. localHolds.mu is a leaf.
+// commitMu → partsMu → partition.mu. localWait.mu (an admitted record's
+// give-up against the ingest's report of its copy) → localHolds.mu, a leaf.
 package receiver
 
 import (
