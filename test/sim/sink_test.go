@@ -462,6 +462,13 @@ func (w *world) batchMessages(body []byte) []sinkMessage {
 		if err != nil {
 			w.violate("a batched event's data_base64: %v", err)
 		}
+		if data, found := e["data"]; found {
+			// A JSON value (an ingested Wow message) goes as it is, as data.
+			value, err = json.Marshal(data)
+			if err != nil {
+				w.violate("a batched event's data: %v", err)
+			}
+		}
 		m := w.sinkMessage(str(e, "kafkapartition"), str(e, "kafkaoffset"), str(e, "kafkakey"), str(e, "kafkaheadersimtry"), value)
 		m.id = str(e, "id")
 		msgs = append(msgs, m)
