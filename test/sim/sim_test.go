@@ -33,6 +33,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/ingest"
 	"github.com/wowd/wowd/internal/memory"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/park"
@@ -238,6 +239,13 @@ type member struct {
 	ended    time.Time     // when it finished stopping; written before done is closed
 	quit     chan struct{} // stops the window sampler
 
+	// in is its ingest endpoint, inCl the ingest's producer client;
+	// startTick orders its start among the ingest keys freed
+	// (ingest_test.go).
+	in        *ingest.Ingest
+	inCl      *kgo.Client
+	startTick uint64
+
 	// Partitions its receiver logged as lost and rewinds it logged (see
 	// logWatch), against its counters once it stopped; under world.mu.
 	lostLogged, rewindsLogged int
@@ -292,6 +300,9 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 		stopSink := startSinkServer(t, w)
 		defer stopSink() // after the members stopped: what their sinks still send gets an answer
 	}
+	// The ingest's keys; the mixed ones get their first records straight
+	// to the topic before any member starts.
+	newIngestModel(t, w, seed)
 
 	log := zap.NewNop()
 	if *logFlag {
@@ -511,8 +522,17 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 			n := 1 + rng.IntN(2*w.window)
 			bursts++
 			burst := bursts
-			w.event("member %d admits %d local records (burst %d)", m.id, n, burst)
-			w.bg.Go(func() { w.admitLocal(m, burst, n) })
+			w.ingestBurst(t, m, burst, n)
+		}
+		// Ingest traffic, drawn apart (the rest of a seed's schedule stays
+		// as it was): a burst of requests to a member in a third of the
+		// steps, besides the schedule's own.
+		if ir := w.ing.rng; ir.IntN(3) == 0 {
+			if ms := live(); len(ms) > 0 {
+				m := ms[ir.IntN(len(ms))]
+				bursts++
+				w.ingestBurst(t, m, bursts, 1+ir.IntN(w.window))
+			}
 		}
 	}
 
@@ -563,6 +583,15 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 			// operator unparks.
 			w.operatorRedriveAll(t)
 		}
+		// Ingest traffic goes on for the calm's first 20 s, where start
+		// barriers lift and holds are released as the group catches up.
+		if ir := w.ing.rng; time.Since(calm) < 20*time.Second && ir.IntN(2) == 0 {
+			if ms := live(); len(ms) > 0 {
+				bursts++
+				w.ingestBurst(t, ms[ir.IntN(len(ms))], bursts, 1+ir.IntN(w.window))
+			}
+		}
+		idle := w.ingestIdle() // before the offsets: a copy published later is waited for
 		committed := w.committed(t)
 		behind := ""
 		for p := range w.parts {
@@ -570,6 +599,9 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 				behind = fmt.Sprintf("partition %d committed %d of %d", p, committed[p], w.end(p))
 				break
 			}
+		}
+		if behind == "" && !idle {
+			behind = "ingest requests under way"
 		}
 		if behind == "" {
 			w.event("every partition committed to its end")
@@ -611,6 +643,7 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 		m.stop(t, w, time.Second, false) // members cut off and healed: never stopped otherwise
 	}
 	w.bg.Wait()
+	w.ing.direct.Close()
 	check(t, w, members)
 	close(w.over)
 	c.Close()
@@ -712,6 +745,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 	if obs != nil {
 		obs.r.Store(r)
 	}
+	w.startIngest(t, m, log)
 	r.Start()
 	go func() { // the window sampler; ends with the member
 		var (
@@ -792,11 +826,13 @@ func (m *member) stop(t *testing.T, w *world, limit time.Duration, check bool) {
 			}
 		})
 		began := time.Now()
+		m.stopIngestBefore() // as the daemon stops: the ingest refuses new messages first
 		err := m.r.Stop(ctx)
 		took := time.Since(began)
 		close(stopped)
 		sampled.Wait()
 		cancel()
+		m.stopIngestAfter(w, deadline)
 		if err != nil && !strings.Contains(err.Error(), "unfinished at the shutdown deadline") && !m.net.isCut() {
 			w.event("member %d stop: %v", m.id, err)
 		}
@@ -836,6 +872,9 @@ func (m *member) stop(t *testing.T, w *world, limit time.Duration, check bool) {
 		m.crossCheckLog(w)
 		m.ended = time.Now()
 		close(m.done)
+		w.mu.Lock()
+		w.releaseKeysLocked(m)
+		w.mu.Unlock()
 	}
 	<-m.done
 }
@@ -948,9 +987,11 @@ func (w *world) committed(t *testing.T) map[int32]int64 {
 
 // check verifies the invariants of a finished run.
 func check(t *testing.T, w *world, members []*member) {
+	reconcileTopic(t, w)
 	dl := readDeadLetters(t, w)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.checkSuspectsLocked()
 	var missing []string
 	for p := range w.parts {
 		for o := range w.ends[p] {
@@ -992,8 +1033,8 @@ func check(t *testing.T, w *world, members []*member) {
 		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
 			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight)",
-		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels)
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight)",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels)
 }
 
 // dupCounts counts a run's duplicates (handlings of a record after its

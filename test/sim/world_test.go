@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -112,12 +113,31 @@ type world struct {
 	local       []localRecord  // records admitted through Admit (the ingest's way in)
 	nextLocal   int64          // the next local record's offset (its partition is -1)
 	localAt     map[keySeq]pos // where each local record is, by key and sequence number
-	violations  []string
-	events      []string      // the run's schedule, for the failure report
-	served      map[pos]int   // requests the sink's server got, per record
-	openTries   int           // tries given to a sink and not acknowledged yet
-	answers     map[int]uint8 // what the sink's server answered, per try (answeredDone, …), to requests whose client still waited
-	tries       int           // tries given to a sink so far: the last try's number
+	ing         *ingestModel   // the ingest's keys, callers and outcomes (ingest_test.go)
+	// msgAt is where a message of an ingest key is last known to be: its
+	// copy in Kafka, or else its local record, or its direct record.
+	msgAt map[keySeq]pos
+	// firstHandled: messages handled (successfully) at least once, at any
+	// of their positions; maxHandled, per key, the highest of them.
+	firstHandled map[keySeq]bool
+	maxHandled   map[string]int
+	// gap: ingested messages the ingest gave up for good (refused at
+	// admission, or given up here and not published): they may never be
+	// handled, and count as settled in the order checks.
+	gap map[keySeq]bool
+	// markedCopy: copies the ingest published marked as handled by the
+	// members' dispatcher: finished from the moment they are in the log.
+	markedCopy map[pos]bool
+	// suspects: commits that passed offsets not yet known to the
+	// simulation when the broker received them; each must turn out to be
+	// a marked copy (see watchCommits).
+	suspects   []suspect
+	violations []string
+	events     []string      // the run's schedule, for the failure report
+	served     map[pos]int   // requests the sink's server got, per record
+	openTries  int           // tries given to a sink and not acknowledged yet
+	answers    map[int]uint8 // what the sink's server answered, per try (answeredDone, …), to requests whose client still waited
+	tries      int           // tries given to a sink so far: the last try's number
 
 	// What allows a record to be handled more than once (see
 	// checkDuplicatesLocked), as the receivers report it:
@@ -130,31 +150,36 @@ type world struct {
 
 func newWorld(seed uint64) *world {
 	return &world{
-		seed:        seed,
-		over:        make(chan struct{}),
-		crng:        rand.New(rand.NewPCG(seed, 7)),
-		ends:        map[int32]int64{},
-		nextFirst:   map[string]int{},
-		produced:    map[string][]pos{},
-		keyOf:       map[pos]keySeq{},
-		localAt:     map[keySeq]pos{},
-		attempts:    map[pos]int{},
-		deliveredTo: map[pos][]int{},
-		commitLog:   map[int32][]string{},
-		handled:     map[pos]int{},
-		finished:    map[pos]bool{},
-		settled:     map[pos]bool{},
-		parked:      map[pos]int{},
-		settledSeq:  map[string]map[int]bool{},
-		deadLetter:  map[pos]int{},
-		prefix:      map[int32]int64{},
-		uncommitted: map[int32][]span{},
-		late:        map[pos]int{},
-		cutShort:    map[string]int{},
-		rewound:     map[int32][]span{},
-		lostParts:   map[int32]int{},
-		served:      map[pos]int{},
-		answers:     map[int]uint8{},
+		seed:         seed,
+		over:         make(chan struct{}),
+		crng:         rand.New(rand.NewPCG(seed, 7)),
+		ends:         map[int32]int64{},
+		nextFirst:    map[string]int{},
+		produced:     map[string][]pos{},
+		keyOf:        map[pos]keySeq{},
+		localAt:      map[keySeq]pos{},
+		msgAt:        map[keySeq]pos{},
+		firstHandled: map[keySeq]bool{},
+		maxHandled:   map[string]int{},
+		gap:          map[keySeq]bool{},
+		markedCopy:   map[pos]bool{},
+		attempts:     map[pos]int{},
+		deliveredTo:  map[pos][]int{},
+		commitLog:    map[int32][]string{},
+		handled:      map[pos]int{},
+		finished:     map[pos]bool{},
+		settled:      map[pos]bool{},
+		parked:       map[pos]int{},
+		settledSeq:   map[string]map[int]bool{},
+		deadLetter:   map[pos]int{},
+		prefix:       map[int32]int64{},
+		uncommitted:  map[int32][]span{},
+		late:         map[pos]int{},
+		cutShort:     map[string]int{},
+		rewound:      map[int32][]span{},
+		lostParts:    map[int32]int{},
+		served:       map[pos]int{},
+		answers:      map[int]uint8{},
 	}
 }
 
@@ -203,9 +228,6 @@ func (w *world) used(ack handler.Ack) {
 func (w *world) settleLocked(at pos, key string, seq int) {
 	w.finishLocked(at)
 	w.settled[at] = true
-	if at.p < 0 {
-		return // local records: keys and order of their own
-	}
 	if w.settledSeq[key] == nil {
 		w.settledSeq[key] = map[int]bool{}
 	}
@@ -229,12 +251,27 @@ func (w *world) succeeded(at pos, key string, seq int, called time.Time) {
 	if late {
 		w.late[at]++
 	}
-	if w.handled[at] == 0 && at.p >= 0 {
+	if ks := (keySeq{key, seq}); !w.firstHandled[ks] {
+		// The message's first success, at whichever of its positions (an
+		// ingested message's local record or its copy in Kafka).
 		for s := range seq {
 			if !w.settledSeq[key][s] {
 				w.violateLocked("aggregate %s: #%d (partition %d offset %d) handled before #%d was handled, skipped or dead-lettered%s", key, seq, at.p, at.o, s, w.missedLocked(key, s))
 				break
 			}
+		}
+		if w.gap[ks] && at.p >= 0 {
+			// A copy of a message the ingest reported not published.
+			if w.ing != nil {
+				w.ing.strayHandled++
+			}
+			if m, ok := w.maxHandled[key]; ok && m > seq {
+				w.violateLocked("aggregate %s: #%d, which the ingest reported not published, handled from its copy at partition %d offset %d after #%d was handled", key, seq, at.p, at.o, m)
+			}
+		}
+		w.firstHandled[ks] = true
+		if m, ok := w.maxHandled[key]; !ok || seq > m {
+			w.maxHandled[key] = seq
 		}
 	}
 	w.handled[at]++
@@ -256,35 +293,59 @@ type localRecord struct {
 	a      receiver.Admitted
 }
 
-// admitLocal admits n records to m's receiver as the ingest endpoint does,
-// one after another, over keys of their own (local-<burst>-<k>): they take
-// window room that the poll loop must leave for them, and each key's
-// records must be handled in order. A refused admission (the window stayed
-// full for a while, the member stops) ends the burst.
-func (w *world) admitLocal(m *member, burst, n int) {
-	seq := map[string]int{}
-	for i := range n {
-		key := fmt.Sprintf("local-%d-%d", burst, i%3)
-		w.mu.Lock()
-		at := pos{-1, w.nextLocal}
-		w.nextLocal++
-		w.localAt[keySeq{key, seq[key]}] = at
-		w.mu.Unlock()
-		rec := &kgo.Record{Topic: topic, Partition: -1, Offset: at.o, Key: []byte(key), Value: w.value(key, seq[key])}
-		seq[key]++
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		a, err := m.r.Admit(ctx, rec)
-		cancel()
-		if err != nil {
-			return
-		}
-		w.mu.Lock()
-		w.local = append(w.local, localRecord{at, m.id, a})
-		w.mu.Unlock()
-	}
+// --- the broker ------------------------------------------------------------
+
+// suspect is a commit past offsets the simulation did not know when the
+// broker received it.
+type suspect struct {
+	p       int32
+	offsets []int64 // unfinished and unknown then
+	desc    string
 }
 
-// --- the broker ------------------------------------------------------------
+// commitPastLocked judges a commit of partition p at offset, above the
+// partition's finished prefix. An unfinished record the simulation knows
+// of is a violation now. A record it does not know of yet may be a copy
+// the ingest published marked as handled here, which a member skips and
+// commits past as soon as it reads it, possibly before the ingest's
+// answer told the simulation where it went: such offsets are kept
+// (suspects) and must each turn out to be a marked copy by the end of the
+// run (checkSuspectsLocked).
+func (w *world) commitPastLocked(p int32, offset int64, member string) {
+	var unknown []int64
+	for o := w.prefix[p]; o < offset; o++ {
+		at := pos{p, o}
+		if w.finished[at] {
+			continue
+		}
+		if _, known := w.keyOf[at]; known {
+			w.violateLocked("commit of partition %d at offset %d, but offset %d had not finished (member %s): %s",
+				p, offset, o, member, w.historyLocked(at))
+			return
+		}
+		if len(unknown) == 100 {
+			w.violateLocked("commit of partition %d at offset %d, but offsets from %d had not finished, over 100 of them not known yet (member %s)",
+				p, offset, w.prefix[p], member)
+			return
+		}
+		unknown = append(unknown, o)
+	}
+	w.suspects = append(w.suspects, suspect{p, unknown, fmt.Sprintf("%.3fs commit of partition %d at offset %d by member %s",
+		float64(time.Since(start))/1e9, p, offset, member)})
+}
+
+// checkSuspectsLocked checks that every offset a commit passed before the
+// simulation knew of it is a copy published marked.
+func (w *world) checkSuspectsLocked() {
+	for _, s := range w.suspects {
+		for _, o := range s.offsets {
+			if !w.markedCopy[pos{s.p, o}] {
+				w.violateLocked("%s, but offset %d had not finished, and it is no copy published marked: %s", s.desc, o, w.historyLocked(pos{s.p, o}))
+				break
+			}
+		}
+	}
+}
 
 // watchCommits checks every commit the broker receives against what
 // finished, and fails a share of them while commit faults are on.
@@ -301,8 +362,7 @@ func (w *world) watchCommits() {
 				w.commitLog[p.Partition] = append(w.commitLog[p.Partition], fmt.Sprintf("%.3fs %s gen %d: %d",
 					float64(time.Since(start))/1e9, req.MemberID[:5], req.Generation, p.Offset))
 				if p.Offset > w.prefix[p.Partition] {
-					w.violateLocked("commit of partition %d at offset %d, but offset %d had not finished (member %s): %s",
-						p.Partition, p.Offset, w.prefix[p.Partition], req.MemberID, w.historyLocked(pos{p.Partition, w.prefix[p.Partition]}))
+					w.commitPastLocked(p.Partition, p.Offset, req.MemberID)
 				}
 			}
 		}
@@ -602,9 +662,22 @@ func (w *world) delivered(member int, m *handler.Message) (at pos, key string, s
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if at.p < 0 {
+		// A local record (the ingest's): no position in Kafka; the world
+		// gave it one of its own when it was sent.
+		l, found := w.localAt[keySeq{key, seq}]
+		if !found {
+			w.violateLocked("member %d got a local record the ingest never sent: key %q value %q", member, m.Key, m.Value)
+		}
+		at = l
+	}
 	w.attempts[at]++
 	w.deliveredTo[at] = append(w.deliveredTo[at], member)
-	switch next := w.nextFirst[key]; {
+	next := w.nextFirst[key]
+	for w.gap[keySeq{key, next}] {
+		next++ // given up by the ingest before any try: never delivered
+	}
+	switch {
 	case seq == next:
 		w.nextFirst[key] = seq + 1
 	case seq > next:
@@ -695,6 +768,16 @@ func (w *world) value(key string, seq int) []byte {
 }
 
 func parseValue(v []byte) (key string, seq int, ok bool) {
+	if len(v) > 0 && v[0] == '{' {
+		// An ingested message (a Wow event stream): key/seq is its id.
+		var m struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(v, &m) != nil {
+			return "", 0, false
+		}
+		v = []byte(m.ID)
+	}
 	k, s, found := strings.Cut(string(v), "/")
 	s, _, _ = strings.Cut(s, "/") // the padding, if any
 	n, err := strconv.Atoi(s)
@@ -875,11 +958,17 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 // missedLocked describes record #seq of key, passed over by a later one:
 // where it is, what became of it, and the partition's last commits.
 func (w *world) missedLocked(key string, seq int) string {
-	ps := w.produced[key]
-	if seq >= len(ps) {
-		return ""
+	at, found := w.msgAt[keySeq{key, seq}]
+	if !found {
+		ps := w.produced[key]
+		if seq >= len(ps) {
+			return ""
+		}
+		at = ps[seq]
 	}
-	at := ps[seq]
+	if w.gap[keySeq{key, seq}] {
+		return fmt.Sprintf(" (given up by the ingest; local record %v: %s)", w.localAt[keySeq{key, seq}], w.historyLocked(w.localAt[keySeq{key, seq}]))
+	}
 	log := w.commitLog[at.p][max(0, len(w.commitLog[at.p])-12):]
 	return fmt.Sprintf(" (partition %d offset %d: %s, parked %d times; last commits of the partition: %s)",
 		at.p, at.o, w.historyLocked(at), w.parked[at], strings.Join(log, ", "))
