@@ -647,7 +647,7 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	check(t, w, members)
 	close(w.over)
 	c.Close()
-	if t.Failed() {
+	if t.Failed() || *logFlag { // the schedule, for a failure or a verbose replay
 		mix := w.behaviourMix()
 		w.mu.Lock()
 		defer w.mu.Unlock()
