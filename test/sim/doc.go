@@ -31,9 +31,16 @@
 // describe that lists it, so its parking writes wait), and late state writes
 // of a partition's earlier ownership (a parked aggregate's head moved past
 // its messages, as a member that lost the partition could still deliver),
-// bursts of local records admitted to a member's receiver the way the
-// ingest endpoint does (Admit), taking room in its window while it polls,
-// and in a third of the seeds a memory budget (wow.memory.limit at its
+// the local-first ingest (ingest_test.go): each member runs the real
+// ingest endpoint (internal/ingest) over its receiver, with a producer
+// client of its own, and callers post bursts of messages to it, each
+// aggregate's one after another through one member at a time (passed to a
+// member started after its last one ended, so that the start barrier is
+// what keeps their order), over keys of their own and, in two thirds of
+// the seeds, keys that also get records produced straight to the topic
+// before and between their sidecars; a share of the publishes fail for
+// good (the ingest answers 502 after NotPublished) and some produce
+// requests fail and are retried, and in a third of the seeds a memory budget (wow.memory.limit at its
 // least) shared by the members, with values padded so that their receivers
 // hold fetched records and give them back when it is short. In a third of
 // the seeds, drawn apart from those, the members' handler is the real HTTP
@@ -58,6 +65,24 @@
 //   - per aggregate, first deliveries came in offset order;
 //   - no commit ever went past a record that had not finished when the
 //     broker received the commit;
+//   - the same order holds for the aggregates sent through the ingest,
+//     whose messages are numbered across their local records, their
+//     copies in Kafka and their records produced straight: a message's
+//     first successful handling, locally or from its copy, comes after
+//     every earlier message of the aggregate was handled, skipped or
+//     dead-lettered, or given up for good by the ingest (answered 503, or
+//     502 without a local finish: the caller was told, and that message
+//     alone may be lost); a copy of such a message that turns up in Kafka
+//     all the same must not be handled after a later message; handled
+//     both locally and from its copy, a message is handled twice, not out
+//     of order;
+//   - every ingested message answered 202 was handled or dead-lettered: a
+//     marked copy counts as finished from the moment it is in the log (a
+//     commit may pass it before the ingest's answer names its offset; any
+//     offset a commit passed unknown must turn out to be one), an
+//     unmarked copy must be handled like any record; the answer is marked
+//     exactly when the local try finished; every record in the topic at
+//     the end was produced by the simulation or published by the ingest;
 //   - no receiver held more unfinished records than its window, local
 //     records included;
 //   - no receiver kept fetching paused for max-parked for more than a
@@ -66,9 +91,10 @@
 //   - a try that waits for its context sees it end by its deadline (plus
 //     the deadline watcher's tick), whether its partition is owned,
 //     draining after a revoke, or gone;
-//   - per key, local records were first delivered in the order admitted,
-//     and every local admission ended by the time its member stopped:
-//     finished (and then handled or dead-lettered) or given up;
+//   - per aggregate, first deliveries of the ingested messages came in
+//     order too (messages given up for good passed over), and every local
+//     admission ended by the time its member stopped: finished (and then
+//     handled or skipped) or given up;
 //   - once the faults and the churn stopped, every partition was committed
 //     to its end within a bounded simulated time (longer where max-parked
 //     is small: the partitions move on only as the operator unparks, so a
