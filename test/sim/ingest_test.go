@@ -164,6 +164,7 @@ func (w *world) produceDirect(t *testing.T, k *ingestKey, n int) {
 		w.ends[at.p] = max(w.ends[at.p], at.o+1)
 		w.keyOf[at] = keySeq{k.name, seq}
 		w.msgAt[keySeq{k.name, seq}] = at
+		w.registeredLocked(at)
 		w.ing.directRecords++
 	}
 	w.ing.tick++
@@ -477,6 +478,7 @@ func (w *world) registerCopyLocked(at pos, ks keySeq, marked bool) {
 		w.finishLocked(at)
 		w.settled[at] = true
 	}
+	w.registeredLocked(at)
 }
 
 // reconcileTopic reads the whole topic once the run is over: every record

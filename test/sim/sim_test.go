@@ -951,6 +951,7 @@ func produce(t *testing.T, w *world, rng *rand.Rand, records, keys int, d time.D
 			at := pos{r.Partition, r.Offset}
 			w.keyOf[at] = keySeq{string(r.Key), len(w.produced[string(r.Key)])}
 			w.produced[string(r.Key)] = append(w.produced[string(r.Key)], at)
+			w.registeredLocked(at)
 		}
 		w.mu.Unlock()
 		time.Sleep(d / batches)
@@ -992,6 +993,7 @@ func check(t *testing.T, w *world, members []*member) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.checkSuspectsLocked()
+	w.checkDeferredLocked()
 	var missing []string
 	for p := range w.parts {
 		for o := range w.ends[p] {

@@ -106,6 +106,21 @@ type world struct {
 	stalls      int       // stalls the run scheduled
 	describeOut int       // spells in which the group's describes failed (the parking leases went unconfirmed)
 	stubs       int       // dead letters written without their value (refused as too large)
+	// stubAt: stubs of records the simulation had not registered yet when
+	// the stub's acknowledgement came, by position, with when it came. A
+	// record can be fetched, fail and be dead-lettered before its producer
+	// hears its own acknowledgement (ProduceSync waits for every partition's,
+	// and another partition's may be retried; a member's network may be cut
+	// under its ingest's publish). Without its value, such a stub names no
+	// message until the position is registered (registeredLocked settles it
+	// then); unresolvedStubs counts those not registered yet.
+	stubAt          map[pos]time.Time
+	stubPending     map[pos]bool
+	unresolvedStubs int
+	// deferred: order checks that found an earlier message unsettled while
+	// a stub could not be named yet, decided once every position is known
+	// (checkDeferredLocked).
+	deferred []orderCheck
 	// seen counts what the receivers logged of parking's failure paths.
 	seen        struct{ maxParked, tooLarge, byHand int }
 	sinkCancels int // sink closes that canceled requests in flight
@@ -157,6 +172,8 @@ func newWorld(seed uint64) *world {
 		nextFirst:    map[string]int{},
 		produced:     map[string][]pos{},
 		keyOf:        map[pos]keySeq{},
+		stubAt:       map[pos]time.Time{},
+		stubPending:  map[pos]bool{},
 		localAt:      map[keySeq]pos{},
 		msgAt:        map[keySeq]pos{},
 		firstHandled: map[keySeq]bool{},
@@ -254,11 +271,19 @@ func (w *world) succeeded(at pos, key string, seq int, called time.Time) {
 	if ks := (keySeq{key, seq}); !w.firstHandled[ks] {
 		// The message's first success, at whichever of its positions (an
 		// ingested message's local record or its copy in Kafka).
+		var unsettled []int
 		for s := range seq {
 			if !w.settledSeq[key][s] {
-				w.violateLocked("aggregate %s: #%d (partition %d offset %d) handled before #%d was handled, skipped or dead-lettered%s", key, seq, at.p, at.o, s, w.missedLocked(key, s))
-				break
+				unsettled = append(unsettled, s)
 			}
+		}
+		switch {
+		case len(unsettled) == 0:
+		case w.unresolvedStubs > 0:
+			// One of them may be a stub not named yet.
+			w.deferred = append(w.deferred, orderCheck{key, seq, at, time.Now(), unsettled})
+		default:
+			w.violateLocked("aggregate %s: #%d (partition %d offset %d) handled before #%d was handled, skipped or dead-lettered%s", key, seq, at.p, at.o, unsettled[0], w.missedLocked(key, unsettled[0]))
 		}
 		if w.gap[ks] && at.p >= 0 {
 			// A copy of a message the ingest reported not published.
@@ -448,9 +473,20 @@ func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	key, seq, ok := parseValue(r.Value)
 	h.w.mu.Lock()
 	if !ok { // a stub, written without its value (too large for the topic)
-		ks := h.w.keyOf[at]
+		ks, known := h.w.keyOf[at]
 		key, seq = ks.key, ks.seq
 		h.w.stubs++
+		if !known && r.Topic != parkedTopic {
+			// Its record is not registered yet: finished (committable)
+			// now, settled once it is named.
+			h.w.deadLetter[at]++
+			h.w.finishLocked(at)
+			h.w.stubAt[at] = time.Now()
+			h.w.stubPending[at] = true
+			h.w.unresolvedStubs++
+			h.w.mu.Unlock()
+			return
+		}
 	}
 	if r.Topic == parkedTopic {
 		h.w.parked[at]++
@@ -810,6 +846,54 @@ func sortedKeys[K ~string | ~int32, V any](m map[K]V) []K {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// registeredLocked is called once the position at is registered (keyOf):
+// a stub dead letter already written for it is settled now.
+func (w *world) registeredLocked(at pos) {
+	if !w.stubPending[at] {
+		return
+	}
+	delete(w.stubPending, at)
+	ks := w.keyOf[at]
+	w.unresolvedStubs--
+	w.settleLocked(at, ks.key, ks.seq)
+	if at.p >= 0 && ks.seq >= w.nextFirst[ks.key] {
+		w.nextFirst[ks.key] = ks.seq + 1
+	}
+}
+
+// orderCheck is a first success of key's message seq, at at, handled at
+// when, that found the earlier messages unsettled unsettled while a stub
+// could not be named yet.
+type orderCheck struct {
+	key       string
+	seq       int
+	at        pos
+	when      time.Time
+	unsettled []int
+}
+
+// checkDeferredLocked decides the deferred order checks, every position
+// known: each earlier message unsettled then must have been a stub written
+// by then.
+func (w *world) checkDeferredLocked() {
+	for _, c := range w.deferred {
+		for _, s := range c.unsettled {
+			at, ok := w.msgAt[keySeq{c.key, s}]
+			if !ok && s < len(w.produced[c.key]) {
+				at, ok = w.produced[c.key][s], true
+			}
+			if t, stub := w.stubAt[at]; ok && stub && !t.After(c.when) {
+				continue
+			}
+			w.violateLocked("aggregate %s: #%d (partition %d offset %d) handled before #%d was handled, skipped or dead-lettered%s", c.key, c.seq, c.at.p, c.at.o, s, w.missedLocked(c.key, s))
+			break
+		}
+	}
+	if w.unresolvedStubs != 0 {
+		w.violateLocked("%d stub dead letters of positions never produced", w.unresolvedStubs)
+	}
 }
 
 // keySeq is a record's key and its sequence number within the key.
