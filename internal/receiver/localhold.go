@@ -136,12 +136,17 @@ func (r *Receiver) gaveUp(topic, key string) {
 // record given up here (counted by gaveUp).
 func (r *Receiver) published(topic, key string, partition int32, offset int64) {
 	h := r.holds
+	unmatched := false
 	h.change(topic, key, func(e *hold) {
-		if e.pending > 0 {
+		unmatched = e.pending == 0
+		if !unmatched {
 			e.pending--
 		}
 		e.copies = later(e.copies, tp{topic, partition}, offset)
 	})
+	if unmatched {
+		r.unmatchedReport(topic, key)
+	}
 	r.log.Debug("local-first: a copy not handled here waits for the owner of its partition; later ingested messages of its aggregate are given up too until it is handled",
 		zap.String("topic", topic), zap.String("aggregate", key), zap.Int32("partition", partition), zap.Int64("offset", offset))
 	select {
@@ -153,11 +158,26 @@ func (r *Receiver) published(topic, key string, partition int32, offset int64) {
 // notPublished forgets a local record given up here whose copy was not
 // published: nothing waits for it.
 func (r *Receiver) notPublished(topic, key string) {
+	unmatched := false
 	r.holds.change(topic, key, func(e *hold) {
-		if e.pending > 0 {
+		unmatched = e.pending == 0
+		if !unmatched {
 			e.pending--
 		}
 	})
+	if unmatched {
+		r.unmatchedReport(topic, key)
+	}
+}
+
+// unmatchedReport logs a copy reported for an aggregate whose bucket
+// counts no record given up: each give-up is reported exactly once
+// (localWait, and the ingest's tell), so this is a defect; had the bucket
+// held another aggregate's give-up, that one would have been released
+// before its copy was known finished.
+func (r *Receiver) unmatchedReport(topic, key string) {
+	r.log.Error("local-first: a copy was reported for an aggregate with no record given up here; please report this defect",
+		zap.String("topic", topic), zap.String("aggregate", key))
 }
 
 // Refused tells the receiver that the ingest will publish a copy of a

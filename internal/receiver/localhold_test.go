@@ -825,3 +825,22 @@ func TestAReportBeforeTheGiveUpCountsOnlyForItsOwnRecord(t *testing.T) {
 		t.Fatal("z held for a record finished here")
 	}
 }
+
+// TestAnUnmatchedReportIsLogged: a report for an aggregate with no record
+// given up counted is a defect (each give-up is reported once); it is
+// logged, and releases nothing held for another aggregate of its bucket.
+func TestAnUnmatchedReportIsLogged(t *testing.T) {
+	core, logs := observer.New(zapcore.ErrorLevel)
+	r := &Receiver{holds: newLocalHolds(), log: zap.New(core)}
+	r.holds.setBarrier(nil)
+	r.NotPublished(testTopic, "a")
+	r.Published(testTopic, "b", 0, 3)
+	if n := logs.FilterMessageSnippet("no record given up here").Len(); n != 2 {
+		t.Fatalf("%d unmatched reports logged, want 2", n)
+	}
+	r.Refused(testTopic, "c")
+	r.NotPublished(testTopic, "c")
+	if n := logs.Len(); n != 2 {
+		t.Fatalf("a matched report logged: %v", logs.All())
+	}
+}
