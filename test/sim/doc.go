@@ -83,6 +83,11 @@
 //     unmarked copy must be handled like any record; the answer is marked
 //     exactly when the local try finished; every record in the topic at
 //     the end was produced by the simulation or published by the ingest;
+//     a copy published marked is never handled;
+//   - once every partition is committed to its end, no member still holds
+//     an aggregate for the ingest or a start barrier (within 10 s): a hold
+//     never released would send the aggregate through Kafka until a
+//     restart, slower but in order, which no order check sees;
 //   - no receiver held more unfinished records than its window, local
 //     records included;
 //   - no receiver kept fetching paused for max-parked for more than a
