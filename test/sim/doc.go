@@ -39,7 +39,9 @@
 // what keeps their order), over keys of their own and, in two thirds of
 // the seeds, keys that also get records produced straight to the topic
 // before and between their sidecars; a share of the publishes fail for
-// good (the ingest answers 502 after NotPublished) and some produce
+// good (the ingest answers 502 after NotPublished), 1% panic on the way
+// (the caller's connection ends; the receivers must still hear that
+// nothing was published) and some produce
 // requests fail and are retried, and in a third of the seeds a memory budget (wow.memory.limit at its
 // least) shared by the members, with values padded so that their receivers
 // hold fetched records and give them back when it is short. In a third of

@@ -51,7 +51,9 @@ import (
 //     ingested messages follow Kafka records of their aggregate;
 //   - publishes that fail for good (a share of them, drawn per message:
 //     the producer refuses them, as for a lost authorization), which the
-//     ingest answers 502 after NotPublished; publishes retried by the
+//     ingest answers 502 after NotPublished, and 1% that panic (the caller
+//     is told nothing; the ingest must still report "not published" to
+//     the receivers); publishes retried by the
 //     client across produce errors (injected NOT_LEADER answers), leader
 //     moves and network cuts; a member's stop (Stop, the receivers' stop,
 //     Drain, the producer's close) as the daemon orders it, and a crash
@@ -97,6 +99,7 @@ type ingestModel struct {
 	// For the summary and the checks.
 	requests, accepted, marked, refused, failed, failedHandled int
 	refusedPublish                                             int // publishes the producer refused for good
+	panicked                                                   int // publishes that panicked (the caller's connection ends)
 	directRecords, handoffs, handoffsGaveUp, produceFaults     int
 	bursts, barrierBursts                                      int // bursts, and those sent while their member's start barrier stood
 	active                                                     int // keys being sent or produced to now
@@ -106,6 +109,9 @@ type ingestModel struct {
 // publishRefusal is the producer's answer to a publish drawn to fail for
 // good.
 var publishRefusal = kerr.TopicAuthorizationFailed
+
+// errPublishPanic is what a publish drawn to panic panics with.
+var errPublishPanic = errors.New("sim: the publish panics")
 
 // newIngestModel draws the run's ingest keys: 3 to 10, and in two thirds
 // of the seeds as many mixed keys again, with 2 to 8 records each produced
@@ -206,7 +212,14 @@ func (p ingestProducer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.
 		key, seq, _ := parseValue(rs[0].Value)
 		h := fnv.New64a()
 		h.Write([]byte(key))
-		if mix(p.w.seed, 0x1e, h.Sum64(), uint64(seq))%100 < 4 {
+		switch d := mix(p.w.seed, 0x1e, h.Sum64(), uint64(seq)) % 100; {
+		case d < 1:
+			// A panic on the way to the publish (net/http recovers it in
+			// the daemon and ends the caller's connection; ingestOne
+			// here): the ingest must still tell its receivers that
+			// nothing was published, or their holds never end.
+			panic(errPublishPanic)
+		case d < 5:
 			p.w.mu.Lock()
 			p.w.ing.refusedPublish++
 			p.w.mu.Unlock()
@@ -411,7 +424,16 @@ func (w *world) ingestOne(m *member, k *ingestKey, seq int) bool {
 	defer cancel()
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, ingest.Path+"event", bytes.NewReader(ingestBody(k.name, seq)))
 	rec := httptest.NewRecorder()
-	m.in.ServeHTTP(rec, req)
+	if serve(m.in, rec, req) {
+		// The caller's connection ended: it was told nothing. What its
+		// local record became (handled here, or given up and never
+		// published) settles the message.
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.ing.panicked++
+		w.gapLocked(ks)
+		return false
+	}
 	var a ingestAnswer
 	if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
 		w.violate("member %d: the ingest's answer to %s #%d does not decode: %v: %q", m.id, k.name, seq, err, rec.Body.String())
@@ -445,6 +467,22 @@ func (w *world) ingestOne(m *member, k *ingestKey, seq int) bool {
 		w.violateLocked("member %d: the ingest answered %s #%d with %d: %s", m.id, k.name, seq, rec.Code, a.Error)
 		w.gapLocked(ks)
 	}
+	return false
+}
+
+// serve runs the ingest's handler as net/http does, recovering the panic
+// of a publish drawn to panic (ingestProducer); it reports whether it
+// panicked.
+func serve(h http.Handler, w http.ResponseWriter, r *http.Request) (panicked bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != errPublishPanic {
+				panic(v)
+			}
+			panicked = true
+		}
+	}()
+	h.ServeHTTP(w, r)
 	return false
 }
 
@@ -554,7 +592,7 @@ func (w *world) ingestSummaryLocked() string {
 			mixed++
 		}
 	}
-	return fmt.Sprintf("ingest: %d keys (%d mixed, %d records produced straight), %d requests: %d accepted (%d marked), %d refused at admission, %d publishes failed (%d refused for good by the sim, %d handled here), %d strays (%d handled); %d key handoffs (%d after copies given up), %d bursts (%d while the start barrier stood), %d produce faults",
-		len(in.keys), mixed, in.directRecords, in.requests, in.accepted, in.marked, in.refused, in.failed, in.refusedPublish, in.failedHandled,
+	return fmt.Sprintf("ingest: %d keys (%d mixed, %d records produced straight), %d requests: %d accepted (%d marked), %d refused at admission, %d publishes failed (%d refused for good by the sim, %d handled here), %d publishes panicked, %d strays (%d handled); %d key handoffs (%d after copies given up), %d bursts (%d while the start barrier stood), %d produce faults",
+		len(in.keys), mixed, in.directRecords, in.requests, in.accepted, in.marked, in.refused, in.failed, in.refusedPublish, in.failedHandled, in.panicked,
 		in.strays, in.strayHandled, in.handoffs, in.handoffsGaveUp, in.bursts, in.barrierBursts, in.produceFaults)
 }
