@@ -62,6 +62,14 @@ func startInstance(t *testing.T, c *kfake.Cluster, reg *handler.Registry) *Daemo
 // entries of wow.dispatchers indented by four spaces.
 func startInstanceWith(t *testing.T, c *kfake.Cluster, reg *handler.Registry, dispatchers string) *Daemon {
 	t.Helper()
+	rt := startUnready(t, c, reg, dispatchers)
+	waitIngestReady(t, rt)
+	return rt
+}
+
+// startUnready is startInstanceWith without the wait for readiness.
+func startUnready(t *testing.T, c *kfake.Cluster, reg *handler.Registry, dispatchers string) *Daemon {
+	t.Helper()
 	cfg, err := config.Parse(fmt.Appendf(nil, `
 wow:
   service: carts
@@ -90,7 +98,6 @@ wow:
 		t.Fatal(err)
 	}
 	rt.Start()
-	waitIngestReady(t, rt)
 	return rt
 }
 

@@ -326,7 +326,10 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	if refusal, err := in.fits(req.Context(), topic, m.AggregateID, marked, routing); err != nil {
-		in.reply(w, http.StatusServiceUnavailable, response{Error: err.Error()})
+		// Its size cannot be checked yet (the topic missing, its limit
+		// unread for now): nothing is handled or published.
+		w.Header().Set("Retry-After", "5")
+		in.reply(w, http.StatusServiceUnavailable, response{Topic: topic, Error: fmt.Sprintf("%v; nothing was handled or published", err)})
 		return
 	} else if refusal != "" {
 		in.reply(w, http.StatusRequestEntityTooLarge, response{Topic: topic, Error: refusal})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,9 +36,10 @@ type Sizes struct {
 
 // topicSize is the batch limit of one topic, read once.
 type topicSize struct {
-	done  chan struct{} // closed once limit is set
+	done  chan struct{} // closed once limit (or err) is set
 	limit int32         // the client's batch limit for the topic
 	read  bool          // limit is the topic's own; else the client's default
+	err   error         // the read failed for now: the entry is gone, the next message reads again
 }
 
 // sizeReadTimeout bounds the read of one topic's limit.
@@ -46,9 +48,13 @@ const sizeReadTimeout = 10 * time.Second
 // Limit returns the client's batch limit for topic, reading the topic's
 // max.message.bytes first unless it was read (or given up on) before, and
 // whether it is the topic's own. Concurrent first callers wait for one
-// read. A topic that does not exist yet is not given up on: it is read
-// again by the next message. Any other failure to read keeps the topic at
-// the client's default for the life of the process, warned of once.
+// read. A read that fails for now (the topic does not exist yet, a
+// timeout, a broker moving) returns an error: the caller admits and
+// publishes nothing, so the client never sizes the topic before its limit
+// is known, and the next message reads it again. A failure that lasts (no
+// permission to describe the topic's configuration, a value that does not
+// parse) keeps the topic at the client's default for the life of the
+// process, warned of once.
 func (s *Sizes) Limit(ctx context.Context, topic string) (limit int32, read bool, err error) {
 	s.mu.Lock()
 	if s.topics == nil {
@@ -63,7 +69,7 @@ func (s *Sizes) Limit(ctx context.Context, topic string) (limit int32, read bool
 	if ok {
 		select {
 		case <-t.done:
-			return t.limit, t.read, nil
+			return t.limit, t.read, t.err
 		case <-ctx.Done():
 			return 0, false, fmt.Errorf("waiting for the max.message.bytes of %s: %w", topic, context.Cause(ctx))
 		}
@@ -74,21 +80,38 @@ func (s *Sizes) Limit(ctx context.Context, topic string) (limit int32, read bool
 	switch {
 	case err == nil:
 		t.limit, t.read = topicsize.BatchLimit(n), true
-	case errors.Is(err, kerr.UnknownTopicOrPartition):
-		// Not there yet: its publish fails (or creates it), and the next
-		// message reads it again. Nothing is published to it meanwhile
-		// that the client would size.
-		s.mu.Lock()
-		delete(s.topics, topic)
-		s.mu.Unlock()
-		t.limit = topicsize.DefaultBatchMax
-	default:
+	case lasting(err):
 		t.limit = topicsize.DefaultBatchMax
 		s.Log.Warn("reading a topic's max.message.bytes (needs DescribeConfigs on it); ingested messages published to it keep to 1000012-byte batches until wowd restarts, and a larger message is refused",
 			zap.String("topic", topic), zap.Error(err))
+	default:
+		s.mu.Lock()
+		delete(s.topics, topic)
+		s.mu.Unlock()
+		if errors.Is(err, kerr.UnknownTopicOrPartition) {
+			t.err = fmt.Errorf("topic %s does not exist: %w", topic, err)
+		} else {
+			t.err = fmt.Errorf("reading the max.message.bytes of %s: %w", topic, err)
+		}
 	}
 	close(t.done)
-	return t.limit, t.read, nil
+	return t.limit, t.read, t.err
+}
+
+// lasting reports whether a failure to read a topic's limit will last until
+// a restart: no permission (or another error the broker says retrying does
+// not help), or a value that does not parse. The topic missing, a timeout
+// or a broker moving pass.
+func lasting(err error) bool {
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return false
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return !ke.Retriable
+	}
+	var ne *strconv.NumError
+	return errors.As(err, &ne)
 }
 
 // BatchMax is the ingest client's ProducerBatchMaxBytesFn: a topic's limit

@@ -106,7 +106,7 @@ func TestTopicSizeReadOnceOrAgain(t *testing.T) {
 	}
 
 	core, logs := observer.New(zapcore.WarnLevel)
-	errs := []error{fmt.Errorf("b: %w", kerr.UnknownTopicOrPartition), kerr.TopicAuthorizationFailed}
+	errs := []error{fmt.Errorf("b: %w", kerr.UnknownTopicOrPartition), kerr.RequestTimedOut, context.DeadlineExceeded, kerr.TopicAuthorizationFailed}
 	reads.Store(0)
 	s = &Sizes{Log: zap.New(core), Read: func(context.Context, string) (int32, error) {
 		n := reads.Add(1)
@@ -118,15 +118,23 @@ func TestTopicSizeReadOnceOrAgain(t *testing.T) {
 	for i, want := range []struct {
 		limit int32
 		read  bool
+		err   string
 		reads int32
 	}{
-		{topicsize.DefaultBatchMax, false, 1}, // unknown topic: read again next time
-		{topicsize.DefaultBatchMax, false, 2}, // refused: given up for good
-		{topicsize.DefaultBatchMax, false, 2},
+		// Not there yet, or a passing failure: nothing may be admitted
+		// (the caller is answered 503), and the next message reads again.
+		{0, false, "topic b does not exist", 1},
+		{0, false, "reading the max.message.bytes of b: REQUEST_TIMED_OUT", 2},
+		{0, false, "reading the max.message.bytes of b: context deadline exceeded", 3},
+		{topicsize.DefaultBatchMax, false, "", 4}, // refused: given up for good
+		{topicsize.DefaultBatchMax, false, "", 4},
 	} {
 		limit, read, err := s.Limit(context.Background(), "b")
-		if err != nil || limit != want.limit || read != want.read || reads.Load() != want.reads {
-			t.Errorf("message %d: limit %d, read %v, err %v after %d reads; want %d, %v, nil after %d", i, limit, read, err, reads.Load(), want.limit, want.read, want.reads)
+		if limit != want.limit || read != want.read || reads.Load() != want.reads || (err == nil) != (want.err == "") || (err != nil && !strings.HasPrefix(err.Error(), want.err)) {
+			t.Errorf("message %d: limit %d, read %v, err %v after %d reads; want %d, %v, %q after %d", i, limit, read, err, reads.Load(), want.limit, want.read, want.err, want.reads)
+		}
+		if i < 3 && s.BatchMax("b") != topicsize.DefaultBatchMax {
+			t.Errorf("message %d: a batch limit known for b before its read succeeded", i)
 		}
 	}
 	if n := logs.FilterMessageSnippet("reading a topic's max.message.bytes").Len(); n != 1 {

@@ -19,9 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// DefaultBatchMax is franz-go's default ProducerBatchMaxBytes, Kafka's
-// default max.message.bytes: what a client keeps its batches to for a
-// topic whose limit it did not read.
+// DefaultBatchMax is franz-go's default ProducerBatchMaxBytes (a little
+// under Kafka's default max.message.bytes, 1,048,588): what a client keeps
+// its batches to for a topic whose limit it did not read.
 const DefaultBatchMax = 1_000_012
 
 // MaxMessageBytes reads the max.message.bytes of topics (their effective
