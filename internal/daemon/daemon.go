@@ -50,6 +50,10 @@ import (
 // message once the receivers stopped, even past the shutdown deadline.
 const ingestGrace = 2 * time.Second
 
+// serverGrace is how long the metrics and admin listeners wait for their
+// open requests at the very end of a stop before closing them.
+const serverGrace = 2 * time.Second
+
 // Daemon is a running wowd.
 type Daemon struct {
 	cfg       *config.Config
@@ -596,13 +600,20 @@ func (rt *Daemon) Stop(ctx context.Context) error {
 	if err := rt.stopTracing(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	// The metrics and admin listeners serve to the end, then get
+	// serverGrace to finish their requests (a scrape, an operator's page,
+	// an ingest request on the metrics listener) whatever is left of the
+	// deadline; what is still open then is closed, so a stalled client
+	// cannot hold the stop.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serverGrace)
+	defer cancel()
 	if rt.server != nil {
-		if err := rt.server.Shutdown(context.WithoutCancel(ctx)); err != nil {
+		if err := rt.server.Shutdown(sctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if rt.admin != nil {
-		if err := rt.admin.Shutdown(context.WithoutCancel(ctx)); err != nil {
+		if err := rt.admin.Shutdown(sctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

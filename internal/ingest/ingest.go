@@ -68,6 +68,9 @@ type Producer interface {
 // publishTimeout bounds the publish of an ingested message.
 const publishTimeout = 30 * time.Second
 
+// bodyTimeout bounds the read of a request's body (at most MaxBody).
+const bodyTimeout = 30 * time.Second
+
 // Ingest serves the ingest endpoint.
 //
 // A message is admitted to every receiver of this service that consumes its
@@ -212,7 +215,7 @@ func (in *Ingest) Drain(ctx context.Context) error {
 	case <-idle:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("ingest requests still publishing at the shutdown deadline: %w", ctx.Err())
+		return fmt.Errorf("ingest requests still under way (reading their message or publishing it) at the shutdown deadline: %w", ctx.Err())
 	}
 }
 
@@ -294,6 +297,11 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusNotFound, response{Error: "POST " + Path + "command, event or state: " + err.Error()})
 		return
 	}
+	// A caller that stalls in its body holds a slot of max-in-flight, and
+	// the stop waits for it: the body has bodyTimeout to arrive. (Not
+	// supported by every ResponseWriter, e.g. a recorder: nothing to bound
+	// there.)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
 	if err != nil {
 		status := http.StatusBadRequest
