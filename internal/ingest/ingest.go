@@ -11,6 +11,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -501,7 +502,8 @@ func (in *Ingest) fits(ctx context.Context, topic, key string, marked []byte, ro
 }
 
 // markLocalFirst sets the Wow header local_first to "true" in a message,
-// keeping every other value as written.
+// keeping every other value as written (compacted: without whitespace
+// between tokens; the top-level keys and the header's in sorted order).
 func markLocalFirst(value []byte) ([]byte, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(value, &top); err != nil {
@@ -514,12 +516,26 @@ func markLocalFirst(value []byte) ([]byte, error) {
 		}
 	}
 	header[wow.HeaderLocalFirst] = "true"
-	raw, err := json.Marshal(header)
+	raw, err := marshalAsWritten(header)
 	if err != nil {
 		return nil, fmt.Errorf("marking local_first: %w", err)
 	}
 	top["header"] = raw
-	return json.Marshal(top)
+	return marshalAsWritten(top)
+}
+
+// marshalAsWritten is json.Marshal without its HTML escaping, which would
+// rewrite <, > and & in the message's strings (and its json.RawMessage
+// values) as six-byte escapes: the copy would differ from what the caller
+// sent and grow past a size it was checked to fit.
+func marshalAsWritten(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func contains(xs []string, x string) bool {
