@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -153,7 +154,15 @@ func (r *Receiver) writeDeadLetter(j *job) {
 			wait := r.holdBackoff(j.tries)
 			r.log.Error("dead-letter write failed; retrying, the source offset stays uncommitted",
 				append(at, zap.Int("attempt", j.tries), zap.Int("of", deadLetterAttempts), zap.Duration("wait", wait), zap.Error(err))...)
-			j.after(wait, func() { r.writeDeadLetter(j) })
+			missing := errors.Is(err, kerr.UnknownTopicOrPartition)
+			j.after(wait, func() {
+				if missing {
+					// Its source did not exist at Start, so no
+					// dead-letter topic was made for it: make it now.
+					r.ensureDeadLetterTopicsLate(j.p.ctx)
+				}
+				r.writeDeadLetter(j)
+			})
 		}
 	})
 }
@@ -251,6 +260,27 @@ func (r *Receiver) ensureDeadLetterTopics(ctx context.Context) {
 	}
 	r.sizeDeadLetterTopics(ctx, adm, dls, want, created)
 }
+
+// ensureDeadLetterTopicsLate runs ensureDeadLetterTopics again, for a
+// dead-letter write refused because its topic does not exist: its source
+// topic appeared after Start. One at a time, at most once per
+// deadLetterRecheck (the writes that wait meanwhile retry after it), and
+// within startTimeout or until ctx (the writing job's partition) ends.
+func (r *Receiver) ensureDeadLetterTopicsLate(ctx context.Context) {
+	r.dlEnsureMu.Lock()
+	defer r.dlEnsureMu.Unlock()
+	if !r.dlEnsuredAt.IsZero() && time.Since(r.dlEnsuredAt) < deadLetterRecheck {
+		return
+	}
+	r.dlEnsuredAt = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	r.ensureDeadLetterTopics(ctx)
+}
+
+// deadLetterRecheck is how often a dead-letter write to a missing topic
+// may make the receiver look for new sources again.
+const deadLetterRecheck = 5 * time.Second
 
 // sizeDeadLetterTopics reads the dead-letter topics' max.message.bytes,
 // which the client's batches to them keep to from now on (batchMaxBytes):

@@ -187,3 +187,31 @@ func TestDeadLetterSizeUnread(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadLetterOfASourceCreatedAfterStart: the consumed topic does not
+// exist when the receiver starts, so no dead-letter topic is made for it
+// then. Created later, its first record fails for good: the dead-letter
+// write, refused as to an unknown topic, makes the dead-letter topic and
+// writes the dead letter, instead of giving the record up after its
+// attempts and committing past it (found by review).
+func TestDeadLetterOfASourceCreatedAfterStart(t *testing.T) {
+	h := harnessOn(t, newCluster(t, 1))
+	r := h.receiver("g-dlq-late", allFail, 64)
+	defer stop(t, r)
+	if err := h.c.CreateTopic(testTopic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("agg-0"), Value: []byte("v"),
+		Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t")}}}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 60*time.Second, "the commit to reach the end", func() bool { return h.committedAtEnd("g-dlq-late") })
+	if dl := dlqRecords(t, h.c, testTopic+".dlq", 1); len(dl) != 1 || !wholeDeadLetter(dl[0], []byte("v"), 0) {
+		t.Fatalf("dead letters %v, want the record's, whole", dl)
+	}
+}

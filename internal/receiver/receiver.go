@@ -269,6 +269,11 @@ type Receiver struct {
 	// dlSizes are the dead-letter topics' max.message.bytes, read at start
 	// (sizeDeadLetterTopics): the client's batches to each keep to it.
 	dlSizes atomic.Pointer[map[string]int32]
+	// dlEnsureMu serializes the making of dead-letter topics for sources
+	// that appeared after Start (ensureDeadLetterTopicsLate) and guards
+	// dlEnsuredAt, when that last ran. A leaf but for the client's calls.
+	dlEnsureMu  sync.Mutex
+	dlEnsuredAt time.Time
 	// srcMax are the consumed topics' max.message.bytes (Start's only).
 	srcMax sourceLimits
 
