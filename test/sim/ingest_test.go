@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -525,61 +524,28 @@ func (w *world) registerCopyLocked(at pos, ks keySeq, marked bool) {
 // the broker, its answer did not reach the producer in time). Such strays
 // are registered, and counted.
 func reconcileTopic(t *testing.T, w *world) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext),
-		kgo.ConsumeTopics(topic), kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
-	got := map[int32]int64{}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		done := true
-		for p, e := range want {
-			done = done && got[p] >= e
-		}
-		if done || ctx.Err() != nil {
-			break
-		}
-		fs := cl.PollFetches(ctx)
+	short := readToEnd(t, w, topic, func(r *kgo.Record) {
 		w.mu.Lock()
-		fs.EachRecord(func(r *kgo.Record) {
-			got[r.Partition] = r.Offset + 1
-			at := pos{r.Partition, r.Offset}
-			if _, known := w.keyOf[at]; known {
-				return
-			}
-			key, seq, ok := parseValue(r.Value)
-			if !ok || len(r.Value) == 0 || r.Value[0] != '{' {
-				w.violateLocked("the topic holds a record at %v the simulation never produced: key %q value %.60q", at, r.Key, r.Value)
-				return
-			}
-			w.ing.strays++
-			marked := false
-			for _, h := range r.Headers {
-				marked = marked || h.Key == receiver.HeaderHandledBy
-			}
-			w.event("a copy of %s #%d at %v (marked %v) whose publish the ingest answered with an error", key, seq, at, marked)
-			w.registerCopyLocked(at, keySeq{key, seq}, marked)
-		})
-		w.mu.Unlock()
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for p, e := range want {
-		if got[p] < e {
-			w.violateLocked("reading the topic back: partition %d read to %d of %d", p, got[p], e)
+		defer w.mu.Unlock()
+		at := pos{r.Partition, r.Offset}
+		if _, known := w.keyOf[at]; known {
+			return
 		}
-	}
-	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.Canceled) {
-		w.violateLocked("reading the topic back: %v", ctx.Err())
+		key, seq, ok := parseValue(r.Value)
+		if !ok || len(r.Value) == 0 || r.Value[0] != '{' {
+			w.violateLocked("the topic holds a record at %v the simulation never produced: key %q value %.60q", at, r.Key, r.Value)
+			return
+		}
+		w.ing.strays++
+		marked := false
+		for _, h := range r.Headers {
+			marked = marked || h.Key == receiver.HeaderHandledBy
+		}
+		w.eventLocked("a copy of %s #%d at %v (marked %v) whose publish the ingest answered with an error", key, seq, at, marked)
+		w.registerCopyLocked(at, keySeq{key, seq}, marked)
+	})
+	for _, s := range short {
+		w.violate("reading the topic back: %s", s)
 	}
 }
 

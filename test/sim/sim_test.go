@@ -1173,20 +1173,40 @@ func first(xs []string, n int) []string { return xs[:min(n, len(xs))] }
 // readDeadLetters returns the source positions of the records in the
 // dead-letter topic.
 func readDeadLetters(t *testing.T, w *world) map[pos]int {
+	out := map[pos]int{}
+	readToEnd(t, w, dlqTopic, func(r *kgo.Record) {
+		var at pos
+		for _, h := range r.Headers {
+			switch h.Key {
+			case receiver.HeaderSourcePartition, park.HeaderSourcePartition:
+				p, _ := strconv.Atoi(string(h.Value))
+				at.p = int32(p)
+			case receiver.HeaderSourceOffset, park.HeaderSourceOffset:
+				at.o, _ = strconv.ParseInt(string(h.Value), 10, 64)
+			}
+		}
+		out[at]++
+	})
+	return out
+}
+
+// readToEnd reads topic t from its start to the end offsets it has now,
+// handing each record to each, for a minute at most; it returns the
+// partitions it could not read to their end.
+func readToEnd(t *testing.T, w *world, name string, each func(*kgo.Record)) (short []string) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext),
-		kgo.ConsumeTopics(dlqTopic), kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumeTopics(name), kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), dlqTopic)
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
 	got := map[int32]int64{}
-	out := map[pos]int{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for {
@@ -1195,23 +1215,20 @@ func readDeadLetters(t *testing.T, w *world) map[pos]int {
 			done = done && got[p] >= e
 		}
 		if done || ctx.Err() != nil {
-			return out
+			break
 		}
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 			got[r.Partition] = r.Offset + 1
-			var at pos
-			for _, h := range r.Headers {
-				switch h.Key {
-				case receiver.HeaderSourcePartition, park.HeaderSourcePartition:
-					p, _ := strconv.Atoi(string(h.Value))
-					at.p = int32(p)
-				case receiver.HeaderSourceOffset, park.HeaderSourceOffset:
-					at.o, _ = strconv.ParseInt(string(h.Value), 10, 64)
-				}
-			}
-			out[at]++
+			each(r)
 		})
 	}
+	for p, e := range want {
+		if got[p] < e {
+			short = append(short, fmt.Sprintf("partition %d read to %d of %d", p, got[p], e))
+		}
+	}
+	slices.Sort(short)
+	return short
 }
 
 // describeGroup tells the group's state and who owns what, for reports.

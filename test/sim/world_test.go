@@ -217,8 +217,12 @@ type span struct{ from, to int64 }
 
 func (w *world) event(format string, args ...any) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.eventLocked(format, args...)
+}
+
+func (w *world) eventLocked(format string, args ...any) {
 	w.events = append(w.events, fmt.Sprintf("%8.3fs ", float64(time.Since(start))/1e9)+fmt.Sprintf(format, args...))
-	w.mu.Unlock()
 }
 
 // start is the bubble's epoch: synctest starts every bubble at the same
