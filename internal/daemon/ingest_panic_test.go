@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -12,10 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/wowd/wowd/handler"
-	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/ingest"
 	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/testwait"
@@ -58,33 +55,7 @@ func TestIngestPanicInThePublishLeavesNoHold(t *testing.T) {
 			return nil
 		}), nil
 	}})
-	cfg, err := config.Parse(fmt.Appendf(nil, `
-wow:
-  service: carts
-  kafka:
-    bootstrap-servers: [%s]
-    commit-interval: 100ms
-    heartbeat-interval: 200ms
-  contexts:
-    example-service:
-      alias: example
-      aggregates: [cart]
-  dispatchers:
-    projection:
-      topics: [event]
-      handler: {type: count}
-  metrics:
-    listen: 127.0.0.1:0
-  ingest:
-    enabled: true
-`, c.ListenAddrs()[0]), "test.yaml", &reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(cfg, &reg, zaptest.NewLogger(t), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt := newInstance(t, c, &reg, "")
 	p := &panicky{next: rt.ingest.Producer, marker: `"id":"m0"`}
 	rt.ingest.Producer = p
 	rt.Start()
@@ -116,11 +87,12 @@ func (r refusing) Refused(topic, key string) {
 	panic("after the refusal of " + key)
 }
 
-// TestIngestPanicAfterARefusalLeavesNoHold: of two dispatchers, "a" takes
-// the message and "b" refuses it; b holds the aggregate from the refusal,
-// until it hears where the copy went. A panic right after the refusal
-// (net/http recovers it) must still tell b that nothing was published:
-// otherwise its aggregate stays on the Kafka path until a restart.
+// TestIngestPanicAfterARefusalLeavesNoHold: of two dispatchers,
+// "projection" takes the message and "refused" refuses it; refused holds
+// the aggregate from the refusal, until it hears where the copy went. A
+// panic right after the refusal (net/http recovers it) must still tell it
+// that nothing was published: otherwise its aggregate stays on the Kafka
+// path until a restart.
 func TestIngestPanicAfterARefusalLeavesNoHold(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "wow.example.cart.event"))
 	if err != nil {
@@ -131,49 +103,22 @@ func TestIngestPanicAfterARefusalLeavesNoHold(t *testing.T) {
 	reg.Register(handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
 		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil
 	}})
-	cfg, err := config.Parse(fmt.Appendf(nil, `
-wow:
-  service: carts
-  kafka:
-    bootstrap-servers: [%s]
-    commit-interval: 100ms
-    heartbeat-interval: 200ms
-  contexts:
-    example-service:
-      alias: example
-      aggregates: [cart]
-  dispatchers:
-    a:
-      topics: [event]
-      handler: {type: count}
-    b:
-      topics: [event]
-      handler: {type: count}
-  metrics:
-    listen: 127.0.0.1:0
-  ingest:
-    enabled: true
-`, c.ListenAddrs()[0]), "test.yaml", &reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(cfg, &reg, zaptest.NewLogger(t), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Dispatchers projection (takes it) and refused (refuses it), in
+	// the ingest's order.
+	rt := newInstance(t, c, &reg, "    refused:\n      topics: [event]\n      handler: {type: count}\n")
 	var b *receiver.Receiver
 	for i, r := range rt.ingest.Receivers {
-		if r.Dispatcher() == "b" {
+		if r.Dispatcher() == "refused" {
 			rt.ingest.Receivers[i] = refusing{r}
 		}
 	}
 	for _, r := range rt.receivers {
-		if r.Dispatcher() == "b" {
+		if r.Dispatcher() == "refused" {
 			b = r
 		}
 	}
-	if b == nil || len(rt.ingest.Receivers) != 2 || rt.ingest.Receivers[0].Dispatcher() != "a" {
-		t.Fatalf("want the ingest's receivers a, then b (refusing); have %d", len(rt.ingest.Receivers))
+	if b == nil || len(rt.ingest.Receivers) != 2 || rt.ingest.Receivers[0].Dispatcher() != "projection" {
+		t.Fatalf("want the ingest's receivers projection, then refused (refusing); have %d", len(rt.ingest.Receivers))
 	}
 	rt.Start()
 	defer stopRT(t, rt)
@@ -183,5 +128,5 @@ wow:
 		resp.Body.Close()
 		t.Fatalf("m0 answered %d; want the connection to end with the panic", resp.StatusCode)
 	}
-	testwait.For(t, 5*time.Second, "b holds no aggregate once the request ended", func() bool { return b.Snapshot().IngestHeld == 0 })
+	testwait.For(t, 5*time.Second, "refused holds no aggregate once the request ended", func() bool { return b.Snapshot().IngestHeld == 0 })
 }

@@ -70,6 +70,15 @@ func startInstanceWith(t *testing.T, c *kfake.Cluster, reg *handler.Registry, di
 // startUnready is startInstanceWith without the wait for readiness.
 func startUnready(t *testing.T, c *kfake.Cluster, reg *handler.Registry, dispatchers string) *Daemon {
 	t.Helper()
+	rt := newInstance(t, c, reg, dispatchers)
+	rt.Start()
+	return rt
+}
+
+// newInstance is startUnready without the start: a test may replace parts
+// of it first.
+func newInstance(t *testing.T, c *kfake.Cluster, reg *handler.Registry, dispatchers string) *Daemon {
+	t.Helper()
 	cfg, err := config.Parse(fmt.Appendf(nil, `
 wow:
   service: carts
@@ -97,7 +106,6 @@ wow:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.Start()
 	return rt
 }
 
