@@ -189,7 +189,7 @@ func (rt *Daemon) buildIngest() error {
 			return n, nil
 		}
 		if err == nil {
-			err = fmt.Errorf("%s: no max.message.bytes in its configuration", topic)
+			err = fmt.Errorf("%s: %w", topic, ingest.ErrNoLimit)
 		}
 		return 0, err
 	}

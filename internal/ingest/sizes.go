@@ -98,13 +98,20 @@ func (s *Sizes) Limit(ctx context.Context, topic string) (limit int32, read bool
 	return t.limit, t.read, t.err
 }
 
+// ErrNoLimit is what Read returns for a topic whose configuration, read,
+// holds no max.message.bytes: that lasts.
+var ErrNoLimit = errors.New("no max.message.bytes in its configuration")
+
 // lasting reports whether a failure to read a topic's limit will last until
 // a restart: no permission (or another error the broker says retrying does
-// not help), or a value that does not parse. The topic missing, a timeout
-// or a broker moving pass.
+// not help), no limit in the topic's configuration, or a value that does
+// not parse. The topic missing, a timeout or a broker moving pass.
 func lasting(err error) bool {
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return false
+	}
+	if errors.Is(err, ErrNoLimit) {
+		return true
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) {

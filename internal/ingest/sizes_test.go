@@ -106,7 +106,7 @@ func TestTopicSizeReadOnceOrAgain(t *testing.T) {
 	}
 
 	core, logs := observer.New(zapcore.WarnLevel)
-	errs := []error{fmt.Errorf("b: %w", kerr.UnknownTopicOrPartition), kerr.RequestTimedOut, context.DeadlineExceeded, kerr.TopicAuthorizationFailed}
+	errs := []error{fmt.Errorf("b: %w", kerr.UnknownTopicOrPartition), kerr.RequestTimedOut, context.DeadlineExceeded, kerr.TopicAuthorizationFailed, fmt.Errorf("c: %w", ErrNoLimit)}
 	reads.Store(0)
 	s = &Sizes{Log: zap.New(core), Read: func(context.Context, string) (int32, error) {
 		n := reads.Add(1)
@@ -128,8 +128,14 @@ func TestTopicSizeReadOnceOrAgain(t *testing.T) {
 		{0, false, "reading the max.message.bytes of b: context deadline exceeded", 3},
 		{topicsize.DefaultBatchMax, false, "", 4}, // refused: given up for good
 		{topicsize.DefaultBatchMax, false, "", 4},
+		{topicsize.DefaultBatchMax, false, "", 5}, // c: no limit in its configuration: given up for good
+		{topicsize.DefaultBatchMax, false, "", 5},
 	} {
-		limit, read, err := s.Limit(context.Background(), "b")
+		name := "b"
+		if i >= 5 {
+			name = "c"
+		}
+		limit, read, err := s.Limit(context.Background(), name)
 		if limit != want.limit || read != want.read || reads.Load() != want.reads || (err == nil) != (want.err == "") || (err != nil && !strings.HasPrefix(err.Error(), want.err)) {
 			t.Errorf("message %d: limit %d, read %v, err %v after %d reads; want %d, %v, %q after %d", i, limit, read, err, reads.Load(), want.limit, want.read, want.err, want.reads)
 		}
@@ -137,8 +143,8 @@ func TestTopicSizeReadOnceOrAgain(t *testing.T) {
 			t.Errorf("message %d: a batch limit known for b before its read succeeded", i)
 		}
 	}
-	if n := logs.FilterMessageSnippet("reading a topic's max.message.bytes").Len(); n != 1 {
-		t.Errorf("%d warnings, want 1 (for the refused read)", n)
+	if n := logs.FilterMessageSnippet("reading a topic's max.message.bytes").Len(); n != 2 {
+		t.Errorf("%d warnings, want 2 (for the refused read, and the topic without a limit)", n)
 	}
 	if got := s.BatchMax("b"); got != topicsize.DefaultBatchMax {
 		t.Errorf("batch limit %d after a refused read, want the default", got)
