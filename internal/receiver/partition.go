@@ -193,8 +193,13 @@ func (p *partition) uncommittedLocked() (from, to int64) {
 
 // retire has the deadline watcher watch p, an incarnation no longer owned
 // (revoked and draining, or closed) whose tries may still run, until none
-// of its records is pending.
+// of its records is pending. Without a handler timeout there is no watcher
+// to prune the list, and with nothing pending nothing to watch: neither is
+// kept, or every rebalance would hold on to the incarnations it revoked.
 func (r *Receiver) retire(p *partition) {
+	if r.o.HandlerTimeout <= 0 || p.pending.Load() == 0 {
+		return
+	}
 	r.retireMu.Lock()
 	defer r.retireMu.Unlock()
 	if !slices.Contains(r.retiring, p) {
