@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"strconv"
@@ -94,6 +95,45 @@ func TestCloseRacingSubmitters(t *testing.T) {
 			}
 			if ran != ranAtClose {
 				t.Fatalf("%d tasks ran after Close returned", ran-ranAtClose)
+			}
+		})
+	}
+}
+
+// TestCloseSeesTheLastMailboxGoIdle checks that Close returns once the last
+// mailbox goes idle, not at its deadline: the idle mailbox must be counted
+// before Close is told to look again. A task finishing on a worker and one
+// completed asynchronously (resume) are the two ways a mailbox empties.
+func TestCloseSeesTheLastMailboxGoIdle(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		name := map[bool]string{false: "on a worker", true: "completed asynchronously"}[async]
+		t.Run(name, func(t *testing.T) {
+			for i := range 3000 {
+				e := New(Options{Workers: 8})
+				g := e.Group(false)
+				release := make(chan struct{})
+				if err := g.Submit("a", fn(func(r Resume) Status {
+					if async {
+						go func() { <-release; r.Complete(false) }()
+						return Pending
+					}
+					<-release
+					return Done
+				})); err != nil {
+					t.Fatal(err)
+				}
+				time.AfterFunc(200*time.Microsecond, func() { close(release) })
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				start := time.Now()
+				err := e.Close(ctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("iteration %d: %v", i, err)
+				}
+				// Far below the deadline, far above a busy machine's delay.
+				if d := time.Since(start); d > time.Second {
+					t.Fatalf("iteration %d: Close took %v after its last task finished at once: it missed the mailbox going idle", i, d)
+				}
 			}
 		})
 	}

@@ -43,7 +43,9 @@ func (e *Executor) shardOf(mb *mailbox) *shard { return &e.shards[mb.hash&e.shar
 // settle accounts for finished tasks of the current owner with local
 // exhausted. It reports false if that emptied the mailbox (the owner must let
 // go and not touch it again), else it moves the incoming tasks to the owner's
-// side.
+// side. The caller counts an emptied mailbox and then notifies changed: a
+// Notify before the count is visible to Stats would let Close look, see the
+// mailbox still busy, and sleep to its deadline.
 func (e *Executor) settle(mb *mailbox, finished int64) bool {
 	sh := e.shardOf(mb) // found before letting go: a submitter may reuse mb at once
 	if mb.li != 0 {
@@ -51,7 +53,6 @@ func (e *Executor) settle(mb *mailbox, finished int64) bool {
 		mb.li = 0
 	}
 	if finished > 0 && mb.pending.Add(-finished) == 0 {
-		e.changed.Notify()
 		return false // idle: it stays in the table until swept or reactivated
 	}
 	sh.mu.Lock()
@@ -107,5 +108,6 @@ func (e *Executor) resume(mb *mailbox) {
 		e.place(mb)
 	} else {
 		sh.emptied.Add(1)
+		e.changed.Notify() // after the count: see settle
 	}
 }

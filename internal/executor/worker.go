@@ -234,7 +234,10 @@ func (w *worker) flush() {
 	}
 	store(&w.completed, w.local.completed)
 	store(&w.failed, w.local.failed)
-	store(&w.emptied, w.local.emptied)
+	if w.emptied.Load() != w.local.emptied {
+		w.emptied.Store(w.local.emptied)
+		w.ex.changed.Notify() // Close waits for mailboxes to go idle: see settle
+	}
 }
 
 // nudge wakes a parked worker, with or without work for it.
