@@ -76,7 +76,7 @@ func (a *app) serve(cmd *cobra.Command, cfg *config.Config, extra func(ctx conte
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	rt.Start()
+	rt.Start(ctx)
 	var undo func()
 	if extra != nil {
 		if undo, err = extra(ctx, log); err != nil {

@@ -130,7 +130,7 @@ wow:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.Start()
+	rt.Start(context.Background())
 	defer stopRT(t, rt)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -129,7 +129,7 @@ wow:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.Start()
+	rt.Start(context.Background())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

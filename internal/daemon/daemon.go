@@ -485,8 +485,11 @@ func (rt *Daemon) MetricsAddr() string {
 	return rt.server.Addr()
 }
 
-// Start serves metrics and starts consuming.
-func (rt *Daemon) Start() {
+// Start serves metrics and starts consuming. The receivers start in
+// parallel, each asking Kafka for its topics and producer ID first; when ctx
+// is done (a stop signal while a broker does not answer) they stop waiting
+// for those answers, and Start returns soon: Stop then ends them.
+func (rt *Daemon) Start(ctx context.Context) {
 	if rt.server != nil {
 		rt.server.Start()
 	}
@@ -503,9 +506,11 @@ func (rt *Daemon) Start() {
 			rt.ingestDone <- err
 		}()
 	}
+	var wg sync.WaitGroup
 	for _, r := range rt.receivers {
-		r.Start()
+		wg.Go(func() { r.Start(ctx) })
 	}
+	wg.Wait()
 	if rt.reload != nil {
 		rt.reload.started = true
 		go rt.watch() // owned by the daemon; ends at Stop

@@ -154,7 +154,7 @@ wow:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.Start()
+	rt.Start(context.Background())
 
 	var (
 		records                             []*kgo.Record

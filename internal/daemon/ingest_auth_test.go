@@ -165,7 +165,7 @@ func TestIngestRequiresTheToken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rt.Start()
+			rt.Start(context.Background())
 			stopped := false
 			defer func() {
 				if !stopped {

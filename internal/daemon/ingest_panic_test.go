@@ -58,7 +58,7 @@ func TestIngestPanicInThePublishLeavesNoHold(t *testing.T) {
 	rt := newInstance(t, c, &reg, "")
 	p := &panicky{next: rt.ingest.Producer, marker: `"id":"m0"`}
 	rt.ingest.Producer = p
-	rt.Start()
+	rt.Start(context.Background())
 	defer stopRT(t, rt)
 	r := rt.receivers[0]
 	waitIngestReady(t, rt)
@@ -120,7 +120,7 @@ func TestIngestPanicAfterARefusalLeavesNoHold(t *testing.T) {
 	if b == nil || len(rt.ingest.Receivers) != 2 || rt.ingest.Receivers[0].Dispatcher() != "projection" {
 		t.Fatalf("want the ingest's receivers projection, then refused (refusing); have %d", len(rt.ingest.Receivers))
 	}
-	rt.Start()
+	rt.Start(context.Background())
 	defer stopRT(t, rt)
 	waitIngestReady(t, rt)
 	resp, err := http.Post("http://"+rt.MetricsAddr()+"/v1/messages/event", "application/json", bytes.NewReader(event("m0", "cart-1", "")))

@@ -96,7 +96,7 @@ wow:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.Start()
+	rt.Start(context.Background())
 	defer stopRT(t, rt)
 	openGate := sync.OnceFunc(func() { close(gate) })
 	defer openGate() // before stopping, should the test end early

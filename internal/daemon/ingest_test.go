@@ -71,7 +71,7 @@ func startInstanceWith(t *testing.T, c *kfake.Cluster, reg *handler.Registry, di
 func startUnready(t *testing.T, c *kfake.Cluster, reg *handler.Registry, dispatchers string) *Daemon {
 	t.Helper()
 	rt := newInstance(t, c, reg, dispatchers)
-	rt.Start()
+	rt.Start(context.Background())
 	return rt
 }
 

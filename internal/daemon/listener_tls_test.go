@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -82,7 +83,7 @@ wow:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.Start()
+	rt.Start(context.Background())
 	defer stopRT(t, rt)
 	url := "https://" + rt.IngestAddr() + "/v1/messages/event"
 

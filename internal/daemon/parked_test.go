@@ -81,7 +81,7 @@ wow:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.Start()
+	rt.Start(context.Background())
 	defer stopRT(t, rt)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))

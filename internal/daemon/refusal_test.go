@@ -93,7 +93,7 @@ wow:
 			if err != nil {
 				t.Fatal(err)
 			}
-			rt.Start()
+			rt.Start(context.Background())
 			defer stopRT(t, rt)
 			addr := rt.IngestAddr()
 			if tt.listen == "" {

@@ -112,7 +112,7 @@ func TestReloadUnderARunningDaemon(t *testing.T) {
 		Load: func() (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
 		t.Fatal(err)
 	}
-	rt.Start()
+	rt.Start(context.Background())
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -262,7 +262,7 @@ func TestReloadThroughASwappedLink(t *testing.T) {
 		Load: func() (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
 		t.Fatal(err)
 	}
-	rt.Start()
+	rt.Start(context.Background())
 	version("..v2", "error")
 	testwait.For(t, 10*time.Second, "the level of the new version", func() bool { return level.Level() == zapcore.ErrorLevel })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -100,7 +100,7 @@ wow:
 	if err != nil {
 		t.Fatal(err)
 	}
-	run.rt.Start()
+	run.rt.Start(context.Background())
 	t.Cleanup(func() { run.stop(t) })
 	return run
 }

@@ -135,7 +135,7 @@ func TestALocalRecordGivenUpAtStartIsNotOvertaken(t *testing.T) {
 	if finished := ingest(t, h, b, 0); finished {
 		t.Fatal("#0 finished by B before its parked state was read")
 	}
-	b.Start()
+	b.Start(context.Background())
 	defer stop(t, b)
 	testwait.For(t, 30*time.Second, "B ready", b.Ready)
 	if len(b.Partitions()) != 0 {
@@ -239,7 +239,7 @@ func TestALocalRecordFailingForGoodIsDeadLetteredAtItsPosition(t *testing.T) {
 	if early.Finished() {
 		t.Fatal("a local record failing for good before Start reported finished")
 	}
-	r.Start()
+	r.Start(context.Background())
 	defer stop(t, r)
 	if ingestValue(t, h, r, "agg", []byte("after Start")) {
 		t.Fatal("a local record failing for good reported finished")
@@ -293,7 +293,7 @@ func TestVersionCheckKeepsALocalEventGivenUpAtStart(t *testing.T) {
 		ingestValue(t, h, r, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", v))
 	}
 	ingest(1) // given up: the parked state is not read yet
-	r.Start()
+	r.Start(context.Background())
 	defer stop(t, r)
 	testwait.For(t, 30*time.Second, "ready", r.Ready)
 	ingest(2)
@@ -615,7 +615,7 @@ func TestVersionCheckKeepsALocalEventGivenUpAtStop(t *testing.T) {
 		ack.Done(nil)
 	}), 16, wowOpts)
 	ingestValue(t, h, b2, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 2)) // the restarted ingest serves before Start
-	b2.Start()
+	b2.Start(context.Background())
 	defer stop(t, b2)
 	testwait.For(t, 30*time.Second, "everything committed", func() bool { return h.committedAtEnd("g-review5-version") })
 	mu.Lock()

@@ -183,9 +183,9 @@ func (r *Receiver) newParking() error {
 
 // startParking creates the parking topics and runs the tail of the state
 // topic. Called by Start, before the poll loop.
-func (r *Receiver) startParking() {
+func (r *Receiver) startParking(start context.Context) {
 	ps := r.park
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(start, startTimeout)
 	r.ensureParkingTopics(ctx)
 	cancel()
 	close(ps.ready)
@@ -209,7 +209,9 @@ func (r *Receiver) startParking() {
 	// Until then they are given up (their Kafka copy is handled by the
 	// owner of their partition).
 	ctx, cancel = context.WithTimeout(tctx, 10*time.Second)
+	stopWaiting := context.AfterFunc(start, cancel) // a stop asked during Start waits no longer
 	err := r.catchUp(ctx)
+	stopWaiting()
 	cancel()
 	if err == nil {
 		ps.caughtUp.Store(true)

@@ -473,9 +473,13 @@ func New(o Options) (*Receiver, error) {
 // ID.
 const startTimeout = 10 * time.Second
 
-// Start begins consuming. The receiver's goroutines run until Stop.
-func (r *Receiver) Start() {
-	sctx, scancel := context.WithTimeout(context.Background(), startTimeout)
+// Start begins consuming. The receiver's goroutines run until Stop. What it
+// first asks of Kafka (topics, the producer ID, the parked aggregates) waits
+// no longer than startTimeout each, and not past ctx: a stop asked while a
+// broker does not answer need not wait for them. Once ctx is done, Start
+// returns soon and the receiver still runs; Stop ends it.
+func (r *Receiver) Start(ctx context.Context) {
+	sctx, scancel := context.WithTimeout(ctx, startTimeout)
 	if r.o.DeadLetter.Enabled {
 		r.ensureDeadLetterTopics(sctx)
 	}
@@ -492,12 +496,12 @@ func (r *Receiver) Start() {
 	}
 	scancel()
 	if r.park != nil {
-		r.startParking()
+		r.startParking(ctx)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	pctx, cancel := context.WithCancel(context.Background())
 	r.pollCancel = cancel
 	r.started = true
-	go r.pollLoop(ctx)
+	go r.pollLoop(pctx)
 	go r.commitLoop()
 	go r.watchDeadlines()
 	go r.watchHolds()

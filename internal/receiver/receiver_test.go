@@ -180,7 +180,7 @@ type harness struct {
 func (h *harness) receiver(group string, hd handler.Handler, window int, extra ...func(*Options)) *Receiver {
 	h.t.Helper()
 	r := h.newReceiver(group, hd, window, extra...)
-	r.Start()
+	r.Start(context.Background())
 	return r
 }
 

@@ -766,7 +766,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		obs.r.Store(r)
 	}
 	w.startIngest(t, m, log)
-	r.Start()
+	r.Start(context.Background())
 	go func() { // the window sampler; ends with the member
 		var (
 			tick        int
