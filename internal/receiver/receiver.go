@@ -561,7 +561,11 @@ func (r *Receiver) stop(ctx context.Context) error {
 		return nil
 	}
 	r.pollCancel()
-	<-r.pollDone      // PollRecords returns at once on cancel; the loop never blocks on anything else
+	// PollRecords returns on cancel, except that it first waits for a
+	// rebalance callback that is running (with BlockRebalanceOnPoll, polls and
+	// callbacks exclude each other); a revoke that sees stopping is bounded
+	// by ctx (expireStop).
+	<-r.pollDone
 	close(r.holdStop) // no local record is admitted from now on
 	<-r.holdDone
 
