@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"slices"
@@ -172,7 +173,12 @@ func (p *parkedOps) list(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w := tabwriter.NewWriter(p.a.stdout, 0, 4, 2, ' ', 0)
+	return writeParkedList(p.a.stdout, ss, time.Now())
+}
+
+// writeParkedList prints the parked aggregates ss as a table.
+func writeParkedList(out io.Writer, ss []*park.State, now time.Time) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "TOPIC\tPARTITION\tAGGREGATE\tPARKED\tCLASS\tREASON\tPENDING")
 	for _, s := range ss {
 		pending := "-"
@@ -180,7 +186,7 @@ func (p *parkedOps) list(ctx context.Context) error {
 			pending = s.Request.Action + " by " + s.Request.By
 		}
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s ago\t%s\t%s\t%s\n", s.Topic, s.Partition, s.Aggregate,
-			time.Since(s.Since).Round(time.Second), s.Class, oneLine(parkReason(s), 60), pending)
+			now.Sub(s.Since).Round(time.Second), s.Class, oneLine(parkReason(s), 60), pending)
 	}
 	return w.Flush()
 }
@@ -194,9 +200,14 @@ func (p *parkedOps) show(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(p.a.stdout, "aggregate %s of %s (partition %d), parked %s ago: %s: %s\n\n", s.Aggregate, s.Topic, s.Partition,
-		time.Since(s.Since).Round(time.Second), s.Class, parkReason(s))
-	w := tabwriter.NewWriter(p.a.stdout, 0, 4, 2, ' ', 0)
+	return writeParkedShow(p.a.stdout, s, recs, time.Now())
+}
+
+// writeParkedShow prints the parked aggregate s and its parked records.
+func writeParkedShow(out io.Writer, s *park.State, recs []*kgo.Record, now time.Time) error {
+	fmt.Fprintf(out, "aggregate %s of %s (partition %d), parked %s ago: %s: %s\n\n", s.Aggregate, s.Topic, s.Partition,
+		now.Sub(s.Since).Round(time.Second), s.Class, parkReason(s))
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SOURCE OFFSET\tPARKED AT\tTIMESTAMP\tBYTES\tREASON")
 	for _, r := range recs {
 		src, err := park.Source(r)
