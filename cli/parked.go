@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -163,7 +164,7 @@ func (p *parkedOps) one(ctx context.Context) (*park.State, error) {
 	}
 	topics := make([]string, len(ss))
 	for i, s := range ss {
-		topics[i] = s.Topic
+		topics[i] = termSafe(s.Topic)
 	}
 	return nil, configError(fmt.Errorf("--topic: aggregate %q is parked in several topics (%s): name one", p.aggregate, strings.Join(topics, ", ")))
 }
@@ -183,10 +184,10 @@ func writeParkedList(out io.Writer, ss []*park.State, now time.Time) error {
 	for _, s := range ss {
 		pending := "-"
 		if s.Request != nil {
-			pending = s.Request.Action + " by " + s.Request.By
+			pending = termSafe(s.Request.Action) + " by " + termSafe(s.Request.By)
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s ago\t%s\t%s\t%s\n", s.Topic, s.Partition, s.Aggregate,
-			now.Sub(s.Since).Round(time.Second), s.Class, oneLine(parkReason(s), 60), pending)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s ago\t%s\t%s\t%s\n", termSafe(s.Topic), s.Partition, termSafe(s.Aggregate),
+			now.Sub(s.Since).Round(time.Second), termSafe(s.Class), termSafe(oneLine(parkReason(s), 60)), pending)
 	}
 	return w.Flush()
 }
@@ -205,8 +206,8 @@ func (p *parkedOps) show(ctx context.Context) error {
 
 // writeParkedShow prints the parked aggregate s and its parked records.
 func writeParkedShow(out io.Writer, s *park.State, recs []*kgo.Record, now time.Time) error {
-	fmt.Fprintf(out, "aggregate %s of %s (partition %d), parked %s ago: %s: %s\n\n", s.Aggregate, s.Topic, s.Partition,
-		now.Sub(s.Since).Round(time.Second), s.Class, parkReason(s))
+	fmt.Fprintf(out, "aggregate %s of %s (partition %d), parked %s ago: %s: %s\n\n", termSafe(s.Aggregate), termSafe(s.Topic), s.Partition,
+		now.Sub(s.Since).Round(time.Second), termSafe(s.Class), termSafe(parkReason(s)))
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SOURCE OFFSET\tPARKED AT\tTIMESTAMP\tBYTES\tREASON")
 	for _, r := range recs {
@@ -220,8 +221,8 @@ func writeParkedShow(out io.Writer, s *park.State, recs []*kgo.Record, now time.
 				reason = string(h.Value)
 			}
 		}
-		fmt.Fprintf(w, "%d\t%s/%d@%d\t%s\t%d\t%s\n", src.Offset, r.Topic, r.Partition, r.Offset,
-			r.Timestamp.UTC().Format(time.RFC3339), len(r.Value), oneLine(reason, 60))
+		fmt.Fprintf(w, "%d\t%s/%d@%d\t%s\t%d\t%s\n", src.Offset, termSafe(r.Topic), r.Partition, r.Offset,
+			r.Timestamp.UTC().Format(time.RFC3339), len(r.Value), termSafe(oneLine(reason, 60)))
 	}
 	return w.Flush()
 }
@@ -238,7 +239,7 @@ func (p *parkedOps) ask(ctx context.Context, action string) error {
 		return err
 	}
 	_, err = fmt.Fprintf(p.a.stdout, "asked for %s of aggregate %s (%s, partition %d); the instance that owns the partition does it in the aggregate's order (see wowd_parked_actions_total and its log)\n",
-		action, s.Aggregate, s.Topic, s.Partition)
+		action, termSafe(s.Aggregate), termSafe(s.Topic), s.Partition)
 	return err
 }
 
@@ -263,10 +264,13 @@ func parkReason(s *park.State) string {
 	return s.Reason
 }
 
+// oneLine returns s with its runs of white space made one space each, cut
+// to n runes.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
+	if utf8.RuneCountInString(s) <= n {
+		return s
 	}
-	return s
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
 }

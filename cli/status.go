@@ -150,7 +150,7 @@ func (a *app) statusOnce(ctx context.Context, client *http.Client, target, token
 			Error string `json:"error"`
 		}
 		_ = json.Unmarshal(body, &e)
-		return fmt.Errorf("reading the status: %s: %s", resp.Status, e.Error)
+		return fmt.Errorf("reading the status: %s: %s", termSafe(resp.Status), termSafe(e.Error))
 	}
 	var st admin.Status
 	if err := json.Unmarshal(body, &st); err != nil {
@@ -168,6 +168,9 @@ func (a *app) statusOnce(ctx context.Context, client *http.Client, target, token
 		return err
 	}
 	if problems := st.Problems(o.stuckAfter); len(problems) > 0 {
+		for i, p := range problems {
+			problems[i] = termSafe(p) // they name topics
+		}
 		if !o.asJSON {
 			fmt.Fprintln(a.stdout, "\nUNHEALTHY")
 			for _, p := range problems {
@@ -183,42 +186,43 @@ func (a *app) statusOnce(ctx context.Context, client *http.Client, target, token
 func writeStatus(w io.Writer, st admin.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s on %s, version %s, up %s; workers %d busy of %d, %d mailboxes (%d queued)\n",
-		st.Service, st.Instance, st.Version, short(st.UptimeSeconds), st.Executor.Busy, st.Executor.Workers,
+		termSafe(st.Service), termSafe(st.Instance), termSafe(st.Version), short(st.UptimeSeconds), st.Executor.Busy, st.Executor.Workers,
 		st.Executor.Mailboxes, st.Executor.QueuedMailboxes)
 	for _, r := range st.Receivers {
 		member := "not a member"
 		if r.Joined {
 			member = fmt.Sprintf("generation %d", r.Generation)
 		}
-		fmt.Fprintf(tw, "\n%s/%s\tgroup %s, %s, in flight %d/%d, paused: %s\n", r.Dispatcher, r.Context, r.GroupID,
-			member, r.InFlight, r.MaxInFlight, r.Paused)
+		fmt.Fprintf(tw, "\n%s/%s\tgroup %s, %s, in flight %d/%d, paused: %s\n", termSafe(r.Dispatcher), termSafe(r.Context), termSafe(r.GroupID),
+			member, r.InFlight, r.MaxInFlight, termSafe(r.Paused))
 		fmt.Fprintln(tw, "PARTITION\tCOMMITTED\tEND\tLAG\tIN FLIGHT\tSPAN\tPAUSED\tSTALLED")
 		for _, p := range r.Partitions {
-			paused := p.Paused
+			paused := termSafe(p.Paused)
 			if paused != admin.PauseNone {
 				paused += " " + short(p.PausedSeconds)
 			}
-			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", p.Topic, p.Partition, dash(p.Committed),
+			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", termSafe(p.Topic), p.Partition, dash(p.Committed),
 				dash(p.HighWatermark), dash(p.Lag), p.InFlight, p.Span, paused, short(p.StalledSeconds))
 		}
 	}
 	if len(st.Hot) > 0 {
 		fmt.Fprintln(tw, "\nHOT\tAGGREGATE\tID\tUNFINISHED")
 		for _, h := range st.Hot {
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d\n", h.Dispatcher, h.Context, h.Aggregate, h.ID, h.Unfinished)
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d\n", termSafe(h.Dispatcher), termSafe(h.Context), termSafe(h.Aggregate), termSafe(h.ID), h.Unfinished)
 		}
 	}
 	if len(st.Oldest) > 0 {
 		fmt.Fprintln(tw, "\nOLDEST\tAGGREGATE\tID\tAT\tAGE")
 		for _, o := range st.Oldest {
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\n", o.Dispatcher, o.Context, o.Aggregate, o.ID, o.Topic, o.Partition, o.Offset, short(o.AgeSeconds))
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\n", termSafe(o.Dispatcher), termSafe(o.Context), termSafe(o.Aggregate), termSafe(o.ID),
+				termSafe(o.Topic), o.Partition, o.Offset, short(o.AgeSeconds))
 		}
 	}
 	if st.Parked.Available && len(st.Parked.Aggregates) > 0 {
 		fmt.Fprintln(tw, "\nPARKED\tAGGREGATE\tID\tAT\tFOR\tWHY")
 		for _, p := range st.Parked.Aggregates {
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\t%s: %s\n", p.Dispatcher, p.Context, p.Aggregate, p.ID, p.Topic, p.Partition, p.Offset,
-				short(time.Since(p.Since).Seconds()), p.Class, p.Reason)
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\t%s: %s\n", termSafe(p.Dispatcher), termSafe(p.Context), termSafe(p.Aggregate), termSafe(p.ID),
+				termSafe(p.Topic), p.Partition, p.Offset, short(time.Since(p.Since).Seconds()), termSafe(p.Class), termSafe(p.Reason))
 		}
 	}
 	return tw.Flush()

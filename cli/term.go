@@ -1,0 +1,21 @@
+package cli
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// termSafe returns s as it is when it is valid UTF-8 and every rune of it
+// is printable, else quoted with Go escapes. What the terminal tables show
+// comes from Kafka (aggregate IDs, topics, handler errors), so a producer
+// could otherwise put escape sequences, carriage returns, bidi overrides
+// (U+202A–U+202E, U+2066–U+2069, not printable for strconv) or invalid
+// UTF-8 on an operator's terminal; the quotes also tell such a string
+// apart from a plain one that looks the same.
+func termSafe(s string) string {
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
+}
