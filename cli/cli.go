@@ -28,7 +28,7 @@ import (
 const (
 	ExitOK      = 0 // clean stop
 	ExitFailure = 1 // runtime failure
-	ExitConfig  = 2 // configuration error
+	ExitConfig  = 2 // configuration or usage error
 )
 
 // Version is stamped at build time with -ldflags "-X github.com/wowd/wowd/cli.Version=...".
@@ -54,6 +54,18 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func configError(err error) error { return &exitError{code: ExitConfig, err: err} }
+
+// usageError is a command line the commands do not take: an unknown
+// command or flag, a flag value that does not parse or is out of range, a
+// missing required flag, an argument. Its exit code is that of a
+// configuration error.
+func usageError(err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: ExitConfig, err: err}
+}
 
 // Main runs the command line with args (without the program name) and
 // returns the process exit code.
@@ -94,7 +106,65 @@ func newRoot(stdout, stderr io.Writer, env []string, reg *handler.Registry) *cob
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(a.runCmd(), a.devCmd(), a.configCmd(), a.handlersCmd(), a.parkedCmd(), a.rewindCmd(), a.statusCmd(), a.versionCmd())
+	// Cobra's own commands too, so that usageErrors reaches them.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) }) // inherited
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes the errors cobra finds in a command line, other than
+// those of flag parsing (root's SetFlagErrorFunc), usage errors in c and
+// the commands under it: those of the Args validators and of required
+// flags, and an unknown subcommand of a command that only groups others
+// (which cobra would answer with the group's help, exit 0, or with a plain
+// error, exit 1).
+func usageErrors(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		usageErrors(sub)
+	}
+	if !c.Runnable() && c.HasSubCommands() {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			if cmd.SuggestionsMinimumDistance <= 0 {
+				cmd.SuggestionsMinimumDistance = 2 // cobra's default
+			}
+			hint := ""
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				hint = "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return fmt.Errorf("unknown command %q for %q%s", args[0], cmd.CommandPath(), hint)
+		}
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+	if args := c.Args; args != nil {
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil {
+				return usageError(err)
+			}
+			return nil
+		}
+	}
+	// Cobra checks required flags after PreRunE (and ignores PreRun when
+	// PreRunE is set), so they are checked here first.
+	if c.Runnable() && c.PreRun == nil {
+		pre := c.PreRunE
+		c.PreRunE = func(cmd *cobra.Command, args []string) error {
+			if err := cmd.ValidateRequiredFlags(); err != nil {
+				return usageError(err)
+			}
+			if err := cmd.ValidateFlagGroups(); err != nil {
+				return usageError(err)
+			}
+			if pre != nil {
+				return pre(cmd, args)
+			}
+			return nil
+		}
+	}
 }
 
 // configFlag adds --config, also read from WOWD_CONFIG, and --set.

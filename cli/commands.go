@@ -26,7 +26,7 @@ func (a *app) runCmd() *cobra.Command {
 
 SIGTERM or SIGINT stops it: no more admission, unfinished messages drain
 within wow.shutdown.timeout, offsets are committed, and it exits 0. Exit code
-1 means a runtime failure, 2 a configuration error.`,
+1 means a runtime failure, 2 a configuration or usage error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := a.load(cmd)

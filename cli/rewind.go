@@ -38,6 +38,9 @@ failure or refusal, 2 on a usage or configuration error.`,
 			if dispatcher == "" {
 				return configError(errors.New("--dispatcher is required"))
 			}
+			if timeout <= 0 {
+				return usageError(fmt.Errorf("--timeout %s: want more than 0", timeout))
+			}
 			target, err := rewind.ParseTarget(to)
 			if err != nil {
 				return configError(fmt.Errorf("--to: %w", err))
@@ -94,8 +97,6 @@ failure or refusal, 2 on a usage or configuration error.`,
 			return err
 		},
 	}
-	// A flag it does not know is a usage error too.
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError(err) })
 	a.configFlag(cmd, "", "configuration file")
 	cmd.Flags().StringVar(&dispatcher, "dispatcher", "", "the dispatcher to rewind (required)")
 	cmd.Flags().StringVar(&contextName, "context", "", "only its receiver of this bounded context (default: all of them)")

@@ -57,7 +57,6 @@ a usage error. With --watch, the code of the last status shown.`,
 		},
 		RunE: func(*cobra.Command, []string) error { return a.status(o) },
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError(err) })
 	f := cmd.Flags()
 	f.StringVar(&o.admin, "admin", envOr(a.env, "WOWD_ADMIN", "http://127.0.0.1:9466"), "base URL of the admin listener (env WOWD_ADMIN)")
 	f.StringVar(&o.tokenFile, "token-file", envOr(a.env, "WOWD_ADMIN_TOKEN_FILE", ""), "file holding the admin bearer token, when wow.admin.token-file is set (env WOWD_ADMIN_TOKEN_FILE)")
