@@ -43,6 +43,7 @@ func (d *decoder) validate(c *Config) {
 	d.atLeast("wow.dispatch.throughput", c.Dispatch.Throughput, 1)
 	d.atLeast("wow.dispatch.blocking-workers", c.Dispatch.BlockingWorkers, 1)
 	d.validateDispatchers(c)
+	d.validateNames(c)
 	if c.Metrics.Listen != "" {
 		d.hostPort("wow.metrics.listen", c.Metrics.Listen, true)
 	}

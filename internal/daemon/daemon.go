@@ -169,7 +169,7 @@ func (rt *Daemon) ApplyMemoryLimit() {
 // buildIngest sets up the local-first ingest endpoint.
 func (rt *Daemon) buildIngest() error {
 	cfg := rt.cfg
-	opts, err := ClientOptions(cfg.Kafka, cfg.Kafka.ClientID+"-ingest", rt.log, rt.metrics.Registry)
+	opts, err := ClientOptions(cfg.Kafka, cfg.IngestClientID(), rt.log, rt.metrics.Registry)
 	if err != nil {
 		return err
 	}
@@ -347,17 +347,10 @@ func (e *ConfigError) Error() string { return e.Path + ": " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // GroupID returns the consumer group of a dispatcher's receiver for one
-// bounded context.
+// bounded context: [config.Config.GroupID], which validation checks for
+// uniqueness.
 func GroupID(cfg *config.Config, dispatcher, alias string) string {
-	d := cfg.Dispatchers[dispatcher]
-	switch {
-	case d.GroupID == "":
-		return cfg.Service + "." + dispatcher + "." + alias
-	case len(d.Contexts) == 1:
-		return d.GroupID
-	default:
-		return d.GroupID + "." + alias
-	}
+	return cfg.GroupID(dispatcher, alias)
 }
 
 // Topics returns every topic the configuration consumes, sorted.
@@ -379,16 +372,7 @@ func Topics(cfg *config.Config) []string {
 
 // aggregates returns the aggregates of bc that d consumes.
 func aggregates(d config.Dispatcher, bc config.Context) []string {
-	if len(d.Aggregates) == 0 {
-		return bc.Aggregates
-	}
-	var out []string
-	for _, a := range bc.Aggregates {
-		if slices.Contains(d.Aggregates, a) {
-			out = append(out, a)
-		}
-	}
-	return out
+	return d.AggregatesOf(bc)
 }
 
 func set(names []string) map[string]bool {
@@ -420,7 +404,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 			routes[wow.Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, kind)] = receiver.Route{Context: ctxName, Aggregate: agg, Kind: kind, Group: g}
 		}
 	}
-	clientID := cfg.Kafka.ClientID + "-" + dispatcher + "-" + bc.Alias
+	clientID := cfg.ClientID(dispatcher, bc.Alias)
 	log := rt.log.With(zap.String("dispatcher", dispatcher), zap.String("context", ctxName))
 	opts, err := ClientOptions(cfg.Kafka, clientID, log, rt.metrics.Registry)
 	if err != nil {
@@ -431,7 +415,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 	if d.FailurePolicy() == config.OnFailurePark {
 		// The parking clients' options carry no metrics hooks: they
 		// register per client ID, once.
-		popts, err := ClientOptions(cfg.Kafka, clientID+"-parking", log, nil)
+		popts, err := ClientOptions(cfg.Kafka, cfg.ParkingClientID(dispatcher, bc.Alias), log, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -442,7 +426,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 		Dispatcher:     dispatcher,
 		Context:        ctxName,
 		Service:        cfg.Service,
-		GroupID:        GroupID(cfg, dispatcher, bc.Alias),
+		GroupID:        cfg.GroupID(dispatcher, bc.Alias),
 		Routes:         routes,
 		MaxInFlight:    cfg.Dispatch.MaxInFlight,
 		CommitInterval: cfg.Kafka.CommitInterval,

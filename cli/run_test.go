@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wowd/wowd/handler"
+)
+
+// writeConfig writes yaml to a file in a temporary directory and returns
+// its path.
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "wowd.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestRunRefusesCollidingClientIDs: two receivers whose client IDs meet
+// through a dash (dispatcher a-b with context c, dispatcher a with context
+// b-c) made `run` panic registering the second client's metrics; now it is
+// a configuration error naming both, before anything is built.
+func TestRunRefusesCollidingClientIDs(t *testing.T) {
+	path := writeConfig(t, `wow:
+  service: s
+  kafka:
+    bootstrap-servers: [127.0.0.1:1]
+  metrics:
+    listen: 127.0.0.1:0
+  contexts:
+    b-c:
+      aggregates: [x]
+    c:
+      aggregates: [y]
+  dispatchers:
+    a:
+      topics: [event]
+      contexts: [b-c]
+      handler: {type: log}
+    a-b:
+      topics: [event]
+      contexts: [c]
+      handler: {type: log}
+`)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"run", "--config", path}, &stdout, &stderr, nil, handler.Default())
+	if code != ExitConfig {
+		t.Fatalf("exit %d, want %d:\n%s", code, ExitConfig, stderr.String())
+	}
+	for _, want := range []string{"wow.dispatchers.a-b:", `Kafka client ID "wowd-a-b-c"`, "dispatcher a's receiver for context b-c"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
