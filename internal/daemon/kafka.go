@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -143,23 +142,25 @@ func readSecretFile(path string) (string, error) {
 	return v, nil
 }
 
+// tlsConfig builds the TLS of the Kafka clients from wow.kafka.tls. Files
+// that cannot be used are configuration errors naming their key.
 func tlsConfig(t config.TLS) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("wow.kafka.tls.ca-file: %w", err)
+			return nil, &ConfigError{Path: "wow.kafka.tls.ca-file", Err: err}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, errors.New("wow.kafka.tls.ca-file: no PEM certificate found")
+			return nil, &ConfigError{Path: "wow.kafka.tls.ca-file", Err: fmt.Errorf("no PEM certificate in %s", t.CAFile)}
 		}
 		tc.RootCAs = pool
 	}
 	if t.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("wow.kafka.tls.cert-file/key-file: %w", err)
+			return nil, &ConfigError{Path: "wow.kafka.tls.cert-file", Err: fmt.Errorf("%s with wow.kafka.tls.key-file %s: %w", t.CertFile, t.KeyFile, err)}
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}

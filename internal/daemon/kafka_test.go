@@ -123,3 +123,36 @@ func TestOAuthBearerTokenFile(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaTLSFilesAreConfigErrors: a wow.kafka.tls file that cannot be
+// read or holds no PEM is a configuration error (exit 2) naming its key,
+// not a runtime failure.
+func TestKafkaTLSFilesAreConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	for _, tt := range []struct {
+		name string
+		tls  config.TLS
+		key  string
+	}{
+		{"missing CA", config.TLS{Enabled: true, CAFile: missing}, "wow.kafka.tls.ca-file"},
+		{"CA not PEM", config.TLS{Enabled: true, CAFile: notPEM}, "wow.kafka.tls.ca-file"},
+		{"missing certificate", config.TLS{Enabled: true, CertFile: missing, KeyFile: notPEM}, "wow.kafka.tls.cert-file"},
+		{"certificate not PEM", config.TLS{Enabled: true, CertFile: notPEM, KeyFile: notPEM}, "wow.kafka.tls.cert-file"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			k := config.Default().Kafka
+			k.BootstrapServers = []string{"127.0.0.1:1"}
+			k.TLS = tt.tls
+			_, err := ClientOptions(k, "test", nil, nil)
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Path != tt.key {
+				t.Errorf("%v (%T), want a ConfigError on %s", err, err, tt.key)
+			}
+		})
+	}
+}
