@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -181,12 +182,24 @@ func firstContext(cfg *config.Config) string {
 
 func (a *app) configCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Check or print a configuration"}
+	var noFiles bool
 	validate := &cobra.Command{
 		Use:   "validate",
 		Short: "Check a configuration: every problem is reported; exit 2 if any",
-		Args:  cobra.NoArgs,
+		Long: `Check a configuration: every problem is reported; exit 2 if any. The
+files it names (TLS certificates, keys and CAs, token and password files, a
+handler's *-file keys) are opened and checked as ` + "`wowd run`" + ` would use them;
+--no-files leaves them out, for a configuration of another machine (a
+container whose secrets are mounted there).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := a.load(cmd)
+			var cfg *config.Config
+			var err error
+			if noFiles {
+				cfg, err = a.loadDocument(cmd)
+			} else {
+				cfg, _, err = a.load(cmd)
+			}
 			if err != nil {
 				return err
 			}
@@ -200,6 +213,7 @@ func (a *app) configCmd() *cobra.Command {
 		},
 	}
 	a.configFlag(validate, "", "configuration file")
+	validate.Flags().BoolVar(&noFiles, "no-files", false, "do not open the files the configuration names")
 	var plain bool
 	print := &cobra.Command{
 		Use:   "print",
@@ -223,6 +237,24 @@ line, env WOW_..., or --set.`,
 	print.Flags().BoolVar(&plain, "plain", false, "leave out where each value came from")
 	cmd.AddCommand(validate, print)
 	return cmd
+}
+
+// loadDocument is load without opening the files the configuration
+// names: the document, the environment and --set alone.
+func (a *app) loadDocument(cmd *cobra.Command) (*config.Config, error) {
+	path := a.configPath(cmd)
+	if path == "" {
+		return nil, configError(errors.New("no configuration: pass --config FILE or set WOWD_CONFIG"))
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, configError(fmt.Errorf("config: %w", err))
+	}
+	cfg, _, err := config.ParseSources(data, path, a.reg, a.sources(cmd))
+	if err != nil {
+		return nil, configError(err)
+	}
+	return cfg, nil
 }
 
 func (a *app) handlersCmd() *cobra.Command {

@@ -58,3 +58,45 @@ func TestRunRefusesCollidingClientIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigValidateOpensFiles: `config validate` reports the files the
+// configuration names that cannot be used together with its other
+// problems; --no-files checks a configuration meant for another machine
+// (its secrets mounted there) without them.
+func TestConfigValidateOpensFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := writeConfig(t, `wow:
+  service: s
+  kafka:
+    bootstrap-servers: [127.0.0.1:1]
+    sasl: {mechanism: plain, username: u, password-file: `+filepath.Join(dir, "password")+`}
+  admin:
+    listen: 127.0.0.1:0
+    token-file: `+filepath.Join(dir, "token")+`
+  dispatch:
+    workers: -1
+  contexts:
+    c:
+      aggregates: [y]
+  dispatchers:
+    a:
+      topics: [event]
+      handler: {type: log}
+`)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"config", "validate", "--config", path}, &stdout, &stderr, nil, handler.Default())
+	if code != ExitConfig {
+		t.Fatalf("exit %d, want %d:\n%s", code, ExitConfig, stderr.String())
+	}
+	for _, want := range []string{"wow.dispatch.workers: must be >= 0", "wow.kafka.sasl.password-file: open ", "wow.admin.token-file: open "} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+
+	stderr.Reset()
+	code = run([]string{"config", "validate", "--no-files", "--config", path}, &stdout, &stderr, nil, handler.Default())
+	if code != ExitConfig || strings.Contains(stderr.String(), "-file") || !strings.Contains(stderr.String(), "wow.dispatch.workers") {
+		t.Errorf("--no-files: exit %d:\n%s", code, stderr.String())
+	}
+}

@@ -260,7 +260,14 @@ func TestConfigValidateExitCodes(t *testing.T) {
 	good = append(good, filepath.Join("..", "..", "configs", "wowd.yaml"), filepath.Join("..", "..", "configs", "dev.yaml"))
 	for _, f := range good {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			out, code := runWowd(t, "config", "validate", "--config", f)
+			// From internal/config, where the files they name are.
+			abs, err := filepath.Abs(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(wowd.Path(t), "config", "validate", "--config", abs)
+			cmd.Dir = root
+			out, code := proctest.Run(t, cmd)
 			if code != 0 || !strings.Contains(out, "ok") {
 				t.Fatalf("exit %d, output:\n%s", code, out)
 			}

@@ -321,6 +321,10 @@ type Sources struct {
 
 // Load reads the YAML file at path and returns the effective configuration:
 // see [Parse]. A file that cannot be read is reported as a plain error.
+// Unlike Parse, it also opens every file the configuration names (TLS
+// certificates, keys and CAs, token and password files, a handler's *-file
+// keys) and reports each that cannot be used with the other problems: the
+// configuration is to run here.
 func Load(path string, reg *handler.Registry, env []string) (*Config, error) {
 	c, _, err := LoadSources(path, reg, Sources{Env: env})
 	return c, err
@@ -332,7 +336,7 @@ func LoadSources(path string, reg *handler.Registry, src Sources) (*Config, *Ori
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	return ParseSources(data, path, reg, src)
+	return parse(data, path, reg, src, true)
 }
 
 // Parse decodes data, a YAML document with the top-level key `wow`,
@@ -351,6 +355,12 @@ func Parse(data []byte, name string, reg *handler.Registry, env []string) (*Conf
 // one); the environment does not override what they set. The Origins say
 // where each value came from.
 func ParseSources(data []byte, name string, reg *handler.Registry, src Sources) (*Config, *Origins, error) {
+	return parse(data, name, reg, src, false)
+}
+
+// parse is ParseSources; with files, it also opens the files the
+// configuration names (see checkFiles).
+func parse(data []byte, name string, reg *handler.Registry, src Sources, files bool) (*Config, *Origins, error) {
 	if reg == nil {
 		reg = handler.Default()
 	}
@@ -364,6 +374,9 @@ func ParseSources(data []byte, name string, reg *handler.Registry, src Sources) 
 		d.metadata(&c, name)
 		d.complete(&c)
 		d.validate(&c)
+		if files {
+			d.checkFiles(&c)
+		}
 	}
 	if len(d.errs) > 0 {
 		return nil, nil, d.errors(name)

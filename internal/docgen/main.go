@@ -189,7 +189,13 @@ func configurationDoc() []byte {
 the ` + "`WOWD_CONFIG`" + ` environment variable. Every key lives under ` + "`wow`" + `. Decoding is
 strict: an unknown key is an error naming the key, and every error is reported
 at once with its key path. Check a file with ` + "`wowd config validate --config FILE`" + `
-(exit code 2 on any error) and print the effective configuration, defaults
+(exit code 2 on any error); like ` + "`wowd run`" + `, it opens every file the configuration
+names (the value of each key ending in ` + "`-file`" + `, a handler's included: CA and
+certificate files must hold a PEM certificate, key files a PEM private key
+that goes with its certificate, token, password and header files must not be
+empty) and reports those that cannot be used with the other problems.
+` + "`--no-files`" + ` leaves them out, for a file meant for another machine. A relative file
+name is relative to the working directory. Print the effective configuration, defaults
 filled in and secrets masked, with ` + "`wowd config print --config FILE`" + `.
 ` + "`configs/wowd.yaml`" + ` is a commented example with every key.
 

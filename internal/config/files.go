@@ -1,0 +1,154 @@
+package config
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+)
+
+// maxCheckedFile bounds how much of a named file is read to check it: far
+// more than any certificate bundle or credential.
+const maxCheckedFile = 1 << 20
+
+// checkFiles opens every file the configuration names and reports each that
+// cannot be used, with the other problems: the value of every key whose
+// name ends in -file, fixed or a handler's (a mapping under such a key,
+// like the http handler's headers-from-file, holds file names as values).
+// CA and certificate files must hold a PEM certificate, key files a PEM
+// private key that goes with the certificate next to it; the others (tokens,
+// passwords, header values) must not be empty. A key already reported is
+// not opened. Relative names are relative to the working directory, as when
+// wowd uses them.
+func (d *decoder) checkFiles(c *Config) {
+	fc := fileChecker{d: d, reported: map[string]bool{}, pems: map[string][]byte{}}
+	for _, e := range d.errs {
+		fc.reported[e.Path] = true
+	}
+	for _, f := range configFields {
+		if f.ptr == nil || !strings.HasSuffix(f.name, "-file") {
+			continue
+		}
+		if p, ok := f.ptr(c).(*string); ok && *p != "" {
+			fc.check("wow."+f.name, f.name, *p)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Dispatchers)) {
+		fc.walk("wow.dispatchers."+name+".handler", c.Dispatchers[name].Handler.Raw)
+	}
+	fc.pairs()
+}
+
+type fileChecker struct {
+	d        *decoder
+	reported map[string]bool   // key paths with a problem already
+	pems     map[string][]byte // usable certificate and key files, by key path
+}
+
+// walk checks the files named in a handler's raw configuration m at path.
+func (fc *fileChecker) walk(path string, m map[string]any) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		p := path + "." + k
+		switch v := m[k].(type) {
+		case string:
+			if strings.HasSuffix(k, "-file") && v != "" {
+				fc.check(p, k, v)
+			}
+		case map[string]any:
+			if !strings.HasSuffix(k, "-file") {
+				fc.walk(p, v)
+				continue
+			}
+			for _, h := range slices.Sorted(maps.Keys(v)) {
+				if s, ok := v[h].(string); ok && s != "" {
+					fc.check(p+"."+h, k, s)
+				}
+			}
+		}
+	}
+}
+
+// check reads file, named by the key at path whose last element is key.
+// Its errors name the file, never its content.
+func (fc *fileChecker) check(path, key, file string) {
+	if fc.reported[path] {
+		return
+	}
+	data, err := readLimited(file)
+	if err != nil {
+		fc.d.errorf(path, "%v", err)
+		return
+	}
+	switch {
+	case strings.HasSuffix(key, "ca-file") || strings.HasSuffix(key, "cert-file"):
+		if !x509.NewCertPool().AppendCertsFromPEM(data) {
+			fc.d.errorf(path, "%s holds no PEM certificate", file)
+			return
+		}
+		fc.pems[path] = data
+	case strings.HasSuffix(key, "key-file"):
+		if !hasPrivateKey(data) {
+			fc.d.errorf(path, "%s holds no PEM private key", file)
+			return
+		}
+		fc.pems[path] = data
+	default:
+		if len(bytes.TrimSpace(data)) == 0 {
+			fc.d.errorf(path, "%s is empty", file)
+		}
+	}
+}
+
+// pairs checks that each usable key file goes with the usable certificate
+// file next to it.
+func (fc *fileChecker) pairs() {
+	for _, path := range slices.Sorted(maps.Keys(fc.pems)) {
+		prefix, ok := strings.CutSuffix(path, "key-file")
+		if !ok {
+			continue
+		}
+		cert, ok := fc.pems[prefix+"cert-file"]
+		if !ok {
+			continue
+		}
+		if _, err := tls.X509KeyPair(cert, fc.pems[path]); err != nil {
+			fc.d.errorf(path, "does not go with %scert-file: %v", prefix, err)
+		}
+	}
+}
+
+func readLimited(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxCheckedFile+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("reading %s: %w", file, err)
+	case len(data) > maxCheckedFile:
+		return nil, fmt.Errorf("%s is larger than %d bytes", file, maxCheckedFile)
+	}
+	return data, nil
+}
+
+// hasPrivateKey reports whether data holds a PEM block of a private key.
+func hasPrivateKey(data []byte) bool {
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			return false
+		}
+		if strings.HasSuffix(b.Type, "PRIVATE KEY") {
+			return true
+		}
+	}
+}

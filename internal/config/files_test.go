@@ -1,0 +1,114 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/tlsconf/tlstest"
+)
+
+// TestLoadOpensTheNamedFiles: loading a configuration file opens every file
+// it names (TLS certificates, keys and CAs, token and password files, a
+// handler's files) and reports each that cannot be used with the other
+// problems, at once: `config validate` finds them, not the start, one at a
+// time.
+func TestLoadOpensTheNamedFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	srv := tlstest.WriteServer(t, dir, "localhost", nil)
+	other := tlstest.WriteServer(t, t.TempDir(), "other", nil)
+	missing := filepath.Join(dir, "missing")
+	notPEM := write("not.pem", "hello\n")
+	empty := write("empty", " \n")
+	token := write("token", "s3cret\n")
+	cfg := write("wowd.yaml", `wow:
+  service: s
+  kafka:
+    bootstrap-servers: [k:9092]
+    tls:
+      enabled: true
+      ca-file: `+notPEM+`
+      cert-file: `+srv.CertFile+`
+      key-file: `+notPEM+`
+    sasl: {mechanism: oauthbearer, token-file: `+empty+`}
+  metrics:
+    listen: 127.0.0.1:0
+    tls: {cert-file: `+srv.CertFile+`, key-file: `+srv.KeyFile+`, client-ca-file: `+srv.CertFile+`}
+  admin:
+    listen: 127.0.0.1:0
+    token-file: `+missing+`
+    tls: {cert-file: `+srv.CertFile+`, key-file: `+other.KeyFile+`}
+  ingest:
+    enabled: true
+    token-file: `+token+`
+  contexts:
+    c: {aggregates: [a]}
+  dispatch:
+    workers: -1
+  dispatchers:
+    d:
+      topics: [event]
+      handler:
+        type: files
+        tls: {ca-file: `+missing+`}
+        headers-from-file: {Authorization: `+empty+`}
+`)
+	_, _, err := config.LoadSources(cfg, filesRegistry(), config.Sources{})
+	if err == nil {
+		t.Fatal("loaded")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"wow.dispatch.workers: must be >= 0",
+		"wow.kafka.tls.ca-file: " + notPEM + " holds no PEM certificate",
+		"wow.kafka.tls.key-file: " + notPEM + " holds no PEM private key",
+		"wow.kafka.sasl.token-file: " + empty + " is empty",
+		"wow.admin.token-file: open " + missing + ": no such file or directory",
+		"wow.admin.tls.key-file: does not go with wow.admin.tls.cert-file: tls: private key does not match public key",
+		"wow.dispatchers.d.handler.tls.ca-file: open " + missing,
+		"wow.dispatchers.d.handler.headers-from-file.Authorization: " + empty + " is empty",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("errors lack %q:\n%s", want, msg)
+		}
+	}
+	if n := strings.Count(msg, "\n") + 1; n != 8 {
+		t.Errorf("%d errors, want 8:\n%s", n, msg)
+	}
+	if strings.Contains(msg, "s3cret") || strings.Contains(msg, "hello") {
+		t.Errorf("errors show a file's content:\n%s", msg)
+	}
+
+	// Parse checks the document alone: the files it names are the
+	// business of the machine that runs it.
+	data, _ := os.ReadFile(cfg)
+	_, err = config.Parse(data, cfg, filesRegistry(), nil)
+	if err == nil || strings.Count(err.Error(), "\n") != 0 {
+		t.Errorf("Parse: %v, want only the workers error", err)
+	}
+}
+
+// filesConfig is the configuration of a handler type with files of its
+// own, named like the http sink's.
+type filesConfig struct {
+	TLS struct {
+		CAFile string `config:"ca-file" desc:"CAs."`
+	} `config:"tls"`
+	HeadersFromFile map[string]string `config:"headers-from-file" desc:"Header values."`
+}
+
+func filesRegistry() *handler.Registry {
+	r := testRegistry()
+	r.Register(handler.Spec{Name: "files", New: newNothing, Config: func() any { return &filesConfig{} }})
+	return r
+}
