@@ -150,10 +150,19 @@ func Decode(spec handler.Spec, raw map[string]any) (any, error) {
 			errs = append(errs, fmt.Errorf("%s: required", f.Name))
 		}
 	}
-	if len(errs) == 0 {
-		if v, ok := cfg.(handler.Validator); ok {
-			if err := v.Validate(); err != nil {
-				errs = append(errs, leaves(err)...)
+	// Validate runs whatever else was found, so that every problem shows
+	// in one round; what it says of a key reported already (a value that
+	// did not decode, a required key missing) is left out.
+	if v, ok := cfg.(handler.Validator); ok {
+		if err := v.Validate(); err != nil {
+			reported := map[string]bool{}
+			for _, e := range errs {
+				reported[problemKey(e)] = true
+			}
+			for _, e := range leaves(err) {
+				if k := problemKey(e); k == "" || !reported[k] {
+					errs = append(errs, e)
+				}
 			}
 		}
 	}
@@ -161,6 +170,24 @@ func Decode(spec handler.Spec, raw map[string]any) (any, error) {
 		return nil, errors.Join(errs...)
 	}
 	return cfg, nil
+}
+
+// problemKey returns the key a problem of Decode is about ("" when it
+// names none): an unknown key, the field of a value that did not decode, or
+// the "key: " its message starts with.
+func problemKey(err error) string {
+	var uk *UnknownKeyError
+	if errors.As(err, &uk) {
+		return uk.Key
+	}
+	var de *mapstructure.DecodeError
+	if errors.As(err, &de) {
+		return de.Name()
+	}
+	if k, _, ok := strings.Cut(err.Error(), ": "); ok && !strings.Contains(k, " ") {
+		return k
+	}
+	return ""
 }
 
 // UnknownKeyError reports a configuration key the handler does not take.

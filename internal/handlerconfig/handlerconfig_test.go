@@ -1,6 +1,7 @@
 package handlerconfig_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +67,43 @@ func TestDecodeNamesUnknownKeys(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "invalid keys") {
 		t.Errorf("raw decoder text leaks: %q", err)
+	}
+}
+
+// validatedConfig checks its values with Validate.
+type validatedConfig struct {
+	URL string        `config:"url" required:"true"`
+	Min time.Duration `config:"min"`
+	Max time.Duration `config:"max"`
+}
+
+func (c *validatedConfig) Validate() error {
+	var errs []error
+	if c.Min > c.Max {
+		errs = append(errs, errors.New("min: must be at most max"))
+	}
+	if c.URL == "" {
+		errs = append(errs, errors.New("url: must not be empty"))
+	}
+	return errors.Join(errs...)
+}
+
+// TestDecodeValidatesDespiteOtherProblems: the handler's Validate runs even
+// when keys are unknown, wrongly typed or missing, so every problem shows
+// in one round; what it says of a key already reported is left out.
+func TestDecodeValidatesDespiteOtherProblems(t *testing.T) {
+	spec := handler.Spec{
+		Name:   "v",
+		Config: func() any { return &validatedConfig{} },
+		New:    func(any, handler.Deps) (handler.Handler, error) { return nil, nil },
+	}
+	_, err := handlerconfig.Decode(spec, map[string]any{"url": "http://x", "mni": "1s", "min": "2s", "max": "1s"})
+	if err == nil || !strings.Contains(err.Error(), "mni: unknown key") || !strings.Contains(err.Error(), "min: must be at most max") {
+		t.Errorf("unknown key and a Validate problem: %v, want both", err)
+	}
+	_, err = handlerconfig.Decode(spec, map[string]any{"min": "2s", "max": "1s"})
+	if err == nil || !strings.Contains(err.Error(), "url: required") || !strings.Contains(err.Error(), "min: must be at most max") ||
+		strings.Contains(err.Error(), "url: must not be empty") {
+		t.Errorf("a missing key and a Validate problem: %v, want url: required and min, once each", err)
 	}
 }
