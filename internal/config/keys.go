@@ -86,13 +86,13 @@ var configFields = []field[Config]{
 
 	{name: "contexts", typ: "map of context", desc: "Bounded contexts, by name (at least one)."},
 
-	{name: "dispatch.workers", def: "0", desc: "Workers running handlers; 0 means the number of available processors.",
+	{name: "dispatch.workers", def: "0", desc: "Workers running handlers; 0 means the number of available processors. At most 4096: one per processor is the design, and each worker adds 16 mailbox shards to the executor.",
 		ptr: func(c *Config) any { return &c.Dispatch.Workers }},
-	{name: "dispatch.max-in-flight", def: "256", desc: "Messages in flight per receiver before it pauses fetching (>= 1).",
+	{name: "dispatch.max-in-flight", def: "256", desc: "Messages in flight per receiver before it pauses fetching (1 to 65536: each receiver holds that many records in memory).",
 		ptr: func(c *Config) any { return &c.Dispatch.MaxInFlight }},
 	{name: "dispatch.throughput", def: "16", desc: "Messages a worker runs from one mailbox before moving on (>= 1).",
 		ptr: func(c *Config) any { return &c.Dispatch.Throughput }},
-	{name: "dispatch.blocking-workers", def: "64", desc: "Size of the bounded pool for handlers that block (>= 1).",
+	{name: "dispatch.blocking-workers", def: "64", desc: "Size of the bounded pool for handlers that block (1 to 4096: each may hold an OS thread in a blocking call, and the Go runtime stops the process at 10000 threads).",
 		ptr: func(c *Config) any { return &c.Dispatch.BlockingWorkers }},
 
 	{name: "dispatchers", typ: "map of dispatcher", desc: "Dispatchers, by name (at least one): topics consumed and the handler they go to."},

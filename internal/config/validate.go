@@ -24,6 +24,21 @@ var (
 	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]*$`)
 )
 
+// Upper bounds of wow.dispatch, far above what any machine uses, so that a
+// typo (an extra zero or three) is refused instead of run.
+const (
+	// MaxWorkers bounds wow.dispatch.workers: one worker per processor is
+	// the design, and each worker adds 16 mailbox shards to the executor.
+	MaxWorkers = 4096
+	// MaxInFlight bounds wow.dispatch.max-in-flight: each receiver holds
+	// up to that many records in memory.
+	MaxInFlight = 65536
+	// MaxBlockingWorkers bounds wow.dispatch.blocking-workers: each may
+	// hold an OS thread in a blocking call, and the Go runtime stops the
+	// process at 10000 threads.
+	MaxBlockingWorkers = 4096
+)
+
 const (
 	maxTopicLen = 249 // Kafka's limit
 	nameRule    = "letters, digits, '.', '_' and '-', starting with a letter or digit"
@@ -38,10 +53,10 @@ func (d *decoder) validate(c *Config) {
 	}
 	d.validateKafka(&c.Kafka)
 	d.validateContexts(c)
-	d.atLeast("wow.dispatch.workers", c.Dispatch.Workers, 0)
-	d.atLeast("wow.dispatch.max-in-flight", c.Dispatch.MaxInFlight, 1)
+	d.between("wow.dispatch.workers", c.Dispatch.Workers, 0, MaxWorkers)
+	d.between("wow.dispatch.max-in-flight", c.Dispatch.MaxInFlight, 1, MaxInFlight)
 	d.atLeast("wow.dispatch.throughput", c.Dispatch.Throughput, 1)
-	d.atLeast("wow.dispatch.blocking-workers", c.Dispatch.BlockingWorkers, 1)
+	d.between("wow.dispatch.blocking-workers", c.Dispatch.BlockingWorkers, 1, MaxBlockingWorkers)
 	d.validateDispatchers(c)
 	d.validateNames(c)
 	if c.Metrics.Listen != "" {
@@ -518,6 +533,16 @@ func (d *decoder) oneOf(path, s string, allowed ...string) bool {
 	shown := slices.DeleteFunc(slices.Clone(allowed), func(a string) bool { return a == "" })
 	d.errorf(path, "%q is not one of %s", s, strings.Join(shown, ", "))
 	return false
+}
+
+// between checks that min <= n <= max.
+func (d *decoder) between(path string, n, min, max int) {
+	switch {
+	case n < min:
+		d.errorf(path, "must be >= %d, got %d", min, n)
+	case n > max:
+		d.errorf(path, "must be at most %d, got %d", max, n)
+	}
 }
 
 func (d *decoder) atLeast(path string, n, min int) {
