@@ -746,3 +746,15 @@ func TestDispatchUpperBounds(t *testing.T) {
 		mustParse(t, minimalYAML, env)
 	}
 }
+
+// TestMetadataTimeoutMustBePositive: a negative or zero
+// wow.metadata-timeout was silently replaced by the default.
+func TestMetadataTimeoutMustBePositive(t *testing.T) {
+	for _, v := range []string{"-1s", "0s"} {
+		errs := parseErrors(t, minimalYAML, "WOW_METADATA_TIMEOUT="+v)
+		want := "wow.metadata-timeout: must be > 0, got " + v
+		if len(errs.List) != 1 || !strings.Contains(errs.Error(), want) {
+			t.Errorf("%s: errors:\n%s\nwant one containing %q", v, errs, want)
+		}
+	}
+}

@@ -32,7 +32,7 @@ var configFields = []field[Config]{
 	{name: "metadata", omitEmpty: true,
 		desc: "A Wow wow-metadata.json file (relative to the configuration file) or a running service's /wow/metadata URL, read at start: its bounded contexts (aliases and aggregates) are used when wow.contexts is empty, and must agree with wow.contexts otherwise.",
 		ptr:  func(c *Config) any { return &c.Metadata }},
-	{name: "metadata-timeout", def: "10s", desc: "Time limit for reading wow.metadata from a URL.",
+	{name: "metadata-timeout", def: "10s", desc: "Time limit for reading wow.metadata from a URL (> 0).",
 		ptr: func(c *Config) any { return &c.MetadataTimeout }},
 
 	{name: "kafka.bootstrap-servers", desc: "Kafka brokers to connect to, as host:port (required; in the environment, comma-separated).",

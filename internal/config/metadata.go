@@ -24,6 +24,8 @@ func (d *decoder) metadata(c *Config, file string) {
 	}
 	timeout := c.MetadataTimeout
 	if timeout <= 0 {
+		// Refused by validate; the default lets the metadata's own
+		// problems be reported with it.
 		timeout = DefaultMetadataTimeout
 	}
 	m, err := wow.LoadMetadata(context.Background(), source, timeout)

@@ -51,6 +51,7 @@ func (d *decoder) validate(c *Config) {
 	} else {
 		d.name("wow.service", c.Service)
 	}
+	d.positive("wow.metadata-timeout", c.MetadataTimeout)
 	d.validateKafka(&c.Kafka)
 	d.validateContexts(c)
 	d.between("wow.dispatch.workers", c.Dispatch.Workers, 0, MaxWorkers)
