@@ -758,3 +758,33 @@ func TestMetadataTimeoutMustBePositive(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvUnknownVariables: a WOW_* variable that names no key is a typo
+// that would silently do nothing; every one is reported, with the closest
+// variable. Other variables, WOWD_* (wowd's own, not keys) included, are
+// not wowd's configuration.
+func TestEnvUnknownVariables(t *testing.T) {
+	errs := parseErrors(t, minimalYAML,
+		"WOW_DISPATCH_WORKRS=8",
+		"WOW_LOG_LEVEL=debug",
+		"WOW_KAFKA_BOOTSTRAP_SERVER=k:9092",
+		"WOW_UNRELATED_THING=",
+		"WOWD_CONFIG=/etc/wowd/wowd.yaml",
+		"WOWD_SINK_TOKEN=x",
+		"WOW=1",
+		"PATH=/bin",
+	)
+	msg := errs.Error()
+	for _, want := range []string{
+		"test.yaml: environment variable WOW_DISPATCH_WORKRS: not a configuration key (did you mean WOW_DISPATCH_WORKERS?)",
+		"test.yaml: environment variable WOW_KAFKA_BOOTSTRAP_SERVER: not a configuration key (did you mean WOW_KAFKA_BOOTSTRAP_SERVERS?)",
+		"test.yaml: environment variable WOW_UNRELATED_THING: not a configuration key",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("errors lack %q:\n%s", want, msg)
+		}
+	}
+	if len(errs.List) != 3 {
+		t.Errorf("got %d errors, want 3:\n%s", len(errs.List), msg)
+	}
+}

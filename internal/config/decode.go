@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -487,13 +488,27 @@ func (d *decoder) positions(path string, n *yaml.Node) {
 }
 
 // applyEnv applies the WOW_* variables of env (KEY=value strings) to the
-// fixed keys. Empty values are ignored, as viper does.
+// fixed keys. Empty values are ignored, as viper does: an empty variable
+// does not clear a key (a variable defined from an unset one is empty).
+// A WOW_* variable that names no key is reported: it is a typo that would
+// otherwise do nothing. (wowd's own variables, WOWD_*, are not keys.)
 func (d *decoder) applyEnv(c *Config, env []string) {
 	vars := map[string]string{}
 	for _, kv := range env {
 		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "WOW_") {
 			vars[k] = v
 		}
+	}
+	known := EnvVars()
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		if _, found := slices.BinarySearch(known, name); found {
+			continue
+		}
+		msg := "environment variable " + name + ": not a configuration key"
+		if k := closest(name, known); k != "" {
+			msg += " (did you mean " + k + "?)"
+		}
+		d.errs = append(d.errs, Error{Msg: msg})
 	}
 	for _, f := range configFields {
 		if f.ptr == nil {

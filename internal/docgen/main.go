@@ -213,7 +213,13 @@ Environment variables override the scalar and list keys outside ` + "`contexts`"
 ` + "`dispatchers`" + `: ` + "`WOW_`" + ` followed by the path after ` + "`wow.`" + ` in upper case, with
 dots and dashes turned into underscores (` + "`WOW_DISPATCH_WORKERS=8`" + `). Lists are
 comma-separated (` + "`WOW_KAFKA_BOOTSTRAP_SERVERS=a:9092,b:9092`" + `). Durations use Go's
-syntax: ` + "`500ms`, `30s`, `1m`, `1h30m`" + `.
+syntax: ` + "`500ms`, `30s`, `1m`, `1h30m`" + `. Every ` + "`WOW_*`" + ` variable is taken as
+wowd's: one that names no key (a typo such as ` + "`WOW_DISPATCH_WORKRS`" + `) is a
+configuration error naming it and the closest variable, so do not hand wowd the
+environment of a Spring-configured Wow service. ` + "`WOWD_*`" + ` variables (` + "`WOWD_CONFIG`" + `) are
+not keys and are not checked. An empty variable is ignored: it cannot clear a key the
+file sets (a variable defined from an unset one is empty); use
+` + "`--set key=`" + ` or ` + "`--set key=null`" + ` (the default) for that.
 
 ` + "`--set`" + ` reaches any key, those of dispatchers and handlers included, with Helm's
 syntax in its simple cases: ` + "`--set wow.dispatchers.cart.handler.request-timeout=5s`" + `;
