@@ -24,7 +24,8 @@ type Origins struct {
 // Of says where the value of the key at path (wow.log.level,
 // wow.dispatchers.cart.handler.url) came from: "--set", "env WOW_X",
 // "<file>:<line>", "wow.metadata" for contexts read from it, or "default"
-// (also for values computed from others, such as a context's alias).
+// (also for values computed from others, such as a context's alias). A list
+// or mapping is "--set" when --set gave any part of it.
 func (o *Origins) Of(path string) string {
 	if o == nil {
 		return "default"
@@ -35,8 +36,10 @@ func (o *Origins) Of(path string) string {
 		}
 	}
 	for k := range o.set {
-		if strings.HasPrefix(k, path+"[") {
-			return "--set" // an item of the list at path
+		// An item of the list at path, or an entry of the mapping at
+		// path (a secret mapping is printed masked, as one value).
+		if strings.HasPrefix(k, path+"[") || strings.HasPrefix(k, path+".") {
+			return "--set"
 		}
 	}
 	if v, ok := o.env[path]; ok {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
 )
 
@@ -248,5 +249,31 @@ func TestSetAddsAMapping(t *testing.T) {
 	want := `wow.dispatchers.New.topics: required: at least one of command, event, state (set by --set wow.dispatchers.New.handler.type=discard)`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %v\nwant %s", err, want)
+	}
+}
+
+// TestWriteOriginsMaskedMap: a secret mapping is printed masked as one
+// value; when --set gave one of its entries, it says --set, not default.
+func TestWriteOriginsMaskedMap(t *testing.T) {
+	type sealed struct {
+		Headers map[string]string `config:"headers" secret:"true"`
+	}
+	reg := testRegistry()
+	reg.Register(handler.Spec{Name: "sealed", New: newNothing, Config: func() any { return &sealed{} }})
+	yaml := strings.Replace(layeredYAML, "type: http\n        url: http://127.0.0.1:8080/wow\n", "type: sealed\n", 1)
+	c, o, err := config.ParseSources([]byte(yaml), "wowd.yaml", reg,
+		config.Sources{Set: []string{"wow.dispatchers.Cart.handler.headers.Authorization=Bearer s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := c.WriteOrigins(&out, reg, o); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "headers: '******' # --set") || strings.Contains(s, "s3cret") {
+		t.Errorf("want headers: '******' # --set in:\n%s", s)
+	}
+	if got := o.Of("wow.dispatchers.Cart.handler.headers"); got != "--set" {
+		t.Errorf("Of(headers) = %q, want --set", got)
 	}
 }
