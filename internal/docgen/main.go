@@ -354,7 +354,8 @@ executor are read at scrape time. Histograms are exported as the usual
 	b.WriteString(`
 ## Kafka client metrics (` + "`wowd_kafka_*`" + `)
 
-Each receiver has its own franz-go client, named ` + "`<wow.kafka.client-id>-<dispatcher>-<context alias>`" + `.
+Each receiver has its own franz-go client, named ` + "`<wow.kafka.client-id>-<dispatcher>-<context alias>`" + `;
+the ingest endpoint's producer is ` + "`<wow.kafka.client-id>-ingest`" + `.
 The clients' metrics come from franz-go's kprom plugin with the namespace
 ` + "`wowd_kafka`" + ` and the label ` + "`client_id`" + `; per-broker series add ` + "`node_id`" + ` (` + "`seed_0`" + `,
 ` + "`seed_1`" + `… for the bootstrap connections, the broker's node ID after that) and the
@@ -369,6 +370,8 @@ fetch and produce byte counters add ` + "`topic`" + `. Among them:
 | ` + "`wowd_kafka_read_bytes_total`" + `, ` + "`wowd_kafka_write_bytes_total`" + ` | bytes read from and written to brokers |
 | ` + "`wowd_kafka_fetch_bytes_total`" + ` | uncompressed bytes fetched, per topic |
 | ` + "`wowd_kafka_buffered_fetch_records_total`" + `, ` + "`wowd_kafka_buffered_fetch_bytes`" + ` | records and bytes fetched but not yet polled (bounded by the fetch limits) |
+| ` + "`wowd_kafka_produce_bytes_total`" + ` | uncompressed bytes produced, per topic: dead letters, parked-aggregate state, ingest |
+| ` + "`wowd_kafka_buffered_produce_records_total`" + `, ` + "`wowd_kafka_buffered_produce_bytes`" + ` | records and bytes waiting in the client to be produced (0 on a client that only consumes) |
 
 A counter with per-broker labels appears only after its first event: the
 error counters are absent from a healthy process. An expression over them has
