@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/daemon"
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // TestKafkaMetricsAreDocumented: the Kafka client metrics come from
@@ -48,10 +50,21 @@ func TestKafkaMetricsAreDocumented(t *testing.T) {
 	if fs := cl.PollFetches(ctx); fs.NumRecords() == 0 {
 		t.Fatalf("fetched nothing: %v", fs.Errors())
 	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The client counts a written batch in a hook that may run after the
+	// produce's promise: wait for it.
+	var families []*dto.MetricFamily
+	testwait.For(t, 10*time.Second, "the produce and fetch counters", func() bool {
+		if families, err = reg.Gather(); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range families {
+			if f.GetName() == "wowd_kafka_produce_bytes_total" || f.GetName() == "wowd_kafka_fetch_bytes_total" {
+				n++
+			}
+		}
+		return n == 2
+	})
 	doc := string(metricsDoc())
 	exported := map[string]bool{}
 	for _, f := range families {
