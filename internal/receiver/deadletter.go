@@ -296,7 +296,7 @@ func (r *Receiver) sizeDeadLetterTopics(ctx context.Context, adm *kadm.Client, d
 	if len(dls) == 0 {
 		return
 	}
-	limits, err := topicsize.MaxMessageBytes(ctx, adm, dls...)
+	limits, err := topicsize.MaxMessageBytesOfExisting(ctx, adm, dls...)
 	var unread []string
 	sizes := make(map[string]int32, len(dls))
 	for _, t := range dls {

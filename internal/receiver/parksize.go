@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -81,10 +82,13 @@ func (r *Receiver) batchMaxBytes(topic string) int32 {
 // sources, read at start for the dead-letter topics (ensureDeadLetterTopics)
 // and the parked ones (ensureParkingTopics): one read is not asked for
 // again (one not read is, by the next caller), and a failure to read is
-// warned of once. A source whose limit cannot be read is missing. Start's
-// goroutine only.
+// warned of once. A source whose limit cannot be read is missing. Called
+// by Start and by a late dead-letter topic creation (from a job, possibly
+// of a local record while Start runs): one at a time, under s.mu.
 func (r *Receiver) sourceMaxBytes(ctx context.Context, adm *kadm.Client, sources []string) map[string]int32 {
 	s := &r.srcMax
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.limit == nil {
 		s.limit = make(map[string]int32, len(sources))
 	}
@@ -115,6 +119,7 @@ func (r *Receiver) sourceMaxBytes(ctx context.Context, adm *kadm.Client, sources
 // sourceLimits are the consumed topics' max.message.bytes read at start
 // (sourceMaxBytes).
 type sourceLimits struct {
+	mu     sync.Mutex       // guards limit and warned, across the read
 	limit  map[string]int32 // by source topic, those read
 	warned bool             // a failure to read one was warned of
 }
@@ -140,7 +145,7 @@ func (r *Receiver) sizeParkedTopics(ctx context.Context, adm *kadm.Client, sourc
 	for _, src := range sources {
 		parked = append(parked, park.Topic(src))
 	}
-	limits, err := topicsize.MaxMessageBytes(ctx, adm, parked...)
+	limits, err := topicsize.MaxMessageBytesOfExisting(ctx, adm, parked...)
 	var unread []string
 	for _, t := range parked {
 		if n, ok := created[t]; ok {

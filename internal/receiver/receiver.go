@@ -481,7 +481,12 @@ const startTimeout = 10 * time.Second
 func (r *Receiver) Start(ctx context.Context) {
 	sctx, scancel := context.WithTimeout(ctx, startTimeout)
 	if r.o.DeadLetter.Enabled {
+		// Under dlEnsureMu: a local record dead-lettered while Start runs
+		// (the ingest takes records before the receivers start) may make
+		// them late, at the same time.
+		r.dlEnsureMu.Lock()
 		r.ensureDeadLetterTopics(sctx)
+		r.dlEnsureMu.Unlock()
 	}
 	// Dead-letter writes go from now on: those of fetched records, polled
 	// below (those of parking come after ps.ready, closed by startParking).

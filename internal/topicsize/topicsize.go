@@ -12,7 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -53,6 +55,41 @@ func MaxMessageBytes(ctx context.Context, adm *kadm.Client, topics ...string) (m
 	}
 	return out, errors.Join(errs...)
 }
+
+// MaxMessageBytesOfExisting is MaxMessageBytes for topics known to exist,
+// just created or reported as existing by a create: a broker whose metadata
+// lags its controller answers for such a topic that it does not know it
+// (UNKNOWN_TOPIC_OR_PARTITION) for a moment. Those are asked again, up to
+// existingRetries times with a doubling wait from 50 ms (about 1.5 s in
+// all), and no later than ctx.
+func MaxMessageBytesOfExisting(ctx context.Context, adm *kadm.Client, topics ...string) (map[string]int32, error) {
+	out, err := MaxMessageBytes(ctx, adm, topics...)
+	wait := 50 * time.Millisecond
+	for range existingRetries {
+		if !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			break
+		}
+		var again []string
+		for _, t := range topics {
+			if _, ok := out[t]; !ok {
+				again = append(again, t)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return out, err
+		case <-time.After(wait):
+		}
+		wait *= 2
+		var more map[string]int32
+		more, err = MaxMessageBytes(ctx, adm, again...)
+		maps.Copy(out, more)
+	}
+	return out, err
+}
+
+// existingRetries bounds MaxMessageBytesOfExisting's second asks.
+const existingRetries = 5
 
 // BatchLimit is a topic's max.message.bytes as a batch limit of the
 // client, which takes [512, 1 GiB].

@@ -2,13 +2,17 @@ package topicsize
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestRecordBytesCoversWhatTheClientCounts: a record of RecordBytes is
@@ -50,5 +54,56 @@ func TestRecordBytesCoversWhatTheClientCounts(t *testing.T) {
 		if less := n - 30 - 8*tc.headers; !TooLarge(produce(less)) {
 			t.Errorf("%+v: a batch limit of %d, under RecordBytes %d, was not refused as too large", tc, less, n)
 		}
+	}
+}
+
+// TestExistingTopicsAreAskedAgain: a broker that does not know a topic yet
+// (its metadata behind the controller's, just after a create) answers
+// UNKNOWN_TOPIC_OR_PARTITION; MaxMessageBytesOfExisting asks again and
+// reads the limit, where MaxMessageBytes gives up at once. A topic that
+// does not exist at all is given up after the retries, with the error.
+func TestExistingTopicsAreAskedAgain(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic("t", 1, map[string]string{"max.message.bytes": "2000000"}); err != nil {
+		t.Fatal(err)
+	}
+	refusals := 0
+	c.ControlKey(int16(kmsg.DescribeConfigs), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if refusals >= 3 {
+			return nil, nil, false
+		}
+		refusals++
+		r := req.(*kmsg.DescribeConfigsRequest)
+		resp := r.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		for _, rs := range r.Resources {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName, rr.ErrorCode = rs.ResourceType, rs.ResourceName, kerr.UnknownTopicOrPartition.Code
+			resp.Resources = append(resp.Resources, rr)
+		}
+		return resp, nil, true
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := MaxMessageBytes(ctx, adm, "t"); !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("the lagging broker's first answer: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
+	}
+	got, err := MaxMessageBytesOfExisting(ctx, adm, "t")
+	if err != nil || got["t"] != 2_000_000 {
+		t.Fatalf("MaxMessageBytesOfExisting = %v, %v; want t: 2000000 after %d refusals", got, err, refusals)
+	}
+	got, err = MaxMessageBytesOfExisting(ctx, adm, "missing")
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) || len(got) != 0 {
+		t.Fatalf("a missing topic: %v, %v; want UNKNOWN_TOPIC_OR_PARTITION", got, err)
 	}
 }
