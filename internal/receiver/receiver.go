@@ -274,7 +274,7 @@ type Receiver struct {
 	// dlEnsuredAt, when that last ran. A leaf but for the client's calls.
 	dlEnsureMu  sync.Mutex
 	dlEnsuredAt time.Time
-	// srcMax are the consumed topics' max.message.bytes (Start's only).
+	// srcMax are the consumed topics' max.message.bytes (sourceMaxBytes; its own lock).
 	srcMax sourceLimits
 
 	versions *versions    // nil without Options.VersionCheck
