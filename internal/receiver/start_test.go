@@ -74,7 +74,6 @@ func TestReceiversStartedTogetherSizeTheTopicsTheyShare(t *testing.T) {
 	}
 }
 
-
 // TestLateDeadLetterTopicsDuringStart: a local record dead-lettered while
 // Start runs (the ingest takes records before the receivers start) makes
 // the dead-letter topics late, at the same time as Start makes them and the
