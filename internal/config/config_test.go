@@ -736,13 +736,14 @@ func TestDispatchUpperBounds(t *testing.T) {
 		{"WOW_DISPATCH_WORKERS=100000000", "wow.dispatch.workers: must be at most 4096, got 100000000"},
 		{"WOW_DISPATCH_MAX_IN_FLIGHT=10000000", "wow.dispatch.max-in-flight: must be at most 65536, got 10000000"},
 		{"WOW_DISPATCH_BLOCKING_WORKERS=20000", "wow.dispatch.blocking-workers: must be at most 4096, got 20000"},
+		{"WOW_DISPATCH_THROUGHPUT=1000000", "wow.dispatch.throughput: must be at most 65536, got 1000000"},
 	} {
 		errs := parseErrors(t, minimalYAML, tt.env)
 		if len(errs.List) != 1 || !strings.Contains(errs.Error(), tt.want) {
 			t.Errorf("%s: errors:\n%s\nwant one containing %q", tt.env, errs, tt.want)
 		}
 	}
-	for _, env := range []string{"WOW_DISPATCH_WORKERS=4096", "WOW_DISPATCH_MAX_IN_FLIGHT=65536", "WOW_DISPATCH_BLOCKING_WORKERS=4096"} {
+	for _, env := range []string{"WOW_DISPATCH_WORKERS=4096", "WOW_DISPATCH_MAX_IN_FLIGHT=65536", "WOW_DISPATCH_BLOCKING_WORKERS=4096", "WOW_DISPATCH_THROUGHPUT=65536"} {
 		mustParse(t, minimalYAML, env)
 	}
 }

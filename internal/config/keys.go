@@ -90,7 +90,7 @@ var configFields = []field[Config]{
 		ptr: func(c *Config) any { return &c.Dispatch.Workers }},
 	{name: "dispatch.max-in-flight", def: "256", desc: "Messages in flight per receiver before it pauses fetching (1 to 65536: each receiver holds that many records in memory).",
 		ptr: func(c *Config) any { return &c.Dispatch.MaxInFlight }},
-	{name: "dispatch.throughput", def: "16", desc: "Messages a worker runs from one mailbox before moving on (>= 1).",
+	{name: "dispatch.throughput", def: "16", desc: "Messages a worker runs from one mailbox before moving on (1 to 65536: a mailbox never holds more than a window).",
 		ptr: func(c *Config) any { return &c.Dispatch.Throughput }},
 	{name: "dispatch.blocking-workers", def: "64", desc: "Size of the bounded pool for handlers that block (1 to 4096: each may hold an OS thread in a blocking call, and the Go runtime stops the process at 10000 threads).",
 		ptr: func(c *Config) any { return &c.Dispatch.BlockingWorkers }},

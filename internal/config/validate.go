@@ -37,6 +37,9 @@ const (
 	// hold an OS thread in a blocking call, and the Go runtime stops the
 	// process at 10000 threads.
 	MaxBlockingWorkers = 4096
+	// MaxThroughput bounds wow.dispatch.throughput: a mailbox never holds
+	// more than a window of tasks, and MaxInFlight bounds the window.
+	MaxThroughput = MaxInFlight
 )
 
 const (
@@ -56,7 +59,7 @@ func (d *decoder) validate(c *Config) {
 	d.validateContexts(c)
 	d.between("wow.dispatch.workers", c.Dispatch.Workers, 0, MaxWorkers)
 	d.between("wow.dispatch.max-in-flight", c.Dispatch.MaxInFlight, 1, MaxInFlight)
-	d.atLeast("wow.dispatch.throughput", c.Dispatch.Throughput, 1)
+	d.between("wow.dispatch.throughput", c.Dispatch.Throughput, 1, MaxThroughput)
 	d.between("wow.dispatch.blocking-workers", c.Dispatch.BlockingWorkers, 1, MaxBlockingWorkers)
 	d.validateDispatchers(c)
 	d.validateNames(c)
