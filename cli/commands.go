@@ -203,9 +203,13 @@ container whose secrets are mounted there).`,
 			if err != nil {
 				return err
 			}
-			receivers := 0
+			receivers := 0 // as the daemon makes them: not where the aggregates filter leaves nothing
 			for _, d := range cfg.Dispatchers {
-				receivers += len(d.Contexts)
+				for _, c := range d.Contexts {
+					if len(d.AggregatesOf(cfg.Contexts[c])) > 0 {
+						receivers++
+					}
+				}
 			}
 			_, err = fmt.Fprintf(a.stdout, "%s: ok (%d dispatchers, %d receivers, %d topics)\n",
 				a.configPath(cmd), len(cfg.Dispatchers), receivers, len(daemon.Topics(cfg)))

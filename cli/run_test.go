@@ -100,3 +100,34 @@ func TestConfigValidateOpensFiles(t *testing.T) {
 		t.Errorf("--no-files: exit %d:\n%s", code, stderr.String())
 	}
 }
+
+// TestConfigValidateCountsTheReceiversRunMakes: a context where a
+// dispatcher's aggregates filter leaves nothing gets no receiver, and
+// config validate's count says so.
+func TestConfigValidateCountsTheReceiversRunMakes(t *testing.T) {
+	path := writeConfig(t, `wow:
+  service: s
+  kafka:
+    bootstrap-servers: [127.0.0.1:1]
+  contexts:
+    shop:
+      aggregates: [cart, order]
+    billing:
+      aggregates: [invoice]
+  dispatchers:
+    carts:
+      topics: [event]
+      aggregates: [cart]
+      handler: {type: log}
+    everything:
+      topics: [event]
+      handler: {type: log}
+`)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"config", "validate", "--config", path}, &stdout, &stderr, nil, handler.Default()); code != ExitOK {
+		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+	if want := "(2 dispatchers, 3 receivers, "; !strings.Contains(stdout.String(), want) {
+		t.Fatalf("stdout %q lacks %q", stdout.String(), want)
+	}
+}
