@@ -101,11 +101,7 @@ func TestWowRecordsEndToEnd(t *testing.T) {
 }
 
 func testWowRecordsEndToEnd(t *testing.T, routingOnly bool) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
 	rec := &recorder{got: map[string][]handler.Message{}}
 	var reg handler.Registry
 	spec := rec.spec()
@@ -265,4 +261,16 @@ wow:
 			t.Fatalf("cart-added got events %v", m.Wow.Events)
 		}
 	}
+}
+
+// newCluster starts a one-broker kfake cluster with opts (topics, configs),
+// closed when the test and its cleanups (the runtimes on it) are done.
+func newCluster(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

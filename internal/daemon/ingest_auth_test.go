@@ -143,11 +143,7 @@ func TestIngestRequiresTheToken(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			const topic = "wow.example.cart.event"
 			const oldToken, newToken = "s3cret-old-token-0451", "s3cret-new-token-99187"
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic), kfake.AllowAutoTopicCreation())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := newCluster(t, kfake.SeedTopics(2, topic), kfake.AllowAutoTopicCreation())
 			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 			if err != nil {
 				t.Fatal(err)
@@ -270,11 +266,7 @@ func TestIngestRequiresTheToken(t *testing.T) {
 // TestIngestTokenFileUnusable: an empty or missing token file is a
 // configuration error naming the key, and does not show the file's content.
 func TestIngestTokenFileUnusable(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "wow.example.cart.event"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(1, "wow.example.cart.event"))
 	cnt := &counter{n: map[string]int{}}
 	var reg handler.Registry
 	reg.Register(cnt.spec())

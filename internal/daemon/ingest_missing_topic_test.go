@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wowd/wowd/handler"
@@ -23,11 +22,7 @@ import (
 // limit was read (found by review: 502, MESSAGE_TOO_LARGE from the client).
 func TestIngestToATopicNotThereYetHandlesNothing(t *testing.T) {
 	const topic = "wow.example.cart.event"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t)
 	cnt := &counter{n: map[string]int{}}
 	var reg handler.Registry
 	reg.Register(cnt.spec())

@@ -23,11 +23,7 @@ import (
 // not committed yet), so the handler sees m0 (its copy), then m1; and once
 // both are committed, m2 is handled locally again.
 func TestIngestKeepsAnAggregatesOrderWhenOneIsGivenUp(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "wow.example.cart.event"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(1, "wow.example.cart.event"))
 	var (
 		mu    sync.Mutex
 		order []string

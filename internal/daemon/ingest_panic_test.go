@@ -41,11 +41,7 @@ func (p *panicky) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.Produc
 // published: otherwise the aggregate's bucket stays on the Kafka path
 // until a restart, waiting for a copy nobody will report.
 func TestIngestPanicInThePublishLeavesNoHold(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "wow.example.cart.event"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(1, "wow.example.cart.event"))
 	var reg handler.Registry
 	reg.Register(handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
 		return handler.Sync(func(_ context.Context, m *handler.Message) error {
@@ -94,11 +90,7 @@ func (r refusing) Refused(topic, key string) {
 // that nothing was published: otherwise its aggregate stays on the Kafka
 // path until a restart.
 func TestIngestPanicAfterARefusalLeavesNoHold(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "wow.example.cart.event"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(1, "wow.example.cart.event"))
 	var reg handler.Registry
 	reg.Register(handler.Spec{Name: "count", New: func(any, handler.Deps) (handler.Handler, error) {
 		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil

@@ -32,11 +32,7 @@ import (
 // Kafka too: before the fix it learnt of the copy only at its publish, 2 s
 // later, and handled the caller's m1 locally, ahead of m0.
 func TestIngestHoldsAnAggregateFromARefusal(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "wow.example.cart.event"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(1, "wow.example.cart.event"))
 	var (
 		mu   sync.Mutex
 		beta []string // cart-1's messages as beta's sink saw them: id@partition (-1: handled locally)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wowd/wowd/handler"
@@ -22,11 +21,7 @@ import (
 // never published.
 func TestIngestMessageSizedByItsTopic(t *testing.T) {
 	const topic = "wow.example.cart.event"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t)
 	if err := c.CreateTopic(topic, 2, map[string]string{"max.message.bytes": "2000000"}); err != nil {
 		t.Fatal(err)
 	}

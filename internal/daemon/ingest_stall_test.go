@@ -20,11 +20,7 @@ import (
 // grace. (Found by review: the stop waited until the caller closed its
 // connection, however long.)
 func TestStopIsNotHeldByACallerStalledInItsBody(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "wow.example.cart.event"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(2, "wow.example.cart.event"))
 	cnt := &counter{n: map[string]int{}}
 	var reg handler.Registry
 	reg.Register(cnt.spec())

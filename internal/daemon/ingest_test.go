@@ -148,11 +148,7 @@ func stopRT(t *testing.T, rt *Daemon) {
 // Kafka to it or to another instance of the same service; a record Wow
 // itself marked local_first is handled; ingest while stopping is refused.
 func TestIngestHandledOnceLocallyFirst(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "wow.example.cart.event"), kfake.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(4, "wow.example.cart.event"), kfake.AllowAutoTopicCreation())
 	cnt := &counter{n: map[string]int{}}
 	var reg handler.Registry
 	reg.Register(cnt.spec())
@@ -283,11 +279,7 @@ func localCount(t *testing.T, rt *Daemon) float64 {
 func TestIngestNeverMarksWhatWasNotHandled(t *testing.T) {
 	const topic = "wow.example.cart.event"
 	const audit = "    audit:\n      topics: [event]\n      handler: {type: audit}\n"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(1, topic), kfake.AllowAutoTopicCreation())
 	started := make(chan struct{}, 1)
 	audited := &counter{n: map[string]int{}}
 	var holding handler.Registry

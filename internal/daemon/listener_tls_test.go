@@ -34,11 +34,7 @@ func httpsClient(f tlstest.Files, cert *tls.Certificate) *http.Client {
 // and a renewed one without a restart.
 func TestIngestMutualTLS(t *testing.T) {
 	const topic = "wow.example.cart.event"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(2, topic))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)

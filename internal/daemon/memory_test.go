@@ -16,11 +16,7 @@ import (
 // receivers of the configuration, not among those made before it (the
 // first would take the whole budget, the second half of it, ...).
 func TestReceiversSizeTheirFirstFetchesToEqualParts(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.AllowAutoTopicCreation())
 	rec := &recorder{got: map[string][]handler.Message{}}
 	var reg handler.Registry
 	reg.Register(rec.spec())

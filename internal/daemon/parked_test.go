@@ -28,11 +28,7 @@ import (
 // An aggregate parked by hand holds its next messages until redriven.
 func TestAdminActsOnParkedAggregates(t *testing.T) {
 	const topic = "wow.example.cart.event"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic), kfake.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.SeedTopics(2, topic), kfake.AllowAutoTopicCreation())
 	var broken atomic.Bool
 	broken.Store(true)
 	var mu sync.Mutex

@@ -59,11 +59,7 @@ func reloadYAML(broker, url string, conc int, level string, workers int) string 
 // a file that does not load is refused whole, each counted.
 func TestReloadUnderARunningDaemon(t *testing.T) {
 	reloadSettle = 20 * time.Millisecond
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t, kfake.DefaultNumPartitions(1))
 	const topic = "wow.example.cart.event"
 	if err := c.CreateTopic(topic, 1, nil); err != nil {
 		t.Fatal(err)
@@ -220,11 +216,7 @@ func TestReloadUnderARunningDaemon(t *testing.T) {
 // link, ..data, which is swapped to a new directory.
 func TestReloadThroughASwappedLink(t *testing.T) {
 	reloadSettle = 20 * time.Millisecond
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCluster(t)
 	dir := t.TempDir()
 	version := func(name, level string) {
 		t.Helper()
