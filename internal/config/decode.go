@@ -490,8 +490,12 @@ func (d *decoder) positions(path string, n *yaml.Node) {
 // applyEnv applies the WOW_* variables of env (KEY=value strings) to the
 // fixed keys. Empty values are ignored, as viper does: an empty variable
 // does not clear a key (a variable defined from an unset one is empty).
-// A WOW_* variable that names no key is reported: it is a typo that would
-// otherwise do nothing. (wowd's own variables, WOWD_*, are not keys.)
+// A WOW_* variable that names no key but is close to one is reported: a
+// typo that would otherwise do nothing. Others are left alone: the
+// environment of a pod holds variables wowd does not own under the same
+// prefix (Kubernetes' service links for a Service named wow-..., a Wow
+// service's Spring properties), and refusing them would stop a deployment
+// that does nothing wrong. (wowd's own variables, WOWD_*, are not keys.)
 func (d *decoder) applyEnv(c *Config, env []string) {
 	vars := map[string]string{}
 	for _, kv := range env {
@@ -504,11 +508,9 @@ func (d *decoder) applyEnv(c *Config, env []string) {
 		if _, found := slices.BinarySearch(known, name); found {
 			continue
 		}
-		msg := "environment variable " + name + ": not a configuration key"
 		if k := closest(name, known); k != "" {
-			msg += " (did you mean " + k + "?)"
+			d.errs = append(d.errs, Error{Msg: "environment variable " + name + ": not a configuration key (did you mean " + k + "?)"})
 		}
-		d.errs = append(d.errs, Error{Msg: msg})
 	}
 	for _, f := range configFields {
 		if f.ptr == nil {

@@ -213,11 +213,12 @@ Environment variables override the scalar and list keys outside ` + "`contexts`"
 ` + "`dispatchers`" + `: ` + "`WOW_`" + ` followed by the path after ` + "`wow.`" + ` in upper case, with
 dots and dashes turned into underscores (` + "`WOW_DISPATCH_WORKERS=8`" + `). Lists are
 comma-separated (` + "`WOW_KAFKA_BOOTSTRAP_SERVERS=a:9092,b:9092`" + `). Durations use Go's
-syntax: ` + "`500ms`, `30s`, `1m`, `1h30m`" + `. Every ` + "`WOW_*`" + ` variable is taken as
-wowd's: one that names no key (a typo such as ` + "`WOW_DISPATCH_WORKRS`" + `) is a
-configuration error naming it and the closest variable, so do not hand wowd the
-environment of a Spring-configured Wow service. ` + "`WOWD_*`" + ` variables (` + "`WOWD_CONFIG`" + `) are
-not keys and are not checked. An empty variable is ignored: it cannot clear a key the
+syntax: ` + "`500ms`, `30s`, `1m`, `1h30m`" + `. A ` + "`WOW_*`" + ` variable that names no key but
+is close to one (a typo such as ` + "`WOW_DISPATCH_WORKRS`" + `) is a configuration error naming
+it and the variable it is close to. Other ` + "`WOW_*`" + ` variables are not wowd's to refuse
+and are left alone: Kubernetes' service links of a Service named ` + "`wow-…`" + `
+(` + "`WOW_WOWD_SERVICE_HOST`" + `), a Wow service's Spring properties. ` + "`WOWD_*`" + ` variables
+(` + "`WOWD_CONFIG`" + `) are not keys and are not checked. An empty variable is ignored: it cannot clear a key the
 file sets (a variable defined from an unset one is empty); use
 ` + "`--set key=`" + ` or ` + "`--set key=null`" + ` (the default) for that.
 
