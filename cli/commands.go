@@ -196,7 +196,7 @@ container whose secrets are mounted there).`,
 			var cfg *config.Config
 			var err error
 			if noFiles {
-				cfg, err = a.loadDocument(cmd)
+				cfg, _, err = a.loadDocument(cmd)
 			} else {
 				cfg, _, err = a.load(cmd)
 			}
@@ -227,7 +227,7 @@ comment after each value says where it came from: default, the file and
 line, env WOW_..., or --set.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, origins, err := a.load(cmd)
+			cfg, origins, err := a.loadDocument(cmd)
 			if err != nil {
 				return err
 			}
@@ -244,21 +244,25 @@ line, env WOW_..., or --set.`,
 }
 
 // loadDocument is load without opening the files the configuration
-// names: the document, the environment and --set alone.
-func (a *app) loadDocument(cmd *cobra.Command) (*config.Config, error) {
+// names: the document, the environment and --set alone. For the commands
+// that run elsewhere than the daemon (rewind and parked from an operator's
+// machine, config print): they need none of the daemon's certificates and
+// token files, and the Kafka client's are read, and reported as
+// configuration errors, when they build it.
+func (a *app) loadDocument(cmd *cobra.Command) (*config.Config, *config.Origins, error) {
 	path := a.configPath(cmd)
 	if path == "" {
-		return nil, configError(errors.New("no configuration: pass --config FILE or set WOWD_CONFIG"))
+		return nil, nil, configError(errors.New("no configuration: pass --config FILE or set WOWD_CONFIG"))
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, configError(fmt.Errorf("config: %w", err))
+		return nil, nil, configError(fmt.Errorf("config: %w", err))
 	}
-	cfg, _, err := config.ParseSources(data, path, a.reg, a.sources(cmd))
+	cfg, origins, err := config.ParseSources(data, path, a.reg, a.sources(cmd))
 	if err != nil {
-		return nil, configError(err)
+		return nil, nil, configError(err)
 	}
-	return cfg, nil
+	return cfg, origins, nil
 }
 
 func (a *app) handlersCmd() *cobra.Command {

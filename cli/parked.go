@@ -103,7 +103,7 @@ type parkedOps struct {
 }
 
 func (a *app) parkedOps(cmd *cobra.Command, dispatcher string) (*parkedOps, error) {
-	cfg, _, err := a.load(cmd)
+	cfg, _, err := a.loadDocument(cmd)
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ failure or refusal, 2 on a usage or configuration error.`,
 			if err != nil {
 				return configError(fmt.Errorf("--to: %w", err))
 			}
-			cfg, _, err := a.load(cmd)
+			cfg, _, err := a.loadDocument(cmd)
 			if err != nil {
 				return err
 			}

@@ -131,3 +131,49 @@ func TestConfigValidateCountsTheReceiversRunMakes(t *testing.T) {
 		t.Fatalf("stdout %q lacks %q", stdout.String(), want)
 	}
 }
+
+// TestOperatorCommandsNeedOnlyTheirFiles: config print, rewind and parked
+// run from an operator's machine (rewind after the deployment is scaled to
+// zero), where the daemon's certificates and token files are not: they
+// must not be refused for files they do not use. A Kafka client file they
+// do use is still a configuration error when they build their client.
+func TestOperatorCommandsNeedOnlyTheirFiles(t *testing.T) {
+	dir := t.TempDir()
+	yaml := `wow:
+  service: s
+  kafka:
+    bootstrap-servers: [127.0.0.1:1]
+  admin:
+    listen: 127.0.0.1:0
+    token-file: ` + filepath.Join(dir, "admin-token") + `
+  contexts:
+    c:
+      aggregates: [y]
+  dispatchers:
+    a:
+      topics: [event]
+      on-failure: park
+      handler: {type: log}
+`
+	path := writeConfig(t, yaml)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"config", "print", "--config", path}, &stdout, &stderr, nil, handler.Default()); code != ExitOK {
+		t.Errorf("config print: exit %d:\n%s", code, stderr.String())
+	}
+	for _, args := range [][]string{
+		{"rewind", "--config", path, "--dispatcher", "a", "--to", "earliest", "--timeout", "1s"},
+		{"parked", "list", "--config", path, "--dispatcher", "a"},
+	} {
+		stderr.Reset()
+		code := run(args, &stdout, &stderr, nil, handler.Default())
+		t.Logf("%s: exit %d: %s", args[0], code, stderr.String())
+		if strings.Contains(stderr.String(), "admin-token") {
+			t.Errorf("%s refused a file it does not use:\n%s", args[0], stderr.String())
+		}
+	}
+	bad := writeConfig(t, strings.Replace(yaml, "  admin:", "    tls: {ca-file: "+filepath.Join(dir, "ca.pem")+"}\n  admin:", 1))
+	stderr.Reset()
+	if code := run([]string{"rewind", "--config", bad, "--dispatcher", "a", "--to", "earliest"}, &stdout, &stderr, nil, handler.Default()); code != ExitConfig || !strings.Contains(stderr.String(), "wow.kafka.tls.ca-file") {
+		t.Errorf("rewind with a missing Kafka CA file: exit %d, want %d naming the key:\n%s", code, ExitConfig, stderr.String())
+	}
+}

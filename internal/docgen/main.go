@@ -196,7 +196,10 @@ that goes with its certificate, token, password and header files must not be
 empty) and reports those that cannot be used with the other problems.
 ` + "`--no-files`" + ` leaves them out, for a file meant for another machine. A relative file
 name is relative to the working directory. Print the effective configuration, defaults
-filled in and secrets masked, with ` + "`wowd config print --config FILE`" + `.
+filled in and secrets masked, with ` + "`wowd config print --config FILE`" + `. ` + "`config print`" + `,
+` + "`rewind`" + ` and ` + "`parked`" + ` open none of those files up front (they run from an
+operator's machine, and rewind while the daemon is down); the Kafka client's files,
+which rewind and parked use, are reported as configuration errors when they build it.
 ` + "`configs/wowd.yaml`" + ` is a commented example with every key.
 
 ## Sources
