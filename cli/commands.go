@@ -67,10 +67,7 @@ func (a *app) serve(cmd *cobra.Command, cfg *config.Config, extra func(ctx conte
 	// embedded broker's address, --demo, --partitions).
 	if path := a.configPath(cmd); path != "" && extra == nil {
 		src := a.sources(cmd)
-		err := rt.WatchConfig(daemon.Reload{Path: path, Level: level, Load: func() (*config.Config, error) {
-			cfg, _, err := config.LoadSources(path, a.reg, src)
-			return cfg, err
-		}})
+		err := rt.WatchConfig(daemon.Reload{Path: path, Level: level, Load: a.reloadLoader(path, src)})
 		if err != nil {
 			log.Warn("changes of the configuration file will need a restart", zap.Error(err))
 		}
@@ -241,6 +238,22 @@ line, env WOW_..., or --set.`,
 	print.Flags().BoolVar(&plain, "plain", false, "leave out where each value came from")
 	cmd.AddCommand(validate, print)
 	return cmd
+}
+
+// reloadLoader returns what a reload of the file at path reads: the
+// document with src, not the files it names. The daemon reads those itself
+// and rides out their rotation (a certificate and key written one after the
+// other); a reload refused for one would not be tried again until the
+// configuration file changes.
+func (a *app) reloadLoader(path string, src config.Sources) func() (*config.Config, error) {
+	return func() (*config.Config, error) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		cfg, _, err := config.ParseSources(data, path, a.reg, src)
+		return cfg, err
+	}
 }
 
 // loadDocument is load without opening the files the configuration

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/config"
 )
 
 // writeConfig writes yaml to a file in a temporary directory and returns
@@ -175,5 +176,38 @@ func TestOperatorCommandsNeedOnlyTheirFiles(t *testing.T) {
 	stderr.Reset()
 	if code := run([]string{"rewind", "--config", bad, "--dispatcher", "a", "--to", "earliest"}, &stdout, &stderr, nil, handler.Default()); code != ExitConfig || !strings.Contains(stderr.String(), "wow.kafka.tls.ca-file") {
 		t.Errorf("rewind with a missing Kafka CA file: exit %d, want %d naming the key:\n%s", code, ExitConfig, stderr.String())
+	}
+}
+
+// TestReloadReadsTheDocumentOnly: a reload is not refused for a file the
+// configuration names being missing for a moment (a secret updated after
+// the configuration that names it, a certificate rotated file by file):
+// refused once, it would not be tried again until the file changed.
+func TestReloadReadsTheDocumentOnly(t *testing.T) {
+	dir := t.TempDir()
+	path := writeConfig(t, `wow:
+  service: s
+  kafka:
+    bootstrap-servers: [127.0.0.1:1]
+  admin:
+    listen: 127.0.0.1:0
+    token-file: `+filepath.Join(dir, "admin-token")+`
+  contexts:
+    c:
+      aggregates: [y]
+  dispatchers:
+    a:
+      topics: [event]
+      handler: {type: log}
+`)
+	a := &app{reg: handler.Default()}
+	if _, err := a.reloadLoader(path, config.Sources{})(); err != nil {
+		t.Fatalf("reload refused: %v", err)
+	}
+	if err := os.WriteFile(path, []byte("wow: {dispatch: {workers: -1}}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.reloadLoader(path, config.Sources{})(); err == nil {
+		t.Fatal("a reload of an invalid document was not refused")
 	}
 }
