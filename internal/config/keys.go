@@ -220,7 +220,7 @@ var dispatcherFields = []field[Dispatcher]{
 		desc: "Command names (e.g. add_cart_item): only these commands reach the handler (format wow).",
 		ptr:  func(d *Dispatcher) any { return &d.Commands }},
 	{name: "group-id", defDoc: "<service>.<dispatcher>.<context alias>", omitEmpty: true,
-		desc: "Consumer group ID override; with several contexts each receiver's group is <group-id>.<context alias>. No two receivers may share a group (they would split its partitions, each message reaching only one of their handlers): equal group-ids, or default groups that meet through a '.' (dispatcher a.b with context c, a with context b.c), are refused.",
+		desc: "Consumer group ID override; with several contexts each receiver's group is <group-id>.<context alias>. No two receivers may share a group (on topics both read each message would reach only one of their handlers; on others each one's rebalances and rewinds would involve the other): equal group-ids, even of dispatchers on different topics, or default groups that meet through a '.' (dispatcher a.b with context c, a with context b.c), are refused.",
 		ptr:  func(d *Dispatcher) any { return &d.GroupID }},
 	{name: "dead-letter.enabled", def: "true",
 		desc: "Write records whose handler failed for good to the dead-letter topic, then commit past them. When false they are retried forever, holding their aggregate and the partition's commit.",

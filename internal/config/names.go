@@ -61,9 +61,11 @@ func (d Dispatcher) AggregatesOf(bc Context) []string {
 }
 
 // validateNames checks that every receiver has a consumer group and client
-// IDs of its own. Two receivers in one group would split the group's
-// partitions between their handlers, each message reaching only one of
-// them; two clients with one ID would collide in the client metrics, whose
+// IDs of its own. Two receivers in one group would split the partitions of
+// the topics both read between their handlers, each message reaching only
+// one of them, and tie their rebalances, rewinds (which wait for an empty
+// group) and parking leases together even on topics they do not share; two
+// clients with one ID would collide in the client metrics, whose
 // registration refuses the second. Names are built by joining with '.' and
 // '-', which names may contain, so distinct dispatchers and contexts can
 // still meet: a.b + c and a + b.c.
@@ -101,7 +103,7 @@ func (d *decoder) validateNames(c *Config) {
 				if disp.GroupID != "" {
 					at += ".group-id"
 				}
-				d.errorf(at, "consumer group %q of the receiver for context %s is also the %s: the two would split its partitions, each message reaching only one of their handlers; set group-id to tell them apart",
+				d.errorf(at, "consumer group %q of the receiver for context %s is also the %s: the two would be members of one group: on topics they share each message reaches only one of their handlers, and on others each one's rebalances, rewinds and parking checks involve the other; set group-id to tell them apart",
 					group, ctxName, describe(o))
 			} else {
 				groups[group] = owner{"group", name, ctxName}
