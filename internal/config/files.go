@@ -13,9 +13,29 @@ import (
 	"strings"
 )
 
-// maxCheckedFile bounds how much of a named file is read to check it: far
-// more than any certificate bundle or credential.
-const maxCheckedFile = 1 << 20
+// The most of a named file the check reads: what its reader takes, so that
+// a file the check passes is not refused at start, nor the other way round.
+const (
+	maxPEMFile     = 64 << 20 // certificates and keys: read whole by their readers; a bound against /dev/zero
+	maxBearerFile  = 4096     // wow.admin and wow.ingest token files (internal/bearer)
+	maxSASLFile    = 64 << 10 // wow.kafka.sasl password and token files (internal/daemon)
+	maxHandlerFile = 16 << 10 // a handler's files, such as the http handler's headers-from-file (internal/handlers)
+)
+
+// fileLimit is the most of the file named by the key at path that its
+// reader takes.
+func fileLimit(path, key string) int {
+	switch {
+	case strings.HasSuffix(key, "ca-file") || strings.HasSuffix(key, "cert-file") || strings.HasSuffix(key, "key-file"):
+		return maxPEMFile
+	case strings.HasPrefix(path, "wow.kafka.sasl."):
+		return maxSASLFile
+	case strings.HasPrefix(path, "wow.dispatchers."):
+		return maxHandlerFile
+	default:
+		return maxBearerFile
+	}
+}
 
 // checkFiles opens every file the configuration names and reports each that
 // cannot be used, with the other problems: the value of every key whose
@@ -80,7 +100,7 @@ func (fc *fileChecker) check(path, key, file string) {
 	if fc.reported[path] {
 		return
 	}
-	data, err := readLimited(file)
+	data, err := readLimited(file, fileLimit(path, key))
 	if err != nil {
 		fc.d.errorf(path, "%v", err)
 		return
@@ -123,18 +143,18 @@ func (fc *fileChecker) pairs() {
 	}
 }
 
-func readLimited(file string) ([]byte, error) {
+func readLimited(file string, limit int) ([]byte, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxCheckedFile+1))
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("reading %s: %w", file, err)
-	case len(data) > maxCheckedFile:
-		return nil, fmt.Errorf("%s is larger than %d bytes", file, maxCheckedFile)
+	case len(data) > limit:
+		return nil, fmt.Errorf("%s is larger than %d bytes", file, limit)
 	}
 	return data, nil
 }

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,4 +112,53 @@ func filesRegistry() *handler.Registry {
 	r := testRegistry()
 	r.Register(handler.Spec{Name: "files", New: newNothing, Config: func() any { return &filesConfig{} }})
 	return r
+}
+
+// TestFileLimitsAreTheReaders: a file is held to the size its reader takes,
+// no less and no more: a CA bundle over a megabyte is used by the Kafka
+// client and must pass; an admin token over 4 KiB is refused by the admin
+// listener at start and must not pass.
+func TestFileLimitsAreTheReaders(t *testing.T) {
+	dir := t.TempDir()
+	srv := tlstest.WriteServer(t, dir, "localhost", nil)
+	ca, err := os.ReadFile(srv.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "bundle.pem")
+	if err := os.WriteFile(bundle, []byte(strings.Repeat(string(ca), 1+(2<<20)/len(ca))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bigToken := filepath.Join(dir, "token")
+	if err := os.WriteFile(bigToken, []byte(strings.Repeat("t", 5000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bigJWT := filepath.Join(dir, "jwt")
+	if err := os.WriteFile(bigJWT, []byte(strings.Repeat("j", 20000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "wowd.yaml")
+	if err := os.WriteFile(cfg, []byte(`wow:
+  service: s
+  kafka:
+    bootstrap-servers: [k:9092]
+    tls: {enabled: true, ca-file: `+bundle+`}
+    sasl: {mechanism: oauthbearer, token-file: `+bigJWT+`}
+  admin:
+    listen: 127.0.0.1:0
+    token-file: `+bigToken+`
+  contexts:
+    c: {aggregates: [a]}
+  dispatchers:
+    d:
+      topics: [event]
+      handler: {type: files}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = config.LoadSources(cfg, filesRegistry(), config.Sources{})
+	var errs *config.Errors
+	if !errors.As(err, &errs) || len(errs.List) != 1 || !strings.Contains(err.Error(), "wow.admin.token-file: "+bigToken+" is larger than 4096 bytes") {
+		t.Fatalf("want only the admin token refused for its size, got: %v", err)
+	}
 }
