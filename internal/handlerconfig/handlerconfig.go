@@ -152,7 +152,10 @@ func Decode(spec handler.Spec, raw map[string]any) (any, error) {
 	}
 	// Validate runs whatever else was found, so that every problem shows
 	// in one round; what it says of a key reported already (a value that
-	// did not decode, a required key missing) is left out.
+	// did not decode, a required key missing) is left out, and so is what
+	// it says of another key in terms of one: that one holds its default,
+	// not what the file says (backoff-max compared with a backoff-initial
+	// that did not decode).
 	if v, ok := cfg.(handler.Validator); ok {
 		if err := v.Validate(); err != nil {
 			reported := map[string]bool{}
@@ -160,7 +163,7 @@ func Decode(spec handler.Spec, raw map[string]any) (any, error) {
 				reported[problemKey(e)] = true
 			}
 			for _, e := range leaves(err) {
-				if k := problemKey(e); k == "" || !reported[k] {
+				if k := problemKey(e); (k == "" || !reported[k]) && !mentionsAny(e.Error(), reported) {
 					errs = append(errs, e)
 				}
 			}
@@ -170,6 +173,31 @@ func Decode(spec handler.Spec, raw map[string]any) (any, error) {
 		return nil, errors.Join(errs...)
 	}
 	return cfg, nil
+}
+
+// mentionsAny reports whether msg names one of keys as a whole word.
+func mentionsAny(msg string, keys map[string]bool) bool {
+	word := func(b byte) bool {
+		return b == '-' || b == '_' || b == '.' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
+	}
+	for k := range keys {
+		if k == "" {
+			continue
+		}
+		for i := 0; ; {
+			j := strings.Index(msg[i:], k)
+			if j < 0 {
+				break
+			}
+			j += i
+			end := j + len(k)
+			if (j == 0 || !word(msg[j-1])) && (end == len(msg) || !word(msg[end])) {
+				return true
+			}
+			i = j + 1
+		}
+	}
+	return false
 }
 
 // problemKey returns the key a problem of Decode is about ("" when it
