@@ -105,7 +105,7 @@ func TestDecodeValidatesDespiteOtherProblems(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "url: required") || !strings.Contains(err.Error(), "min: must be at most max") ||
 		strings.Contains(err.Error(), "url: must not be empty") {
 		t.Errorf("a missing key and a Validate problem: %v, want url: required and min, once each", err)
-	}	// max did not decode and holds its default (0): that min exceeds it
+	} // max did not decode and holds its default (0): that min exceeds it
 	// says nothing of the file.
 	_, err = handlerconfig.Decode(spec, map[string]any{"url": "http://x", "min": "2s", "max": "soon"})
 	if err == nil || !strings.Contains(err.Error(), "max") || strings.Contains(err.Error(), "min: must be at most max") {
