@@ -80,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer, env []string, reg *handler.Reg
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "wowd:", err)
+	fmt.Fprintln(stderr, "wowd:", termLines(err.Error()))
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code

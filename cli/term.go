@@ -19,3 +19,14 @@ func termSafe(s string) string {
 	}
 	return s
 }
+
+// termLines is termSafe for each line of s: an error may carry what Kafka
+// says (a group's member and client IDs, which any client chooses; a
+// broker's message) across the lines it is laid out in.
+func termLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = termSafe(l)
+	}
+	return strings.Join(lines, "\n")
+}

@@ -9,8 +9,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/admin"
 	"github.com/wowd/wowd/internal/park"
+	"github.com/wowd/wowd/internal/rewind"
 )
 
 // hostile are strings a producer or a handler can put in what the
@@ -132,5 +134,26 @@ func TestStatusProblemsEscapeKafkaStrings(t *testing.T) {
 		}
 		checkTerminalSafe(t, "wowd status problems", out)
 		checkTerminalSafe(t, "wowd status error", errOut)
+	}
+}
+
+// TestErrorsPrintNoTerminalControls: what a command's error says comes in
+// part from Kafka (rewind names the members of a running group by their
+// client IDs, which any client chooses): each line that would act on a
+// terminal is quoted, and the others, the error's layout, stay as they are.
+func TestErrorsPrintNoTerminalControls(t *testing.T) {
+	err := &rewind.ActiveError{Members: map[string][]string{"g": {"m-1 (evil\x1b[2J\r on /10.0.0.1)"}}}
+	got := termLines("wowd: " + err.Error())
+	if strings.ContainsAny(got, "\x1b\r") {
+		t.Fatalf("control bytes printed: %q", got)
+	}
+	if !strings.HasPrefix(got, "wowd: the dispatcher is running") || !strings.Contains(got, "\n") {
+		t.Fatalf("the plain lines changed: %q", got)
+	}
+	// As the command line prints them.
+	var stdout, stderr bytes.Buffer
+	run([]string{"config", "validate", "--config", "/nonexistent/\x1b[2Jwowd.yaml"}, &stdout, &stderr, nil, handler.Default())
+	if strings.ContainsAny(stderr.String(), "\x1b") || !strings.Contains(stderr.String(), `\x1b[2J`) {
+		t.Fatalf("stderr: %q", stderr.String())
 	}
 }
