@@ -781,8 +781,8 @@ func TestEnvUnknownVariables(t *testing.T) {
 	)
 	msg := errs.Error()
 	for _, want := range []string{
-		"test.yaml: environment variable WOW_DISPATCH_WORKRS: not a configuration key (did you mean WOW_DISPATCH_WORKERS?)",
-		"test.yaml: environment variable WOW_KAFKA_BOOTSTRAP_SERVER: not a configuration key (did you mean WOW_KAFKA_BOOTSTRAP_SERVERS?)",
+		"test.yaml: wow.dispatch.workers: set by WOW_DISPATCH_WORKERS, not WOW_DISPATCH_WORKRS (a variable that names no key)",
+		"test.yaml: wow.kafka.bootstrap-servers: set by WOW_KAFKA_BOOTSTRAP_SERVERS, not WOW_KAFKA_BOOTSTRAP_SERVER (a variable that names no key)",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("errors lack %q:\n%s", want, msg)

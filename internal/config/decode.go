@@ -509,7 +509,7 @@ func (d *decoder) applyEnv(c *Config, env []string) {
 			continue
 		}
 		if k := closest(name, known); k != "" {
-			d.errs = append(d.errs, Error{Msg: "environment variable " + name + ": not a configuration key (did you mean " + k + "?)"})
+			d.errs = append(d.errs, Error{Path: envKey(k), Msg: "set by " + k + ", not " + name + " (a variable that names no key)"})
 		}
 	}
 	for _, f := range configFields {

@@ -306,6 +306,16 @@ func EnvVars() []string {
 	return out
 }
 
+// envKey is the key the variable name (one of EnvVars) overrides.
+func envKey(name string) string {
+	for _, f := range configFields {
+		if f.ptr != nil && envName(f.name) == name {
+			return "wow." + f.name
+		}
+	}
+	return ""
+}
+
 // envName is the variable overriding wow.<name>: WOW_ and the name
 // upper-cased, with dots and dashes turned into underscores.
 func envName(name string) string {
