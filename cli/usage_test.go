@@ -2,9 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -66,8 +63,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 // TestRewindNegativeTimeout: a negative --timeout is a usage error naming
 // the flag, not a deadline exceeded once the rewind has started.
 func TestRewindNegativeTimeout(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "wowd.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `wow:
+	cfg := writeConfig(t, `wow:
   service: carts
   kafka:
     bootstrap-servers: [127.0.0.1:1]
@@ -79,9 +75,7 @@ func TestRewindNegativeTimeout(t *testing.T) {
     projection:
       topics: [event]
       handler: {type: discard}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	for _, timeout := range []string{"-1s", "0s"} {
 		code, out, errOut := wowd(t, "rewind", "--config", cfg, "--dispatcher", "projection", "--to", "earliest", "--timeout", timeout)
 		if code != ExitConfig || !strings.Contains(errOut, "--timeout "+timeout) {

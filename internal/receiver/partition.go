@@ -157,9 +157,7 @@ func (r *Receiver) closePartition(p *partition) {
 		}
 	})
 	p.mu.Unlock()
-	if p.pending.Load() > 0 {
-		r.retire(p)
-	}
+	r.retire(p)
 }
 
 // closedUncommitted is logged (debug) as an incarnation closes with
