@@ -477,7 +477,7 @@ func (s *httpSink) waitTurn(c *call) error {
 	if limit == nil {
 		return nil
 	}
-	d := limit.reserve(time.Now())
+	d, slot := limit.reserve(time.Now())
 	if d <= 0 {
 		return nil
 	}
@@ -487,8 +487,10 @@ func (s *httpSink) waitTurn(c *call) error {
 	case <-t.C:
 		return nil
 	case <-c.ctx.Done():
+		limit.cancel(slot, time.Now())
 		return c.ctx.Err()
 	case <-s.stopping:
+		limit.cancel(slot, time.Now())
 		return handler.ErrClosed
 	}
 }

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -10,12 +11,22 @@ import (
 // algorithm's single time (the theoretical arrival time of the next
 // request). Callers reserve a slot and wait for it themselves, so the
 // limiter holds no goroutine and a caller can give up waiting.
+//
+// A caller that gives up gives its slot back (cancel). Kept, the slots of
+// abandoned waits would push the schedule ahead of the clock: with more
+// waiting attempts than the rate serves within a try's timeout, every try
+// would reserve a slot past its own end, give up, and reserve again later,
+// and the sink would send nothing at all. A slot given back is the next
+// one reserved (a hole), unless it was the last, when the schedule moves
+// back. Every request still goes at a slot the algorithm handed out, each
+// slot used at most once, so the rate and burst hold as configured.
 type limiter struct {
 	interval  time.Duration // between two requests at the rate
 	tolerance time.Duration // how far ahead of the rate a request may go: (burst-1) intervals
 
-	mu  sync.Mutex // guards tat
-	tat time.Time  // when the next request would be due at the rate
+	mu    sync.Mutex  // guards tat and holes
+	tat   time.Time   // when the next request would be due at the rate
+	holes []time.Time // slots given back before tat, in order; their time has not passed yet
 }
 
 // newLimiter returns a limiter of rate requests per second (positive) with
@@ -26,15 +37,46 @@ func newLimiter(rate float64, burst int) *limiter {
 }
 
 // reserve takes the next slot for a request made at now and returns how long
-// the request must wait for it. A reservation is not given back: a caller
-// that gives up waiting leaves its slot unused.
-func (l *limiter) reserve(now time.Time) time.Duration {
+// the request must wait for it, and the slot, for cancel.
+func (l *limiter) reserve(now time.Time) (time.Duration, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	tat := l.tat
-	if tat.Before(now) {
-		tat = now
+	passed := 0
+	for passed < len(l.holes) && l.holes[passed].Before(now) {
+		passed++ // unused: a slot is never taken late
 	}
-	l.tat = tat.Add(l.interval)
-	return max(tat.Sub(now)-l.tolerance, 0)
+	l.holes = l.holes[passed:]
+	var at time.Time
+	if len(l.holes) > 0 {
+		at, l.holes = l.holes[0], l.holes[1:]
+	} else {
+		at = l.tat
+		if at.Before(now) {
+			at = now
+		}
+		l.tat = at.Add(l.interval)
+	}
+	return max(at.Sub(now)-l.tolerance, 0), at
+}
+
+// cancel gives back the slot at, reserved and not used: the caller stopped
+// waiting for it at now.
+func (l *limiter) cancel(at, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if at.Before(now) {
+		return // its time passed: nobody can take it any more
+	}
+	if !at.Add(l.interval).Equal(l.tat) {
+		i, _ := slices.BinarySearchFunc(l.holes, at, time.Time.Compare)
+		l.holes = slices.Insert(l.holes, i, at)
+		return
+	}
+	// The last slot: the schedule moves back over it, and over the holes
+	// that end up last.
+	l.tat = at
+	for n := len(l.holes); n > 0 && l.holes[n-1].Add(l.interval).Equal(l.tat); n-- {
+		l.tat = l.holes[n-1]
+		l.holes = l.holes[:n-1]
+	}
 }
