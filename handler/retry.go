@@ -86,8 +86,10 @@ var ErrClosed = fmt.Errorf("handler closed: %w", context.Canceled)
 //     h: WithRetry calls it instead of Handle, with the number of the
 //     attempt (1 for the first), for a target told which attempt it sees.
 //   - RetryAfter() time.Duration on an error in the chain of a transient
-//     failure: the wait before the next attempt, instead of the backoff (a
-//     Retry-After response header, say). p.Max does not cap it; h does.
+//     failure: the least wait before the next attempt (a Retry-After
+//     response header, say). The attempt waits for the longer of it and the
+//     backoff, so a wait of 0 does not retry at once. p.Max does not cap
+//     it; h does.
 //
 // The returned handler is a [Blocker] when h is (its first attempt runs on
 // wowd's blocking pool; retries run on the timer's goroutine, one per
@@ -278,11 +280,12 @@ func (c *retryCall) Complete(token uint64, err error) {
 		c.done(WithAttempts(int(n), Classed(Transient, fmt.Errorf("giving up after %d attempts: %w", n, err))))
 		return
 	}
-	var wait time.Duration
+	// A wait the failure asks for lengthens the backoff, never shortens
+	// it: a target answering Retry-After: 0 would otherwise be retried as
+	// fast as it answers.
+	wait := r.p.Backoff(int(n))
 	if ra, ok := errors.AsType[retryAfterError](err); ok {
-		wait = max(ra.RetryAfter(), 0)
-	} else {
-		wait = r.p.Backoff(int(n))
+		wait = max(ra.RetryAfter(), wait)
 	}
 	if r.p.Observer != nil {
 		r.p.Observer.Retrying(c.m, int(n), err, wait)

@@ -454,27 +454,33 @@ type waitError struct{ wait time.Duration }
 func (e waitError) Error() string             { return "busy" }
 func (e waitError) RetryAfter() time.Duration { return e.wait }
 
-// A failure with a RetryAfter method sets the wait, beyond Max; a negative
-// one retries at once.
+// A failure with a RetryAfter method lengthens the wait, beyond Max; one
+// shorter than the backoff (0, negative) leaves the backoff: a target that
+// answers Retry-After: 0 is not retried as fast as it answers.
 func TestWithRetryRetryAfter(t *testing.T) {
 	for _, tc := range []struct {
-		asked, want time.Duration
-	}{{50 * time.Millisecond, 50 * time.Millisecond}, {-time.Second, 0}} {
+		asked, backoff time.Duration
+		least, most    time.Duration // the wait observed
+	}{
+		{50 * time.Millisecond, time.Microsecond, 50 * time.Millisecond, 50 * time.Millisecond},
+		{0, 40 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond},
+		{-time.Second, 40 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond},
+	} {
 		inner := &flaky{fails: 1, err: fmt.Errorf("attempt: %w", waitError{tc.asked})}
 		obs := &observed{}
-		h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Microsecond, Max: time.Microsecond, Observer: obs})
+		h := handler.WithRetry(inner, handler.RetryPolicy{Initial: tc.backoff, Max: tc.backoff, Observer: obs})
 		ack, ch := outcome(t)
 		began := time.Now()
 		h.Handle(context.Background(), msg, ack)
 		if err := await(t, ch); err != nil {
 			t.Fatalf("outcome %v", err)
 		}
-		if took := time.Since(began); took < tc.want {
-			t.Errorf("retried after %v, asked for %v", took, tc.asked)
+		if took := time.Since(began); took < tc.least {
+			t.Errorf("asked for %v with a backoff of %v: retried after %v", tc.asked, tc.backoff, took)
 		}
 		obs.mu.Lock()
-		if len(obs.waits) != 1 || obs.waits[0] != tc.want {
-			t.Errorf("asked for %v: observed waits %v, want [%v]", tc.asked, obs.waits, tc.want)
+		if len(obs.waits) != 1 || obs.waits[0] < tc.least || obs.waits[0] > tc.most {
+			t.Errorf("asked for %v with a backoff of %v: observed waits %v, want one in [%v, %v]", tc.asked, tc.backoff, obs.waits, tc.least, tc.most)
 		}
 		obs.mu.Unlock()
 	}

@@ -343,6 +343,33 @@ func TestHTTPGivesUpAfterMaxAttempts(t *testing.T) {
 	}
 }
 
+// TestHTTPRetryAfterZeroKeepsBackoff: a target answering 503 with
+// Retry-After: 0 (or a date in the past) is retried after the backoff, not
+// at once: it made thousands of requests a second for one message.
+func TestHTTPRetryAfterZeroKeepsBackoff(t *testing.T) {
+	for _, ra := range []string{"0", "Wed, 21 Oct 2015 07:28:00 GMT"} {
+		var arrived arrivals
+		srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			arrived.add()
+			w.Header().Set("Retry-After", ra)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		})
+		h := build(t, "http", sinkConfig(srv.URL, map[string]any{"backoff-initial": "200ms", "backoff-max": "200ms", "max-attempts": 0}), handler.Deps{})
+		ctx, cancel := context.WithCancel(context.Background())
+		acks := newAcks(t)
+		h.Handle(ctx, testMessage(1), acks.ack(1))
+		time.Sleep(500 * time.Millisecond)
+		cancel()
+		if err := acks.wait(t, 1); err == nil {
+			t.Fatalf("Retry-After %q: acknowledged as handled", ra)
+		}
+		// At 100-200ms per wait: 3 to 6 requests in 500ms.
+		if n := len(arrived.times()); n > 6 || n < 2 {
+			t.Errorf("Retry-After %q: %d requests in 500ms with a backoff of 100-200ms", ra, n)
+		}
+	}
+}
+
 func TestHTTPRetryAfter(t *testing.T) {
 	var arrived arrivals
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
