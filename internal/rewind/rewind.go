@@ -281,7 +281,17 @@ func MakePlan(ctx context.Context, adm *kadm.Client, groups Groups, receivers []
 		}
 		for _, t := range r.Topics {
 			parts := listed[t]
-			if lo, ok := parts[-1]; ok && lo.Err != nil || len(parts) == 0 {
+			if lo, ok := parts[-1]; ok && lo.Err != nil {
+				if !errors.Is(lo.Err, kerr.UnknownTopicOrPartition) {
+					// Not known missing (a leader moving, a topic being
+					// created or deleted): a rewind that left it out would
+					// be reported done while it was not.
+					return nil, fmt.Errorf("listing the offsets of %s for %s: %w", t, target, lo.Err)
+				}
+				missing[t] = true
+				continue
+			}
+			if len(parts) == 0 {
 				missing[t] = true
 				continue
 			}

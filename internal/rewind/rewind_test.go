@@ -5,13 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/wowd/wowd/internal/config"
@@ -327,5 +331,66 @@ func TestMissingTopics(t *testing.T) {
 	}
 	if n, err := Execute(context.Background(), adm, groups, receivers, plan); n != 0 || err != nil {
 		t.Fatalf("execute: %d, %v", n, err)
+	}
+}
+
+// TestTopicErrorsAreNotMissingTopics: a topic whose offsets cannot be listed
+// for a reason other than its absence (its leader moving) fails the plan; it
+// was reported as a missing topic, left out, and a rewind of the others
+// exited 0 as if done.
+func TestTopicErrorsAreNotMissingTopics(t *testing.T) {
+	c, _ := cluster(t)
+	cfg := testConfig(t, c.ListenAddrs()[0])
+	receivers, err := Receivers(cfg, "projection", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(c.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	portN, _ := strconv.Atoi(port)
+	c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.MetadataRequest)
+		resp := req.ResponseKind().(*kmsg.MetadataResponse)
+		mentions := false
+		for _, rt := range req.Topics {
+			if rt.Topic != nil && *rt.Topic == cartTopic {
+				mentions = true
+			}
+		}
+		if !mentions {
+			return nil, nil, false
+		}
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host, b.Port = 0, host, int32(portN)
+		resp.Brokers = append(resp.Brokers, b)
+		resp.ControllerID = 0
+		for _, rt := range req.Topics {
+			st := kmsg.NewMetadataResponseTopic()
+			st.Topic = kmsg.StringPtr(*rt.Topic)
+			if *rt.Topic == cartTopic {
+				st.ErrorCode = kerr.LeaderNotAvailable.Code
+			} else {
+				sp := kmsg.NewMetadataResponseTopicPartition()
+				sp.Partition, sp.Leader = 0, 0
+				sp.Replicas, sp.ISR = []int32{0}, []int32{0}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	// A new client: the first one has the topics' metadata cached.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	fresh := kadm.NewClient(cl)
+	_, err = MakePlan(context.Background(), fresh, Describer(fresh, "classic"), receivers, Target{Latest: true})
+	if !errors.Is(err, kerr.LeaderNotAvailable) || !strings.Contains(err.Error(), cartTopic) {
+		t.Fatalf("plan with %s's leader not available: %v, want the error naming the topic", cartTopic, err)
 	}
 }
