@@ -22,9 +22,13 @@ type blockingPool struct {
 	running atomic.Int64 // tasks inside Run
 }
 
+// blockingJob is a task to run as the owner of its mailbox, or fn: more of
+// a pending task (Resume.Again), run without changing who owns its mailbox,
+// or, if the pool stops first, dropped instead.
 type blockingJob struct {
-	t  Task
-	mb *mailbox
+	t           Task
+	mb          *mailbox
+	fn, dropped func()
 }
 
 func (p *blockingPool) init(e *Executor, max int) {
@@ -32,9 +36,23 @@ func (p *blockingPool) init(e *Executor, max int) {
 	p.cond.L = &p.mu
 }
 
-func (p *blockingPool) submit(t Task, mb *mailbox) {
+func (p *blockingPool) submit(t Task, mb *mailbox) { p.enqueue(blockingJob{t: t, mb: mb}) }
+
+// again queues fn, more of a pending task (Resume.Again).
+func (p *blockingPool) again(fn, dropped func()) {
+	p.enqueue(blockingJob{fn: fn, dropped: dropped})
+}
+
+func (p *blockingPool) enqueue(j blockingJob) {
 	p.mu.Lock()
-	p.q = append(p.q, blockingJob{t, mb})
+	if p.stopped {
+		p.mu.Unlock()
+		if j.dropped != nil {
+			j.dropped()
+		}
+		return // dropped, as stop drops the queue
+	}
+	p.q = append(p.q, j)
 	switch {
 	case p.idle > 0:
 		p.cond.Signal()
@@ -63,6 +81,12 @@ func (p *blockingPool) loop() {
 		p.q[0] = blockingJob{}
 		p.q = p.q[1:]
 		p.mu.Unlock()
+		if j.fn != nil {
+			p.running.Add(1)
+			j.fn()
+			p.running.Add(-1)
+			continue
+		}
 		p.run(j)
 	}
 }
@@ -94,9 +118,15 @@ func (p *blockingPool) run(j blockingJob) {
 func (p *blockingPool) stop() {
 	p.mu.Lock()
 	p.stopped = true
+	q := p.q
 	p.q = nil
 	p.cond.Broadcast()
 	p.mu.Unlock()
+	for _, j := range q {
+		if j.dropped != nil {
+			j.dropped()
+		}
+	}
 }
 
 // live returns the number of goroutines not yet returned.

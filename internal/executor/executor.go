@@ -121,6 +121,22 @@ type Resume struct {
 // returns.
 func (r Resume) Complete(failed bool) { r.ex.complete(r.mb, failed) }
 
+// Again runs fn as more of the pending task, where its group runs tasks:
+// for a blocking group on the blocking pool, waiting for one of its
+// goroutines as a task does (so that work a blocking task does later, a
+// retry after a wait, stays within the pool's bound); otherwise at once, on
+// the caller's goroutine. The task stays pending: Complete is still called
+// once, by fn or later. If Close stops the pool before fn ran, dropped runs
+// instead (on the caller's goroutine or Close's), so that whoever waits for
+// fn hears of it.
+func (r Resume) Again(fn, dropped func()) {
+	if r.mb.blocking() {
+		r.ex.blocking.again(fn, dropped)
+		return
+	}
+	fn()
+}
+
 // Options configure an Executor.
 type Options struct {
 	// Workers is the number of workers; 0 means GOMAXPROCS.

@@ -596,3 +596,101 @@ func TestNoLostWakeups(t *testing.T) {
 	// stranded in a parked worker's inbox.
 	waitOrFail(t, &wg, 10*time.Second)
 }
+
+// TestAgainRunsOnTheBlockingPool: more of a pending blocking task
+// (Resume.Again: a retry after a wait) waits for a goroutine of the
+// blocking pool, as tasks do, so the pool's bound holds for it too; the
+// task stays pending until Complete, and its key's next task waits for it.
+// For a task of another group, Again runs fn at once.
+func TestAgainRunsOnTheBlockingPool(t *testing.T) {
+	e := New(Options{Workers: 1, BlockingWorkers: 1})
+	defer closeOK(t, e)
+	blocking := e.Group(true)
+	resumed := make(chan Resume, 1)
+	if err := blocking.Submit("a", fn(func(r Resume) Status { resumed <- r; return Pending })); err != nil {
+		t.Fatal(err)
+	}
+	res := <-resumed
+	// The pool's only goroutine is busy with b.
+	release, busy := make(chan struct{}), make(chan struct{})
+	if err := blocking.Submit("b", fn(func(Resume) Status { close(busy); <-release; return Done })); err != nil {
+		t.Fatal(err)
+	}
+	<-busy
+	next := make(chan struct{})
+	if err := blocking.Submit("a", fn(func(Resume) Status { close(next); return Done })); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{})
+	go res.Again(func() { close(ran) }, func() { t.Error("dropped while the pool runs") })
+	select {
+	case <-ran:
+		t.Fatal("Again ran beside the pool's only goroutine, busy with another task")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Again never ran once the pool was free")
+	}
+	select {
+	case <-next:
+		t.Fatal("the key's next task ran before its pending task completed")
+	case <-time.After(50 * time.Millisecond):
+	}
+	res.Complete(false)
+	select {
+	case <-next:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the key's next task never ran")
+	}
+
+	normal := e.Group(false)
+	if err := normal.Submit("c", fn(func(r Resume) Status { resumed <- r; return Pending })); err != nil {
+		t.Fatal(err)
+	}
+	res = <-resumed
+	here := false
+	res.Again(func() { here = true }, func() { t.Error("dropped at once") })
+	if !here {
+		t.Fatal("Again of a non-blocking task did not run at once")
+	}
+	res.Complete(false)
+}
+
+// TestAgainDroppedAtClose: fn queued for the blocking pool when Close
+// stops it (or given after) does not run; dropped does, so that whoever
+// waits for fn hears of it.
+func TestAgainDroppedAtClose(t *testing.T) {
+	e := New(Options{Workers: 1, BlockingWorkers: 1})
+	blocking := e.Group(true)
+	resumed := make(chan Resume, 1)
+	if err := blocking.Submit("a", fn(func(r Resume) Status { resumed <- r; return Pending })); err != nil {
+		t.Fatal(err)
+	}
+	res := <-resumed
+	release, busy := make(chan struct{}), make(chan struct{})
+	if err := blocking.Submit("b", fn(func(Resume) Status { close(busy); <-release; return Done })); err != nil {
+		t.Fatal(err)
+	}
+	<-busy
+	dropped := make(chan struct{}, 2)
+	res.Again(func() { t.Error("ran although the pool stopped first") }, func() { dropped <- struct{}{} })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = e.Close(ctx) // a and b are still pending: reported abandoned
+	select {
+	case <-dropped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("queued fn neither ran nor was dropped at Close")
+	}
+	res.Again(func() { t.Error("ran after Close") }, func() { dropped <- struct{}{} })
+	select {
+	case <-dropped:
+	default:
+		t.Fatal("Again after Close did not drop at once")
+	}
+	close(release)
+	testwait.For(t, 10*time.Second, "the pool's goroutine to return", func() bool { return e.blocking.live() == 0 })
+}

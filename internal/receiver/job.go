@@ -56,10 +56,11 @@ type jobState struct {
 	seq     int64
 	msg     handler.Message
 	res     executor.Resume
-	start   time.Duration // when the record's turn started (Receiver.since)
-	tried   time.Duration // when the current handler attempt started (Receiver.since)
-	failure failure       // why the record goes to the dead-letter path
-	tries   int           // attempts of the current step (handler or dead-letter write)
+	place   executor.Resume // where handler attempts run (Resume.Again): the mailbox's, a redrive's action's; zero: the caller's goroutine
+	start   time.Duration   // when the record's turn started (Receiver.since)
+	tried   time.Duration   // when the current handler attempt started (Receiver.since)
+	failure failure         // why the record goes to the dead-letter path
+	tries   int             // attempts of the current step (handler or dead-letter write)
 	kind    handler.Kind
 	route   *Route
 	ws      *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
@@ -227,6 +228,9 @@ func (j *job) Run(res executor.Resume) executor.Status {
 		return executor.Done
 	}
 	j.res = res
+	if res != (executor.Resume{}) {
+		j.place = res
+	}
 	j.start = j.r.since()
 	j.tried = j.start
 	j.traceStart()
@@ -282,8 +286,21 @@ func (j *job) Run(res executor.Resume) executor.Status {
 	return executor.Pending // the Ack (or admit) completes it, possibly already done
 }
 
-// retry makes another attempt at a held message.
+// retry makes another attempt at a held message, where its route makes
+// attempts: a Blocker's on the executor's blocking pool, as its first
+// attempt was (the timer that calls retry is no goroutine of the pool's,
+// and held messages would each call the Blocker on their own). If the
+// pool stops first, the message is abandoned: not finished, so delivered
+// again.
 func (j *job) retry() {
+	if j.place == (executor.Resume{}) {
+		j.retryHere()
+		return
+	}
+	j.place.Again(j.retryHere, j.abandon)
+}
+
+func (j *job) retryHere() {
 	j.tried = j.r.since()
 	j.call()
 }

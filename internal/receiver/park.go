@@ -897,6 +897,7 @@ type parkAction struct {
 	k   parkKey
 	a   *parkedAgg // the entry it started from (see parkedAgg); nil for a park by hand
 	req park.Request
+	res executor.Resume // the action's task's: where a redrive's handler attempts run
 }
 
 // ended takes the action out of its partition's unfinished count and the
@@ -912,6 +913,7 @@ func (t *parkAction) ended() {
 // Run implements executor.Task: the action runs on a goroutine of its own
 // (it waits for Kafka and for the handler), the mailbox waits for it.
 func (t *parkAction) Run(res executor.Resume) executor.Status {
+	t.res = res
 	go func() {
 		defer res.Complete(false)
 		defer t.ended()
@@ -1024,7 +1026,7 @@ func (t *parkAction) run() {
 				r.m.Count(metrics.DeadLettered, 1)
 				continue
 			}
-			o, f := r.runParked(rp, src)
+			o, f := r.runParked(rp, src, t.res)
 			switch o {
 			case metrics.Dropped:
 				r.actionCanceled(k, a, req.Action, at)
@@ -1290,7 +1292,7 @@ func (r *Receiver) actionPartition(p *partition) *partition {
 // waits for what becomes of it: handled, skipped, dead-lettered (it does
 // not decode), Local (it was handled locally first), Parked (failed for
 // good again: f says why) or Dropped (the partition went).
-func (r *Receiver) runParked(rp *partition, src *kgo.Record) (metrics.Outcome, failure) {
+func (r *Receiver) runParked(rp *partition, src *kgo.Record, place executor.Resume) (metrics.Outcome, failure) {
 	route := r.routes[src.Topic]
 	w := newLocalWait(src.Topic, string(src.Key))
 	rp.pending.Add(1)
@@ -1310,7 +1312,13 @@ func (r *Receiver) runParked(rp *partition, src *kgo.Record) (metrics.Outcome, f
 	j.msg.Context, j.msg.Aggregate, j.msg.Kind = route.Context, route.Aggregate, route.Kind
 	j.local, j.redriven = w, true
 	rp.mu.Unlock()
-	j.Run(executor.Resume{})
+	// Its attempts run where the aggregate's run: a Blocker's on the
+	// blocking pool, not on the action's goroutine.
+	if j.place = place; place == (executor.Resume{}) {
+		j.Run(executor.Resume{})
+	} else {
+		place.Again(func() { j.Run(executor.Resume{}) }, j.drop)
+	}
 	<-w.done
 	return w.outcome, w.fail
 }

@@ -1,0 +1,71 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/executor"
+	"github.com/wowd/wowd/internal/testwait"
+)
+
+// TestHeldRetriesOfABlockerStayOnThePool: a Blocker is called on the
+// executor's blocking pool only, at most blocking-workers at once, retries
+// of held messages included. Each of 8 messages (8 aggregates) fails its
+// first attempt, with dead letters off, so all are held and retried about
+// together: the retries ran on their timers' goroutines, 8 at once against
+// a pool of 2.
+func TestHeldRetriesOfABlockerStayOnThePool(t *testing.T) {
+	ex := executor.New(executor.Options{Workers: 2, BlockingWorkers: 2})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ex.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	h := &harness{t: t, c: newCluster(t, 1, testTopic), ex: ex}
+	produce(t, h.c, testTopic, 8, 8)
+	var (
+		running, most atomic.Int32
+		mu            sync.Mutex
+		tried         = map[string]int{}
+	)
+	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(30 * time.Millisecond) // blocks, as a Blocker does
+		running.Add(-1)
+		mu.Lock()
+		tried[m.AggregateID]++
+		first := tried[m.AggregateID] == 1
+		mu.Unlock()
+		if first {
+			ack.Done(handler.Classed(handler.Transient, errors.New("database down")))
+			return
+		}
+		ack.Done(nil)
+	})
+	r := h.receiver("g-blocking", hd, 64, func(o *Options) {
+		rt := o.Routes[testTopic]
+		rt.Group = ex.Group(true) // the route of a handler.Blocker
+		o.Routes = map[string]Route{testTopic: rt}
+		o.DeadLetter.Enabled = false
+		o.RetryBackoff = 200 * time.Millisecond
+	})
+	testwait.For(t, 20*time.Second, "every message handled and committed", func() bool { return h.committedAtEnd("g-blocking") })
+	stop(t, r)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tried) != 8 {
+		t.Fatalf("%d aggregates tried, want 8", len(tried))
+	}
+	if m := most.Load(); m > 2 {
+		t.Errorf("the Blocker ran %d calls at once; the blocking pool has 2 goroutines", m)
+	}
+}
