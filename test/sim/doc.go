@@ -49,7 +49,11 @@
 // sink (internal/handlers), posting over the in-memory network to a server
 // in the bubble that makes the same choices per request (sink_test.go): one
 // message per request or batched, HTTP/1.1 or h2c, with or without a
-// max-concurrency below the window. The handler's choices depend only on the seed and the message's
+// max-concurrency below the window, and in half of them a rate-limit of
+// 30 to 80 requests a second with a burst of 1 to 4. In a quarter of the
+// seeds, drawn apart again, the members' route is a blocking one (a
+// handler.Blocker's), whose calls run on the executor's blocking pool of
+// three goroutines and each block for 2 ms (blocking_test.go). The handler's choices depend only on the seed and the message's
 // position and attempt (at the sink, the request's number), not on the
 // order in which goroutines run.
 //
@@ -118,6 +122,9 @@
 //     server before every earlier message of its aggregate was settled; a
 //     batch holds one message per aggregate; a request the server holds
 //     past the sink's request-timeout sees its context end;
+//   - with a blocking route: never more calls of the handler at once than
+//     the blocking pool has goroutines, whatever path the call came by (a
+//     first try, a held message's retry, a parked aggregate's redrive);
 //   - a record is handled more than once only for a cause of its own
 //     (checkDuplicatesLocked in sim_test.go): the success of its try came
 //     once the try's deadline may have passed (handler timeout or more

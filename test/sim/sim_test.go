@@ -297,6 +297,7 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	w.c = c
 	w.topicID = c.TopicInfo(topic).TopicID
 	w.watchCommits()
+	w.blocking = blockingFor(seed)
 	if w.sink = sinkFor(seed); w.sink != nil {
 		stopSink := startSinkServer(t, w)
 		defer stopSink() // after the members stopped: what their sinks still send gets an answer
@@ -713,7 +714,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 	m := &member{
 		id:   id,
 		net:  &memberNet{vn: w.vn},
-		ex:   executor.New(executor.Options{Workers: 2}),
+		ex:   executor.New(executor.Options{Workers: 2, BlockingWorkers: simBlockingWorkers}),
 		m:    metrics.New("sim"),
 		done: make(chan struct{}),
 		quit: make(chan struct{}),
@@ -726,9 +727,12 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		handlerType = "http"
 		m.sink = h.(*sinkHandler)
 	}
+	if w.blocking {
+		h = &blockingProbe{w: w, member: id, h: h, running: new(atomic.Int32)}
+	}
 	r, err := receiver.New(receiver.Options{
 		Dispatcher: "projection", Context: "sim", Service: "sim", GroupID: group,
-		Routes:         map[string]receiver.Route{topic: {Context: "sim", Aggregate: "item", Kind: handler.KindEvent, Group: m.ex.Group(false)}},
+		Routes:         map[string]receiver.Route{topic: {Context: "sim", Aggregate: "item", Kind: handler.KindEvent, Group: m.ex.Group(w.blocking)}},
 		MaxInFlight:    w.window,
 		CommitInterval: commitInterval,
 		RevokeTimeout:  revokeTimeout,
@@ -1085,8 +1089,8 @@ func check(t *testing.T, w *world, members []*member) {
 		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
 			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight)",
-		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels)
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels, w.blocking)
 }
 
 // dupCounts counts a run's duplicates (handlings of a record after its

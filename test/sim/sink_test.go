@@ -52,6 +52,11 @@ type sinkMode struct {
 	batch       int  // batch.max-messages; 0: one message per request
 	h2c         bool // HTTP/2 without TLS instead of HTTP/1.1
 	concurrency int  // max-concurrency; 0: the window's
+	// rate is the sink's rate-limit (requests per second; 0: none), with
+	// bursts of burst: low enough that a window's tries can outlast the
+	// handler timeout waiting for their turn and give it back.
+	rate  int
+	burst int
 }
 
 const (
@@ -75,6 +80,9 @@ func sinkFor(seed uint64) *sinkMode {
 	if mix(seed, 93)%2 == 0 {
 		s.concurrency = 1 + int(mix(seed, 92)%4)
 	}
+	if mix(seed, 91)%2 == 0 {
+		s.rate, s.burst = 30+int(mix(seed, 90)%51), 1+int(mix(seed, 89)%4)
+	}
 	return s
 }
 
@@ -82,7 +90,7 @@ func (s *sinkMode) String() string {
 	if s == nil {
 		return "none"
 	}
-	return fmt.Sprintf("batch %d, h2c %v, max-concurrency %d", s.batch, s.h2c, s.concurrency)
+	return fmt.Sprintf("batch %d, h2c %v, max-concurrency %d, rate-limit %d (burst %d)", s.batch, s.h2c, s.concurrency, s.rate, s.burst)
 }
 
 // startSinkServer serves the sink's endpoint on the in-memory network
@@ -130,6 +138,9 @@ func newSink(t *testing.T, w *world, m *member, log *zap.Logger) (handler.Handle
 		"backoff-max":     "400ms",
 		"max-concurrency": w.sink.concurrency,
 		"h2c":             w.sink.h2c,
+	}
+	if w.sink.rate > 0 {
+		raw["rate-limit"], raw["rate-burst"] = w.sink.rate, w.sink.burst
 	}
 	if w.sink.batch > 0 {
 		raw["batch"] = map[string]any{"max-messages": w.sink.batch, "linger": "20ms"}

@@ -72,8 +72,11 @@ type world struct {
 	budget *memory.Budget
 	pad    int
 	sink   *sinkMode // the members' handler is the HTTP sink (sink_test.go); nil: simHandler
-	c      *kfake.Cluster
-	vn     *kfake.VirtualNetwork
+	// blocking: the members' route runs on the executor's blocking pool
+	// (blocking_test.go).
+	blocking bool
+	c        *kfake.Cluster
+	vn       *kfake.VirtualNetwork
 	topicID,
 	dlqID [16]byte
 
