@@ -127,7 +127,8 @@ type call struct {
 	event   []byte
 	id      string
 	batch   *batch
-	batched bool // a member: its request may be in flight when its ctx is canceled
+	batched bool   // a member: its request may be in flight when its ctx is canceled
+	inBatch *batch // a member's batch once cut, while the member is queued in it
 	// carrier is a running member's carrier; running and cancelReq are a
 	// carrier's members whose request is in flight and not done, and the
 	// cancellation of that request: once none is left, nothing waits for
@@ -477,6 +478,9 @@ func (s *httpSink) waitTurn(c *call) error {
 	if limit == nil {
 		return nil
 	}
+	if err := c.ctx.Err(); err != nil {
+		return err // given up already (a batch, all its members): no turn taken
+	}
 	d, slot := limit.reserve(time.Now())
 	if d <= 0 {
 		return nil
@@ -511,6 +515,11 @@ func (s *httpSink) abandon(c *call) {
 	if car := c.carrier; car != nil && c.state == callRunning {
 		if car.running--; car.running == 0 {
 			cancelReq = car.cancelReq
+		}
+	}
+	if b := c.inBatch; b != nil && c.state == callQueued {
+		if b.queued--; b.queued == 0 {
+			cancelReq = b.endWait // its carrier waits for nobody now
 		}
 	}
 	c.state = callDone

@@ -108,6 +108,13 @@ func (b HTTPBatchConfig) fitTry(requestTimeout, tryTimeout time.Duration) error 
 // batch is the members one request carries, in the order they joined.
 type batch struct {
 	calls []*call
+	// queued counts the members still queued (not done, not yet in the
+	// request), and endWait ends the carrier's context: once the last of
+	// them is given up while the carrier waits for the rate limiter, the
+	// wait ends and its turn goes to the next request instead of to a
+	// request with nothing in it. Both guarded by sink.mu.
+	queued  int
+	endWait context.CancelFunc
 }
 
 // aggregateKey names an aggregate as wowd's executor does: a message of
@@ -167,7 +174,17 @@ func (b *batcher) cut() *call {
 	if len(b.calls) == 0 {
 		return nil
 	}
-	carrier := &call{ctx: context.Background(), batch: &batch{calls: b.calls}}
+	ctx, endWait := context.WithCancel(context.Background())
+	carrier := &call{ctx: ctx, batch: &batch{calls: b.calls, endWait: endWait}}
+	for _, c := range b.calls {
+		if c.state == callQueued {
+			c.inBatch = carrier.batch
+			carrier.batch.queued++
+		}
+	}
+	if carrier.batch.queued == 0 {
+		endWait() // every member given up already: nothing to wait for
+	}
 	b.calls = make([]*call, 0, len(b.calls))
 	b.size = 0
 	clear(b.aggs)
@@ -263,6 +280,7 @@ func (s *httpSink) attemptBatch(w *worker, c *call) {
 		s.mu.Lock()
 		c.state = callDone
 		s.mu.Unlock()
+		c.batch.endWait()
 	}()
 	if err := s.waitTurn(c); err != nil {
 		s.settleAll(c.batch.calls, s.wrap(err))

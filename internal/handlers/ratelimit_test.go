@@ -161,38 +161,43 @@ func TestLimiterKeepsRateWithGiveUps(t *testing.T) {
 // half a second later, to an endpoint idle since, goes within its try.
 // When given-up waits kept their slots, it waited for all 30 of them (3s)
 // and failed, and a sink with more waiting tries than its rate serves in a
-// try's time sent nothing at all.
+// try's time sent nothing at all. Batched, a batch whose members all gave
+// up while it waited kept its slot the same way, and then sent nothing.
 func TestRateLimitAfterAbandonedWaits(t *testing.T) {
-	var sent atomic.Int64
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { sent.Add(1) })
-	h := build(t, "http", sinkConfig(srv.URL, map[string]any{
-		"rate-limit": 10.0, "rate-burst": 1, "max-attempts": 1,
-	}), handler.Deps{})
-	var wg sync.WaitGroup
-	var gaveUp atomic.Int64
-	for off := range int64(40) {
-		wg.Add(1)
+	for _, batched := range []bool{false, true} {
+		var sent atomic.Int64
+		srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { sent.Add(1) })
+		over := map[string]any{"rate-limit": 10.0, "rate-burst": 1, "max-attempts": 1}
+		if batched {
+			over["batch"] = map[string]any{"max-messages": 2, "linger": "1ms"}
+		}
+		h := build(t, "http", sinkConfig(srv.URL, over), handler.Deps{})
+		var wg sync.WaitGroup
+		var gaveUp atomic.Int64
+		for off := range int64(40) {
+			wg.Add(1)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			h.Handle(ctx, testMessage(off), handler.AckFunc(func(err error) {
+				if err != nil {
+					gaveUp.Add(1)
+				}
+				cancel()
+				wg.Done()
+			}))
+		}
+		wg.Wait()
+		if n := gaveUp.Load(); n < 15 {
+			t.Fatalf("batched %v: only %d of 40 tries gave up waiting; the test needs most of them to", batched, n)
+		}
+		time.Sleep(500 * time.Millisecond)
+		before := sent.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		h.Handle(ctx, testMessage(off), handler.AckFunc(func(err error) {
-			if err != nil {
-				gaveUp.Add(1)
-			}
-			cancel()
-			wg.Done()
-		}))
-	}
-	wg.Wait()
-	if n := gaveUp.Load(); n < 25 {
-		t.Fatalf("only %d of 40 tries gave up waiting; the test needs most of them to", n)
-	}
-	time.Sleep(500 * time.Millisecond)
-	before := sent.Load()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	h.Handle(ctx, testMessage(100), handler.AckFunc(func(err error) { done <- err }))
-	if err := <-done; err != nil || sent.Load() != before+1 {
-		t.Errorf("a message to an idle endpoint after %d tries gave up: %v (%d requests)", gaveUp.Load(), err, sent.Load()-before)
+		done := make(chan error, 1)
+		h.Handle(ctx, testMessage(100), handler.AckFunc(func(err error) { done <- err }))
+		if err := <-done; err != nil || sent.Load() != before+1 {
+			t.Errorf("batched %v: a message to an idle endpoint after %d tries gave up: %v (%d requests)", batched, gaveUp.Load(), err, sent.Load()-before)
+		}
+		cancel()
 	}
 }
 
