@@ -606,17 +606,7 @@ func TestAgainRunsOnTheBlockingPool(t *testing.T) {
 	e := New(Options{Workers: 1, BlockingWorkers: 1})
 	defer closeOK(t, e)
 	blocking := e.Group(true)
-	resumed := make(chan Resume, 1)
-	if err := blocking.Submit("a", fn(func(r Resume) Status { resumed <- r; return Pending })); err != nil {
-		t.Fatal(err)
-	}
-	res := <-resumed
-	// The pool's only goroutine is busy with b.
-	release, busy := make(chan struct{}), make(chan struct{})
-	if err := blocking.Submit("b", fn(func(Resume) Status { close(busy); <-release; return Done })); err != nil {
-		t.Fatal(err)
-	}
-	<-busy
+	res, release := pendingBehindBusy(t, blocking)
 	next := make(chan struct{})
 	if err := blocking.Submit("a", fn(func(Resume) Status { close(next); return Done })); err != nil {
 		t.Fatal(err)
@@ -647,6 +637,7 @@ func TestAgainRunsOnTheBlockingPool(t *testing.T) {
 	}
 
 	normal := e.Group(false)
+	resumed := make(chan Resume, 1)
 	if err := normal.Submit("c", fn(func(r Resume) Status { resumed <- r; return Pending })); err != nil {
 		t.Fatal(err)
 	}
@@ -665,16 +656,7 @@ func TestAgainRunsOnTheBlockingPool(t *testing.T) {
 func TestAgainDroppedAtClose(t *testing.T) {
 	e := New(Options{Workers: 1, BlockingWorkers: 1})
 	blocking := e.Group(true)
-	resumed := make(chan Resume, 1)
-	if err := blocking.Submit("a", fn(func(r Resume) Status { resumed <- r; return Pending })); err != nil {
-		t.Fatal(err)
-	}
-	res := <-resumed
-	release, busy := make(chan struct{}), make(chan struct{})
-	if err := blocking.Submit("b", fn(func(Resume) Status { close(busy); <-release; return Done })); err != nil {
-		t.Fatal(err)
-	}
-	<-busy
+	res, release := pendingBehindBusy(t, blocking)
 	dropped := make(chan struct{}, 2)
 	res.Again(func() { t.Error("ran although the pool stopped first") }, func() { dropped <- struct{}{} })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -693,4 +675,22 @@ func TestAgainDroppedAtClose(t *testing.T) {
 	}
 	close(release)
 	testwait.For(t, 10*time.Second, "the pool's goroutine to return", func() bool { return e.blocking.live() == 0 })
+}
+
+// pendingBehindBusy submits to g, a blocking group of a pool of one, a task
+// of key a that stays pending and returns its Resume, then a task of key b
+// that keeps the pool's goroutine busy until release is closed.
+func pendingBehindBusy(t *testing.T, g *Group) (Resume, chan struct{}) {
+	t.Helper()
+	resumed := make(chan Resume, 1)
+	if err := g.Submit("a", fn(func(r Resume) Status { resumed <- r; return Pending })); err != nil {
+		t.Fatal(err)
+	}
+	res := <-resumed
+	release, busy := make(chan struct{}), make(chan struct{})
+	if err := g.Submit("b", fn(func(Resume) Status { close(busy); <-release; return Done })); err != nil {
+		t.Fatal(err)
+	}
+	<-busy
+	return res, release
 }
