@@ -69,3 +69,52 @@ func TestHeldRetriesOfABlockerStayOnThePool(t *testing.T) {
 		t.Errorf("the Blocker ran %d calls at once; the blocking pool has 2 goroutines", m)
 	}
 }
+
+// TestQueuedRetryOfAClosedPartitionIsAbandoned: a held message's retry
+// that waits for the blocking pool (busy with a call that ignores its
+// context) when its partition closes is given up, not made: the handler
+// was called after Stop returned, for a message the next owner may have
+// handled already.
+func TestQueuedRetryOfAClosedPartitionIsAbandoned(t *testing.T) {
+	ex := executor.New(executor.Options{Workers: 2, BlockingWorkers: 1})
+	h := &harness{t: t, c: newCluster(t, 1, testTopic), ex: ex}
+	produceAt(t, h.c, testTopic, 0, "agg-0")
+	release, stuck := make(chan struct{}), make(chan struct{})
+	var stopped atomic.Bool
+	var failed sync.Once
+	failedOnce := make(chan struct{})
+	hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+		if stopped.Load() {
+			t.Errorf("handler called for %s at offset %d after Stop returned (context: %v)", m.AggregateID, m.Offset, ctx.Err())
+		}
+		if m.AggregateID == "agg-0" {
+			failed.Do(func() { close(failedOnce) })
+			ack.Done(handler.Classed(handler.Transient, errors.New("database down")))
+			return
+		}
+		close(stuck)
+		<-release // a Blocker stuck in a call, ignoring its context
+		ack.Done(nil)
+	})
+	r := h.receiver("g-queued-retry", hd, 64, func(o *Options) {
+		rt := o.Routes[testTopic]
+		rt.Group = ex.Group(true)
+		o.Routes = map[string]Route{testTopic: rt}
+		o.DeadLetter.Enabled = false
+		o.RetryBackoff = 2 * time.Second // agg-0's retry comes after 1-2 s
+	})
+	// agg-1 only once agg-0 failed: on a pool of one, agg-1's call must be
+	// the one holding it when agg-0's retry is due.
+	<-failedOnce
+	produceAt(t, h.c, testTopic, 0, "agg-1")
+	<-stuck
+	time.Sleep(2500 * time.Millisecond) // agg-0's retry is queued for the pool
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_ = r.Stop(ctx) // past its deadline: agg-1's call never returns in time
+	cancel()
+	stopped.Store(true)
+	close(release)
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	_ = ex.Close(cctx) // runs what the pool still holds
+}

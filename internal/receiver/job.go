@@ -301,6 +301,12 @@ func (j *job) retry() {
 }
 
 func (j *job) retryHere() {
+	if j.p.isClosed() {
+		// Its partition went while the retry waited for the pool (after's
+		// own watch ended when its timer fired): the next owner has it.
+		j.abandon()
+		return
+	}
 	j.tried = j.r.since()
 	j.call()
 }
