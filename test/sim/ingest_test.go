@@ -126,7 +126,12 @@ func newIngestModel(t *testing.T, w *world, seed uint64) *ingestModel {
 			in.keys = append(in.keys, &ingestKey{name: "mix-" + strconv.Itoa(i), mixed: true})
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext))
+	// Produce faults injected while no one produces pile up (seed 9301
+	// with stalls: 14 of them), and each costs a retrying producer a
+	// metadata refresh, at most one per MetadataMinAge (5 s by default):
+	// the direct producer took them all and ran past its minute.
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext),
+		kgo.MetadataMinAge(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
