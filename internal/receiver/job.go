@@ -479,6 +479,15 @@ func (j *job) finish(o metrics.Outcome) {
 	}
 }
 
+// passMarker finishes a transaction marker (a control record) as it is
+// admitted: no message, so no handler, outcome or dead letter; its offset
+// is committed with those before it.
+func (j *job) passMarker() {
+	r, p := j.r, j.p
+	r.finished(p, j.seq)
+	j.free()
+}
+
 // abandon gives up on the record without finishing it: its offset is not
 // committed, so it is redelivered.
 func (j *job) abandon() {

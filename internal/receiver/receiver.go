@@ -414,6 +414,14 @@ func New(o Options) (*Receiver, error) {
 		kgo.ConsumeTopics(r.topics...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
+		// Of a transactional producer's records, only committed ones are
+		// messages: an aborted transaction's never happened.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// A transaction's end is a marker, which takes an offset of its own
+		// and carries no message: kept, it is finished as it is admitted,
+		// so the commit steps over it to the partition's end (otherwise a
+		// caught-up group stays one short of the end, its lag 1 for good).
+		kgo.KeepControlRecords(),
 		kgo.OnPartitionsAssigned(r.onAssigned),
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onLost),
@@ -1294,6 +1302,8 @@ func (r *Receiver) admitRecords(p *partition, recs []*kgo.Record) {
 	for _, t := range tasks {
 		j := t.(*job)
 		switch {
+		case j.rec.Attrs.IsControl():
+			j.passMarker()
 		case j.route != nil:
 			keys, routed = append(keys, j.msg.AggregateID), append(routed, j)
 		case route == nil:
