@@ -39,7 +39,7 @@ func FuzzRequestHeaders(f *testing.F) {
 		m.Headers = []handler.Header{{Key: k1, Value: v1}, {Key: k2, Value: v2}}
 		m.Wow = &handler.Wow{ID: subject, ContextName: wv, AggregateName: "cart", TenantID: wv,
 			Header: []handler.WowHeader{{Key: wk, Value: wv}}}
-		req, err := s.newRequest(context.Background(), m, 1)
+		req, err := s.newRequest(context.Background(), m, 1, s.live.Load())
 		if err != nil {
 			t.Fatal(err)
 		}

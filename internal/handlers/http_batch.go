@@ -212,7 +212,7 @@ func (b *batcher) drop() []*call {
 // startBatched adds attempt of m to the batch being filled and returns at
 // once; the batch is sent when it is cut.
 func (s *httpSink) startBatched(ctx context.Context, m *handler.Message, attempt int, ack handler.Ack) {
-	ev, id, err := s.encodeEvent(ctx, m, attempt)
+	ev, id, err := s.encodeEvent(ctx, m, attempt, s.live.Load())
 	if err != nil {
 		ack.Done(handler.Classed(handler.Permanent, s.wrap(err)))
 		return

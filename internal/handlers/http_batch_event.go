@@ -15,6 +15,9 @@ import (
 
 // encodeEvent encodes attempt of m, whose try has ctx, as a structured-mode
 // CloudEvent in the JSON format, for a batch, and returns it with its id.
+// live is the sink's settings, read once by the caller: the headers are
+// built and the configured ones left out with the same headers-from-file,
+// so a reload renaming one cannot put its value in the event.
 //
 // Its attributes are what the binary mode sends as headers, so the two
 // modes cannot drift apart: the headers newRequest builds, but for
@@ -29,8 +32,8 @@ import (
 // with commas. The value of m is data when it is JSON (a Wow message, or a
 // JSON content type) and data_base64 otherwise; an empty value has
 // neither.
-func (s *httpSink) encodeEvent(ctx context.Context, m *handler.Message, attempt int) (event []byte, id string, err error) {
-	req, err := s.newRequest(ctx, m, attempt)
+func (s *httpSink) encodeEvent(ctx context.Context, m *handler.Message, attempt int, live *httpLive) (event []byte, id string, err error) {
+	req, err := s.newRequest(ctx, m, attempt, live)
 	if err != nil {
 		return nil, "", err
 	}
@@ -43,7 +46,7 @@ func (s *httpSink) encodeEvent(ctx context.Context, m *handler.Message, attempt 
 	attrs := make([]attribute, 0, len(req.Header))
 	names := make([]byte, 0, 24*len(req.Header))
 	for k := range req.Header {
-		if k == hdrContentType || s.configuredHeader(k) {
+		if k == hdrContentType || s.configuredHeader(live, k) {
 			continue
 		}
 		a := attribute{header: k}
@@ -104,12 +107,13 @@ func (s *httpSink) encodeEvent(ctx context.Context, m *handler.Message, attempt 
 }
 
 // configuredHeader reports whether the canonical header k is one of the
-// configured headers (headers, headers-from-env, headers-from-file).
-func (s *httpSink) configuredHeader(k string) bool {
+// configured headers (headers, headers-from-env, and headers-from-file as
+// live has them).
+func (s *httpSink) configuredHeader(live *httpLive, k string) bool {
 	if _, ok := s.static[k]; ok {
 		return true
 	}
-	for _, f := range s.live.Load().files {
+	for _, f := range live.files {
 		if f.name == k {
 			return true
 		}

@@ -33,7 +33,7 @@ func FuzzBatchEvent(f *testing.F) {
 			m.Wow = &handler.Wow{ID: subject, ContextName: wv, AggregateName: "cart", TenantID: wv,
 				Header: []handler.WowHeader{{Key: wk, Value: wv}}}
 		}
-		ev, id, err := s.encodeEvent(context.Background(), m, 1)
+		ev, id, err := s.encodeEvent(context.Background(), m, 1, s.live.Load())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -547,7 +547,7 @@ func TestHTTPBatchEventMatchesBinaryHeaders(t *testing.T) {
 	raw.Headers = []handler.Header{{Key: "content-type", Value: []byte("application/octet-stream")}}
 
 	for _, m := range []*handler.Message{wowMsg, raw} {
-		ev, id, err := s.encodeEvent(context.Background(), m, 2)
+		ev, id, err := s.encodeEvent(context.Background(), m, 2, s.live.Load())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -555,7 +555,7 @@ func TestHTTPBatchEventMatchesBinaryHeaders(t *testing.T) {
 		if err := json.Unmarshal(ev, &got); err != nil {
 			t.Fatalf("event of message %d is not JSON: %v\n%s", m.Offset, err, ev)
 		}
-		req, err := s.newRequest(context.Background(), m, 2)
+		req, err := s.newRequest(context.Background(), m, 2, s.live.Load())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -643,7 +643,7 @@ func TestHTTPBatchEventCarriesTraceContext(t *testing.T) {
 	if !ok {
 		t.Fatal("test traceparent does not parse")
 	}
-	ev, _, err := s.encodeEvent(tracing.Context(context.Background(), sc), testMessage(1), 1)
+	ev, _, err := s.encodeEvent(tracing.Context(context.Background(), sc), testMessage(1), 1, s.live.Load())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func BenchmarkHTTPSink(b *testing.B) {
 						p, a := i%benchPartitions, (i/benchPartitions)%benchAggregates
 						m := *msgs[p][a]
 						m.Offset = int64(i / benchPartitions)
-						req, err := s.newRequest(context.Background(), &m, 1)
+						req, err := s.newRequest(context.Background(), &m, 1, s.live.Load())
 						if err != nil {
 							b.Error(err)
 							return

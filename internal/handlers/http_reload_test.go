@@ -1,7 +1,9 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +12,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/handlerconfig"
@@ -142,5 +148,87 @@ func TestHTTPReconfigureHeaderFiles(t *testing.T) {
 	}
 	if rt := s.live.Load().requestTimeout; rt != 30*time.Second {
 		t.Errorf("request-timeout %v after the reload", rt)
+	}
+}
+
+// A reload that renames a headers-from-file header while a message's batch
+// event is being encoded must not put the header's value into the event:
+// the event leaves out the configured headers of the settings it was
+// encoded with, the ones whose headers it was built from. The reload lands
+// in the middle of the encoding: the header file changed, so building the
+// message's headers reads it again, and the debug line saying so is the
+// hook that applies the reload.
+func TestHTTPReloadWhileEncodingKeepsSecretsOutOfTheBatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	write := func(v string, mtime time.Time) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := time.Now().Add(-time.Hour)
+	write("s3cret-one", base)
+	type request struct {
+		header http.Header
+		body   []byte
+	}
+	got := make(chan request, 4)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- request{r.Header.Clone(), body}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	conf := func(header string) map[string]any {
+		raw := sinkConfig(srv.URL, map[string]any{"batch": map[string]any{"max-messages": 1}})
+		raw["headers-from-file"] = map[string]any{header: path}
+		return raw
+	}
+
+	var (
+		s        *httpSink
+		handling atomic.Bool  // set while Handle runs: the event is encoded in it
+		reloads  atomic.Int32 // reloads applied by the hook
+		inHandle atomic.Bool  // the reload was applied while Handle ran
+	)
+	core, _ := observer.New(zapcore.DebugLevel)
+	core = zapcore.RegisterHooks(core, func(e zapcore.Entry) error {
+		if e.Message != "header file read again" || reloads.Add(1) != 1 {
+			return nil
+		}
+		inHandle.Store(handling.Load())
+		apply, err := s.Reconfigure(decodeSink(t, conf("X-Api-Key")))
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		apply()
+		return nil
+	})
+	s = build(t, "http", conf("X-Token"), handler.Deps{Logger: zap.New(core)}).(*httpSink)
+	f := s.live.Load().files[0]
+	f.mu.Lock()
+	f.every, f.next = 0, time.Time{} // check the file on every request
+	f.mu.Unlock()
+	write("s3cret-two", base.Add(time.Second))
+
+	acks := newAcks(t)
+	handling.Store(true)
+	s.Handle(context.Background(), testMessage(0), acks.ack(0))
+	handling.Store(false)
+	if err := acks.wait(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := reloads.Load(); n != 1 || !inHandle.Load() {
+		t.Fatalf("the reload was not applied while the event was encoded (%d reloads, in Handle: %v)", n, inHandle.Load())
+	}
+	r := <-got
+	if bytes.Contains(r.body, []byte("s3cret")) {
+		t.Errorf("the batch body carries the header file's secret:\n%s", r.body)
+	}
+	if v := r.header.Get("X-Api-Key"); v != "s3cret-two" {
+		t.Errorf("X-Api-Key %q on the batch request, made after the reload", v)
 	}
 }

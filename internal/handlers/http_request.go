@@ -54,7 +54,7 @@ func (s *httpSink) post(w *worker, c *call) error {
 		w.mu.Unlock()
 	}()
 
-	req, err := s.newRequest(ctx, c.m, c.attempt)
+	req, err := s.newRequest(ctx, c.m, c.attempt, s.live.Load())
 	if err != nil {
 		return handler.Classed(handler.Permanent, s.wrap(err))
 	}
@@ -145,13 +145,14 @@ const (
 
 // newRequest builds the request of attempt for m: its value as the body,
 // CloudEvents binary-mode headers, the Kafka position and the record's own
-// headers.
+// headers, and the configured headers, headers-from-file as live (the
+// attempt's settings) has them.
 //
 // It runs for every attempt, so it allocates little: the text it makes
 // (names and values) is written into one buffer, made one string of which
 // the headers hold substrings, and the headers' single values share one
 // backing array.
-func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt int) (*http.Request, error) {
+func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt int, live *httpLive) (*http.Request, error) {
 	// The URL was parsed once (parsing takes longer than building the
 	// headers); the request gets a copy of its own.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(m.Value))
@@ -165,7 +166,7 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 	if w != nil {
 		nWow = len(w.Header) + 7
 	}
-	files := s.live.Load().files
+	files := live.files
 	hb := headerBuilder{
 		h:    make(http.Header, len(s.static)+len(files)+len(m.Headers)+nWow+14),
 		vals: make([]string, 0, len(files)+nWow+14),

@@ -88,7 +88,7 @@ func TestRequestHeadersMatchTheReference(t *testing.T) {
 			m := testMessage(42)
 			cases[name](m)
 			for _, attempt := range []int{1, 12} {
-				req, err := s.newRequest(context.Background(), m, attempt)
+				req, err := s.newRequest(context.Background(), m, attempt, s.live.Load())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -109,7 +109,7 @@ func TestNewRequestAllocations(t *testing.T) {
 	m := benchMessages()[3][7]
 	m.Offset = 123456
 	got := testing.AllocsPerRun(100, func() {
-		if _, err := s.newRequest(context.Background(), m, 1); err != nil {
+		if _, err := s.newRequest(context.Background(), m, 1, s.live.Load()); err != nil {
 			t.Fatal(err)
 		}
 	})
