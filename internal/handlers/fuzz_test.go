@@ -216,7 +216,7 @@ func FuzzResponseAction(f *testing.F) {
 		}
 		want := documentedOutcome(t, rows, decide)
 
-		err := s.post(&worker{}, &call{ctx: context.Background(), m: testMessage(1), attempt: 1})
+		err := s.post(&worker{}, &call{ctx: context.Background(), m: testMessage(1), attempt: 1}, s.live.Load())
 		got := outcomeOf(err)
 		if got != want {
 			t.Fatalf("status %d %s=%q Location=%q then %d %s=%q: outcome %s (%v), the table says %s",

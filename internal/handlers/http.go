@@ -448,16 +448,22 @@ func (s *httpSink) stopIdle(n int) {
 // failure is retried, and when, is handler.WithRetry's decision; a request
 // ended by the message's cancellation or by Close reports that instead of
 // what it got.
+//
+// It reads the sink's live settings once, as it starts, and the attempt
+// uses only them: the rate limiter it waits for, the request-timeout and
+// the headers-from-file of its request are of one version, whatever
+// reload lands meanwhile.
 func (s *httpSink) attempt(w *worker, c *call) {
+	live := s.live.Load()
 	if c.batch != nil {
-		s.attemptBatch(w, c)
+		s.attemptBatch(w, c, live)
 		return
 	}
-	if err := s.waitTurn(c); err != nil {
+	if err := s.waitTurn(c, live.limit); err != nil {
 		s.complete(c, s.wrap(err))
 		return
 	}
-	err := s.post(w, c)
+	err := s.post(w, c, live)
 	switch {
 	case err == nil:
 		s.complete(c, nil)
@@ -470,11 +476,11 @@ func (s *httpSink) attempt(w *worker, c *call) {
 	}
 }
 
-// waitTurn waits until the rate limiter lets the running attempt c make a
-// request. It returns early with the error of c's context, or
-// handler.ErrClosed when the sink is closing.
-func (s *httpSink) waitTurn(c *call) error {
-	limit := s.live.Load().limit
+// waitTurn waits until limit, the rate limiter of the attempt's settings
+// (nil without rate-limit), lets the running attempt c make a request. It
+// returns early with the error of c's context, or handler.ErrClosed when
+// the sink is closing.
+func (s *httpSink) waitTurn(c *call, limit *limiter) error {
 	if limit == nil {
 		return nil
 	}

@@ -273,55 +273,58 @@ func (s *httpSink) lingered(gen uint64) {
 	s.hand(h)
 }
 
-// attemptBatch makes the request of the running carrier c and reports the
-// outcome of each of its members.
-func (s *httpSink) attemptBatch(w *worker, c *call) {
+// attemptBatch makes the request of the running carrier c with live, the
+// settings its attempt read as it started, and reports the outcome of each
+// of its members. (The members' events were encoded when they joined, each
+// with the settings of that moment, leaving out the configured headers of
+// those.)
+func (s *httpSink) attemptBatch(w *worker, c *call, live *httpLive) {
 	defer func() {
 		s.mu.Lock()
 		c.state = callDone
 		s.mu.Unlock()
 		c.batch.endWait()
 	}()
-	if err := s.waitTurn(c); err != nil {
+	if err := s.waitTurn(c, live.limit); err != nil {
 		s.settleAll(c.batch.calls, s.wrap(err))
 		return
 	}
 	// The request is no single message's: it ends with request-timeout,
 	// when Close stops waiting for it, or when every member was given up
 	// while it was in flight (abandon), not with one member's context.
-	timeout := s.live.Load().requestTimeout
+	timeout := live.requestTimeout
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	s.mu.Lock()
-	live := make([]*call, 0, len(c.batch.calls))
+	sent := make([]*call, 0, len(c.batch.calls))
 	size := 1
 	for _, m := range c.batch.calls {
 		if m.state == callQueued {
 			m.state, m.carrier = callRunning, c
-			live = append(live, m)
+			sent = append(sent, m)
 			size += len(m.event) + 1
 		}
 	}
-	c.running, c.cancelReq = len(live), cancel
+	c.running, c.cancelReq = len(sent), cancel
 	s.mu.Unlock()
-	if len(live) == 0 {
+	if len(sent) == 0 {
 		return // every member was canceled while it waited
 	}
 	body := make([]byte, 0, size)
 	body = append(body, '[')
-	for i, m := range live {
+	for i, m := range sent {
 		if i > 0 {
 			body = append(body, ',')
 		}
 		body = append(body, m.event...)
 	}
 	body = append(body, ']')
-	outcomes := s.postBatch(ctx, cancel, timeout, w, live, body)
+	outcomes := s.postBatch(ctx, cancel, w, live, sent, body)
 	// A request Close canceled failed for that: its members were not
 	// handled, and are delivered again after a restart. (A member the
 	// response says is done is done.)
 	aborted := s.aborted.Load()
-	for i, m := range live {
+	for i, m := range sent {
 		err := outcomes[i]
 		if err != nil && aborted {
 			err = s.wrap(handler.ErrClosed)
@@ -349,11 +352,12 @@ func (s *httpSink) settleAll(calls []*call, err error) {
 	}
 }
 
-// postBatch POSTs body, the batch of the members live, with ctx (canceled
-// by cancel, and after timeout) and returns the outcome of each, in their
-// order: nil when the response says it is done, else an error classed as
-// the response says (see HTTP.md, "Batched delivery").
-func (s *httpSink) postBatch(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, w *worker, live []*call, body []byte) []error {
+// postBatch POSTs body, the batch of the members sent, with ctx (canceled
+// by cancel, and after live's request-timeout) and the configured headers
+// of live, and returns the outcome of each, in their order: nil when the
+// response says it is done, else an error classed as the response says
+// (see HTTP.md, "Batched delivery").
+func (s *httpSink) postBatch(ctx context.Context, cancel context.CancelFunc, w *worker, live *httpLive, sent []*call, body []byte) []error {
 	w.mu.Lock()
 	w.cancel = cancel
 	aborted := s.aborted.Load()
@@ -367,8 +371,8 @@ func (s *httpSink) postBatch(ctx context.Context, cancel context.CancelFunc, tim
 		w.mu.Unlock()
 	}()
 
-	all := func(err error) []error { return same(len(live), err) }
-	req, err := s.newBatchRequest(ctx, body)
+	all := func(err error) []error { return same(len(sent), err) }
+	req, err := s.newBatchRequest(ctx, body, live)
 	if err != nil {
 		return all(handler.Classed(handler.Permanent, s.wrap(err)))
 	}
@@ -379,18 +383,18 @@ func (s *httpSink) postBatch(ctx context.Context, cancel context.CancelFunc, tim
 			err = ue.Err // we name the URL ourselves, redacted
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("timeout after %s: %w", timeout, err)
+			err = fmt.Errorf("timeout after %s: %w", live.requestTimeout, err)
 		}
-		return all(noResponseAction().failure(s.wrap(fmt.Errorf("batch of %d: %w", len(live), err))))
+		return all(noResponseAction().failure(s.wrap(fmt.Errorf("batch of %d: %w", len(sent), err))))
 	}
 	defer drainClose(resp.Body)
-	return s.batchOutcomes(resp, live)
+	return s.batchOutcomes(resp, sent)
 }
 
-// batchOutcomes returns the outcome of each of the members live that resp,
+// batchOutcomes returns the outcome of each of the members sent that resp,
 // the response to their batch, asks for, in their order.
-func (s *httpSink) batchOutcomes(resp *http.Response, live []*call) []error {
-	all := func(err error) []error { return same(len(live), err) }
+func (s *httpSink) batchOutcomes(resp *http.Response, sent []*call) []error {
+	all := func(err error) []error { return same(len(sent), err) }
 	retryAfter, hasRetryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	act, override := s.action(resp)
 	if override && act == actionDone {
@@ -399,7 +403,7 @@ func (s *httpSink) batchOutcomes(resp *http.Response, live []*call) []error {
 	if override || act != actionDone {
 		// An action header or a status that is not a success: it says what
 		// follows for every member, as for a single message.
-		err := act.failure(s.wrap(fmt.Errorf("batch of %d: %w", len(live), responseError(resp, act, override))))
+		err := act.failure(s.wrap(fmt.Errorf("batch of %d: %w", len(sent), responseError(resp, act, override))))
 		if act == actionRetry && hasRetryAfter {
 			err = &retryAfterError{err: err, wait: retryAfter}
 		}
@@ -408,21 +412,21 @@ func (s *httpSink) batchOutcomes(resp *http.Response, live []*call) []error {
 	results, err := readBatchResults(resp.Body)
 	if err != nil {
 		// The members' fate is unknown: each is retried.
-		err = s.wrap(fmt.Errorf("batch of %d: status %d: %w", len(live), resp.StatusCode, err))
+		err = s.wrap(fmt.Errorf("batch of %d: status %d: %w", len(sent), resp.StatusCode, err))
 		if hasRetryAfter {
 			return all(&retryAfterError{err: err, wait: retryAfter})
 		}
 		return all(err)
 	}
-	out := make([]error, len(live)) // nil: done, unless a result says otherwise
+	out := make([]error, len(sent)) // nil: done, unless a result says otherwise
 	if len(results) == 0 {
 		return out
 	}
-	index := make(map[string]int, len(live))
-	for i, m := range live {
+	index := make(map[string]int, len(sent))
+	for i, m := range sent {
 		index[m.id] = i
 	}
-	seen := make([]bool, len(live))
+	seen := make([]bool, len(sent))
 	for _, r := range results {
 		i, ok := index[r.ID]
 		if !ok || seen[i] {
@@ -445,16 +449,16 @@ func same(n int, err error) []error {
 }
 
 // newBatchRequest builds the request of a batch: body, the configured
-// headers and the batch media type. The members' attributes are in their
-// events.
-func (s *httpSink) newBatchRequest(ctx context.Context, body []byte) (*http.Request, error) {
+// headers (headers-from-file as live, the attempt's settings, has them) and
+// the batch media type. The members' attributes are in their events.
+func (s *httpSink) newBatchRequest(ctx context.Context, body []byte, live *httpLive) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	u := *s.target.URL
 	req.URL, req.Host = &u, s.target.Host
-	files := s.live.Load().files
+	files := live.files
 	h := make(http.Header, len(s.static)+len(files)+1)
 	for k, v := range s.static {
 		h[k] = v

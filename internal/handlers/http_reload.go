@@ -10,8 +10,18 @@ import (
 
 // httpLive holds the settings of a sink that a reload of the configuration
 // file may change: the keys of HTTPConfig tagged reload:"true". The sink
-// keeps them behind one atomic pointer (httpSink.live), replaced whole; an
-// attempt reads what it needs once, so it runs with one version of them.
+// keeps them behind one atomic pointer (httpSink.live), replaced whole by
+// setLive; an httpLive is never changed once stored.
+//
+// An attempt loads the pointer once, as it starts, and passes what it got
+// down to everything it does (waitTurn, post, newRequest, encodeEvent,
+// attemptBatch, newBatchRequest): it runs with one version of the settings,
+// whatever reload lands meanwhile. Loading it again within an attempt is a
+// bug: a reload between two loads would mix versions, and a batch event
+// could then keep the value of a headers-from-file header renamed by the
+// reload (the event leaves out the configured headers by name). Only the
+// scheduler reads maxConcurrency apart from attempts, under sink.mu (place,
+// popUnder), as setLive stores under it.
 type httpLive struct {
 	maxConcurrency int
 	rate           float64
@@ -48,7 +58,9 @@ func newLive(cfg HTTPConfig, tryTimeout time.Duration, log *zap.Logger) (http.He
 // reads its header files, and returns the function that makes it the
 // sink's: attempts that start after it use the new max-concurrency,
 // rate-limit and rate-burst, request-timeout and headers-from-file; those
-// running finish with what they had. A raised limit starts queued attempts
+// running, waiting for the rate limiter included, finish with what they
+// had. A batch's members keep the events they were encoded into when they
+// joined it; its request takes the settings of its own attempt. A raised limit starts queued attempts
 // at once; a lowered one is reached as running attempts end. An error
 // leaves the sink as it is. The daemon calls it when the file changes.
 func (s *httpSink) Reconfigure(cfg any) (apply func(), err error) {

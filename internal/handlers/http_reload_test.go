@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/zap"
@@ -230,5 +232,119 @@ func TestHTTPReloadWhileEncodingKeepsSecretsOutOfTheBatch(t *testing.T) {
 	}
 	if v := r.header.Get("X-Api-Key"); v != "s3cret-two" {
 		t.Errorf("X-Api-Key %q on the batch request, made after the reload", v)
+	}
+}
+
+// An attempt makes its request with the settings it started with: one
+// that waits for the rate limiter while a reload is applied sends the old
+// headers-from-file names with the old request-timeout, as the limiter it
+// waited for is the old one; the next attempt gets the new settings. Each
+// request is seen by the client's transport, under a fake clock, so its
+// deadline tells its request-timeout exactly.
+func TestHTTPAttemptKeepsItsSettingsAcrossAReload(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		name := "single"
+		if batched {
+			name = "batched"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testAttemptKeepsItsSettings(t, batched) })
+		})
+	}
+}
+
+// sentRequest is what a test transport saw of a request.
+type sentRequest struct {
+	header  http.Header
+	timeout time.Duration // left until its deadline when it was sent
+}
+
+// recordingTransport answers every request 204 and records it.
+type recordingTransport struct {
+	mu   sync.Mutex // guards sent
+	sent []sentRequest
+}
+
+func (rt *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	var left time.Duration
+	if dl, ok := req.Context().Deadline(); ok {
+		left = time.Until(dl)
+	}
+	rt.mu.Lock()
+	rt.sent = append(rt.sent, sentRequest{req.Header.Clone(), left})
+	rt.mu.Unlock()
+	return &http.Response{StatusCode: http.StatusNoContent, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+}
+
+func (rt *recordingTransport) requests() []sentRequest {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return slices.Clone(rt.sent)
+}
+
+func testAttemptKeepsItsSettings(t *testing.T, batched bool) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := func(header, timeout string, rate float64) map[string]any {
+		raw := sinkConfig("http://127.0.0.1:1/wow", map[string]any{
+			"request-timeout": timeout, "rate-limit": rate, "rate-burst": 1,
+		})
+		raw["headers-from-file"] = map[string]any{header: path}
+		if batched {
+			raw["batch"] = map[string]any{"max-messages": 1}
+		}
+		return raw
+	}
+	s := build(t, "http", conf("X-Token", "1m", 1), handler.Deps{}).(*httpSink)
+	rt := &recordingTransport{}
+	s.client.Transport = redirectGuard{next: rt}
+
+	acks := newAcks(t)
+	s.Handle(context.Background(), batchMessage(0, "a"), acks.ack(0)) // takes the burst
+	if err := acks.wait(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Handle(context.Background(), batchMessage(1, "b"), acks.ack(1)) // waits a second for the limiter
+	synctest.Wait()
+	if n := len(rt.requests()); n != 1 {
+		t.Fatalf("%d requests sent before the limiter's wait ended, want 1", n)
+	}
+	apply, err := s.Reconfigure(decodeSink(t, conf("X-Api-Key", "2m", 1000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	if err := acks.wait(t, 1); err != nil {
+		t.Fatal(err)
+	}
+	s.Handle(context.Background(), batchMessage(2, "c"), acks.ack(2)) // starts after the reload
+	if err := acks.wait(t, 2); err != nil {
+		t.Fatal(err)
+	}
+
+	type settings struct {
+		header  string
+		timeout time.Duration
+	}
+	want := []settings{{"X-Token", time.Minute}, {"X-Token", time.Minute}, {"X-Api-Key", 2 * time.Minute}}
+	sent := rt.requests()
+	if len(sent) != len(want) {
+		t.Fatalf("%d requests, want %d", len(sent), len(want))
+	}
+	for i, r := range sent {
+		var got settings
+		for _, h := range []string{"X-Token", "X-Api-Key"} {
+			if r.header.Get(h) != "" {
+				got.header += h
+			}
+		}
+		got.timeout = r.timeout
+		if got != want[i] {
+			t.Errorf("request %d: header file sent as %q with request-timeout %v; want %q with %v",
+				i, got.header, got.timeout, want[i].header, want[i].timeout)
+		}
 	}
 }

@@ -30,13 +30,13 @@ const (
 	maxHeaderValue = 4 << 10 // bytes of its value
 )
 
-// post makes the running attempt c. It returns nil when the response says
-// the message is done; otherwise an error classed as the response → action
-// table (responseRules) says, unclassified meaning transient, carrying the
-// wait a Retry-After response header asked for, if any (see
-// retryAfterError).
-func (s *httpSink) post(w *worker, c *call) error {
-	timeout := s.live.Load().requestTimeout
+// post makes the running attempt c with live, its settings. It returns nil
+// when the response says the message is done; otherwise an error classed as
+// the response → action table (responseRules) says, unclassified meaning
+// transient, carrying the wait a Retry-After response header asked for, if
+// any (see retryAfterError).
+func (s *httpSink) post(w *worker, c *call, live *httpLive) error {
+	timeout := live.requestTimeout
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	// Close cancels the request if it stops waiting for it: it sets
@@ -54,7 +54,7 @@ func (s *httpSink) post(w *worker, c *call) error {
 		w.mu.Unlock()
 	}()
 
-	req, err := s.newRequest(ctx, c.m, c.attempt, s.live.Load())
+	req, err := s.newRequest(ctx, c.m, c.attempt, live)
 	if err != nil {
 		return handler.Classed(handler.Permanent, s.wrap(err))
 	}
