@@ -307,15 +307,18 @@ keys apply without a restart:
 
 - ` + strings.Join(keys, "\n- ") + `
 
-Each attempt of the http sink reads its settings once when it starts: a raised
-` + "`max-concurrency`" + ` starts queued requests at once, a lowered one holds once enough
-requests in flight ended, and requests in flight keep their timeout. (The contents of
-the header files are read again within a second of a change anyway.) A change of any
-other key is logged as needing a restart, naming the keys, and is not applied (the
-reloadable keys of the same file are). A file that does not load or validate, or whose
-new header files cannot be read, is refused whole and logged with every problem; the
-running configuration stays. ` + "`handler.timeout`" + ` is not among them: each receiver
-sizes its deadline checks from it when it starts. Each change read is counted in
+Each attempt of the http sink (one request, of one message or of a batch) reads its
+settings once when it starts and keeps them to its end: one waiting for the rate
+limiter or in flight when a reload lands keeps its limiter, timeout and header files,
+and the next attempt takes the new ones. A raised ` + "`max-concurrency`" + ` starts queued
+requests at once, a lowered one holds once enough requests in flight ended. (The
+contents of the header files are read again within a second of a change anyway.) A
+change of any other key is logged as needing a restart, naming the keys, and is not
+applied (the reloadable keys of the same file are). A file that does not load or
+validate, or whose new header files cannot be read, is refused whole and logged with
+every problem; the running configuration stays. ` + "`handler.timeout`" + ` is not among
+them: each receiver sizes its deadline checks from it when it starts. Each change read
+is counted in
 ` + "`wowd_config_reloads_total{outcome}`" + ` (` + "`applied`, `restart_needed`, `invalid`" + `).
 
 `
