@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -102,9 +103,18 @@ func End(span trace.Span, m *handler.Message, outcome string, failed bool, class
 	span.End()
 }
 
+// truncate makes an error text fit a span: valid UTF-8 (an exporter
+// refuses to encode anything else, and drops the whole batch with it; a
+// sink's error may quote any bytes it answered) and at most maxErrorText
+// bytes, cut between two characters.
 func truncate(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= maxErrorText {
 		return s
 	}
-	return s[:maxErrorText] + "…"
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
