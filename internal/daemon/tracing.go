@@ -13,8 +13,8 @@ import (
 
 // tracingFlushTimeout bounds how long Stop waits for the last spans to be
 // exported, even past the shutdown deadline: an unreachable collector must
-// not hold the process.
-const tracingFlushTimeout = 5 * time.Second
+// not hold the process. A variable for tests.
+var tracingFlushTimeout = 5 * time.Second
 
 // buildTracing makes the tracer provider when wow.tracing.enabled is set
 // and OTEL_SDK_DISABLED does not say otherwise.
