@@ -69,8 +69,8 @@ type Producer interface {
 // publishTimeout bounds the publish of an ingested message.
 const publishTimeout = 30 * time.Second
 
-// bodyTimeout bounds the read of a request's body (at most MaxBody).
-const bodyTimeout = 30 * time.Second
+// defaultBodyTimeout bounds the read of a request's body (at most MaxBody).
+const defaultBodyTimeout = 30 * time.Second
 
 // Ingest serves the ingest endpoint.
 //
@@ -107,7 +107,8 @@ type Ingest struct {
 	// with Retry-After before their body is read.
 	Rate *rate.Limiter
 
-	now func() time.Time // time.Now; tests set another clock
+	now         func() time.Time // time.Now; tests set another clock
+	bodyTimeout time.Duration    // defaultBodyTimeout when 0; tests set a shorter one
 
 	mu       sync.Mutex    // guards stopping, requests, idle and quit
 	stopping bool          // refusing new requests
@@ -171,6 +172,14 @@ func (in *Ingest) limited() (time.Duration, bool) {
 		return d, true
 	}
 	return 0, false
+}
+
+// bodyTime is how long a request's body has to arrive.
+func (in *Ingest) bodyTime() time.Duration {
+	if in.bodyTimeout > 0 {
+		return in.bodyTimeout
+	}
+	return defaultBodyTimeout
 }
 
 // retryAfter is the value of a Retry-After header asking to wait d: whole
@@ -266,6 +275,19 @@ func outcome(status int) metrics.IngestOutcome {
 
 // ServeHTTP handles POST /v1/messages/{kind}.
 func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	// Every request's body has bodyTimeout to arrive, from now on: the
+	// refused ones' too. The servers set no ReadTimeout, and net/http
+	// reads what a handler left of a body (up to 256 KiB), after it
+	// returned, to reuse the connection: without a deadline, a caller
+	// refused before its body is read (401, 404, 405, 429, 503) and
+	// trickling it would hold its connection as long as it kept on.
+	// Past the deadline net/http closes the connection. Answering
+	// "Connection: close" to refusals would not do instead: net/http
+	// still reads the rest of the body when it closes it. A caller that
+	// stalls in its body also holds a slot of max-in-flight, and the stop
+	// waits for it: at most bodyTimeout. (Not supported by every
+	// ResponseWriter, e.g. a recorder: nothing to bound there.)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(in.bodyTime()))
 	if in.Token != nil && !in.Token.Allows(req) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="wowd ingest"`)
 		in.reply(w, http.StatusUnauthorized, response{Error: "a bearer token is required (Authorization: Bearer <token>); this one is missing or wrong"})
@@ -298,11 +320,6 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusNotFound, response{Error: "POST " + Path + "command, event or state: " + err.Error()})
 		return
 	}
-	// A caller that stalls in its body holds a slot of max-in-flight, and
-	// the stop waits for it: the body has bodyTimeout to arrive. (Not
-	// supported by every ResponseWriter, e.g. a recorder: nothing to bound
-	// there.)
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
 	if err != nil {
 		status := http.StatusBadRequest
