@@ -74,11 +74,11 @@ var ErrClosed = fmt.Errorf("handler closed: %w", context.Canceled)
 // is reported with its last error, classed Transient and marked with
 // [WithAttempts].
 //
-// Waiting holds no goroutine: a timer makes the next attempt, calling
-// h.Handle from the timer's goroutine. When the message's context is
-// canceled, the message is acknowledged at once with an error wrapping
-// ctx.Err() and h is not called again for it; an attempt in progress is left
-// to h, which should stop it promptly.
+// Waiting holds no goroutine (unless h blocks, below): a timer makes the
+// next attempt, calling h.Handle from the timer's goroutine. When the
+// message's context is canceled, the message is acknowledged at once with
+// an error wrapping ctx.Err() and h is not called again for it; an attempt
+// in progress is left to h, which should stop it promptly.
 //
 // Two optional methods let h take part in its retries:
 //
@@ -91,14 +91,23 @@ var ErrClosed = fmt.Errorf("handler closed: %w", context.Canceled)
 //     backoff, so a wait of 0 does not retry at once. p.Max does not cap
 //     it; h does.
 //
-// The returned handler is a [Blocker] when h is (its first attempt runs on
-// wowd's blocking pool; retries run on the timer's goroutine, one per
-// waiting message, not on the pool), and a [Closer]: Close
-// acknowledges the messages waiting to retry with an error wrapping
-// [ErrClosed], then closes h if it is a Closer. h must acknowledge each
-// attempt once; extra acknowledgements are ignored.
+// The returned handler is a [Blocker] when h is. Then every attempt of a
+// message runs on the goroutine that called Handle (one of wowd's bounded
+// blocking pool), so that h never runs more calls at once than the pool
+// has goroutines: Handle waits for each attempt's outcome and waits out
+// each backoff there, holding the goroutine as a blocking call does, and
+// returns once the message is acknowledged; or, when the context is
+// canceled or the handler closed, as soon as no h.Handle of it runs (at
+// once during a backoff), the message acknowledged as above. An attempt
+// that h acknowledges after its Handle returned holds the goroutine until
+// then.
+//
+// The returned handler is also a [Closer]: Close acknowledges the messages
+// waiting to retry with an error wrapping [ErrClosed], then closes h if it
+// is a Closer. h must acknowledge each attempt once; extra
+// acknowledgements are ignored.
 func WithRetry(h Handler, p RetryPolicy) Handler {
-	r := &retrier{h: h, p: p, waiting: make(map[*retryCall]struct{})}
+	r := &retrier{h: h, p: p, waiting: make(map[*retryCall]struct{}), closing: make(chan struct{})}
 	r.numbered, _ = h.(attemptHandler)
 	if b, ok := h.(Blocker); ok {
 		r.blocking = b.Blocking()
@@ -124,15 +133,17 @@ type retrier struct {
 	h        Handler
 	numbered attemptHandler // h, when it takes attempt numbers; else nil
 	p        RetryPolicy
-	blocking bool
+	blocking bool // h blocks: every call makes its attempts in Handle (inPlace)
 
-	mu      sync.Mutex              // guards waiting, closed and the state and timer of every call
-	waiting map[*retryCall]struct{} // calls whose timer runs
+	mu      sync.Mutex              // guards waiting, closed and the state, timer and wait of every call
+	waiting map[*retryCall]struct{} // calls waiting out their backoff (on their timer, or in place)
 	closed  bool                    // set by Close
+	closing chan struct{}           // closed by Close: calls waiting in place stop waiting
 	// starting counts the attempts being handed to h, first ones (Handle)
-	// and those whose backoff ended (fire): Close waits for them before it
-	// closes h, so h never gets an attempt after its Close. Added to under
-	// mu while not closed, so before Close waits.
+	// and those whose backoff ended (fire; for a blocking h, Handle's
+	// whole run, retries included): Close waits for them before it closes
+	// h, so h never gets an attempt after its Close. Added to under mu
+	// while not closed, so before Close waits.
 	starting sync.WaitGroup
 }
 
@@ -163,8 +174,12 @@ type retryCall struct {
 	attempts atomic.Int64 // attempts started
 	acked    atomic.Int64 // attempts acknowledged; guards against double acks
 
-	state retryState  // guarded by retrier.mu
-	timer *time.Timer // guarded by retrier.mu; set while retryWaiting
+	state retryState    // guarded by retrier.mu
+	timer *time.Timer   // guarded by retrier.mu; set while retryWaiting, unless blocking
+	wait  time.Duration // guarded by retrier.mu; while retryWaiting in place: the backoff
+	// next, when h blocks, receives a value each time an attempt's outcome
+	// was taken (Complete): the call is then done or waiting in place.
+	next chan struct{}
 }
 
 // Blocking reports whether the wrapped handler blocks.
@@ -189,7 +204,57 @@ func (r *retrier) Handle(ctx context.Context, m *Message, ack Ack) {
 	defer r.starting.Done()
 	c := &retryCall{r: r, ctx: ctx, m: m, ack: ack}
 	c.stop = context.AfterFunc(ctx, c.canceled)
-	c.try()
+	if !r.blocking {
+		c.try()
+		return
+	}
+	c.next = make(chan struct{}, 1)
+	c.inPlace()
+}
+
+// inPlace makes the attempts of c, for a blocking h, on the goroutine that
+// called Handle: one of wowd's blocking pool, which bounds the calls of h
+// at once. A timer's goroutine would not: during an outage every waiting
+// message would call h on its own. It waits for each attempt's outcome,
+// then out its backoff, and returns once c is done, or at once when its
+// context ends or the retrier closes: then c.canceled or Close acknowledge
+// c if it waits, and the attempt in progress does if there is one.
+func (c *retryCall) inPlace() {
+	r := c.r
+	for {
+		c.try()
+		select {
+		case <-c.next:
+		case <-c.ctx.Done():
+			return
+		case <-r.closing:
+			return
+		}
+		r.mu.Lock()
+		state, wait := c.state, c.wait
+		r.mu.Unlock()
+		if state != retryWaiting {
+			return // acknowledged
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		case <-r.closing:
+			t.Stop()
+			return
+		}
+		r.mu.Lock()
+		if c.state != retryWaiting { // canceled or closed meanwhile
+			r.mu.Unlock()
+			return
+		}
+		delete(r.waiting, c)
+		c.state = retryRunning
+		r.mu.Unlock()
+	}
 }
 
 // Close acknowledges the messages waiting to retry, then closes the wrapped
@@ -204,9 +269,10 @@ func (r *retrier) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
+	close(r.closing)
 	dropped := make([]*retryCall, 0, len(r.waiting))
 	for c := range r.waiting {
-		c.timer.Stop()
+		c.stopTimer()
 		c.state = retryDone
 		dropped = append(dropped, c)
 	}
@@ -244,10 +310,10 @@ func (c *retryCall) try() {
 		return
 	}
 	n := c.attempts.Add(1)
-	// Attempts after the first run on a timer's goroutine, where a panic of
-	// the wrapped handler would end the process: it fails the message
-	// permanently instead (an attempt that already reported its outcome
-	// keeps it).
+	// Attempts after the first run on a timer's goroutine (unless h
+	// blocks), where a panic of the wrapped handler would end the process:
+	// it fails the message permanently instead (an attempt that already
+	// reported its outcome keeps it).
 	defer func() {
 		if v := recover(); v != nil {
 			c.Complete(uint64(n), Recovered(v, debug.Stack()))
@@ -265,6 +331,9 @@ func (c *retryCall) Complete(token uint64, err error) {
 	n := int64(token)
 	if !c.acked.CompareAndSwap(n-1, n) {
 		return // a second acknowledgement of this attempt
+	}
+	if c.next != nil {
+		defer c.taken()
 	}
 	r := c.r
 	class, _ := Classify(err)
@@ -299,8 +368,29 @@ func (c *retryCall) Complete(token uint64, err error) {
 	}
 	c.state = retryWaiting
 	r.waiting[c] = struct{}{}
-	c.timer = time.AfterFunc(wait, c.fire)
+	if r.blocking {
+		c.wait = wait // inPlace waits it out
+	} else {
+		c.timer = time.AfterFunc(wait, c.fire)
+	}
 	r.mu.Unlock()
+}
+
+// taken tells inPlace, if it waits, that an attempt's outcome was taken.
+// Once per attempt, and inPlace takes each before the next attempt: the
+// buffer always has room.
+func (c *retryCall) taken() {
+	select {
+	case c.next <- struct{}{}:
+	default:
+	}
+}
+
+// stopTimer stops the timer of c, if it waits on one. r.mu held.
+func (c *retryCall) stopTimer() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 }
 
 // fire runs when the backoff of c is over.
@@ -329,7 +419,7 @@ func (c *retryCall) canceled() {
 		r.mu.Unlock()
 		return
 	}
-	c.timer.Stop()
+	c.stopTimer()
 	delete(r.waiting, c)
 	c.state = retryDone
 	r.mu.Unlock()

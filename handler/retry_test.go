@@ -85,6 +85,14 @@ func await(t *testing.T, ch <-chan error) error {
 
 var msg = &handler.Message{Topic: "wow.t.a.event", Offset: 7, AggregateID: "a-1"}
 
+// blockingFlaky is flaky declaring that it blocks.
+type blockingFlaky struct{ *flaky }
+
+func (blockingFlaky) Blocking() bool { return true }
+
+// TestWithRetryOutcomes: what WithRetry reports, and how many attempts it
+// makes, for a handler that does not block (retried on timers) and for
+// one that does (retried in place, in Handle).
 func TestWithRetryOutcomes(t *testing.T) {
 	transient := errors.New("flaky")
 	for _, tc := range []struct {
@@ -106,42 +114,49 @@ func TestWithRetryOutcomes(t *testing.T) {
 		{name: "exhausted", inner: &flaky{fails: 9, err: transient}, policy: handler.RetryPolicy{MaxAttempts: 3},
 			class: handler.Transient, calls: 3, retries: 2, wantInErr: "giving up after 3 attempts: flaky"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			obs := &observed{}
-			p := tc.policy
-			p.Initial, p.Max, p.Observer = time.Microsecond, time.Millisecond, obs
-			h := handler.WithRetry(tc.inner, p)
-			ack, ch := outcome(t)
-			h.Handle(context.Background(), msg, ack)
-			err := await(t, ch)
-			if tc.ok != (err == nil) {
-				t.Fatalf("outcome %v", err)
-			}
-			if err != nil {
-				if c, _ := handler.Classify(err); c != tc.class {
-					t.Errorf("class %v, want %v", c, tc.class)
+		for _, blocking := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/blocking=%v", tc.name, blocking), func(t *testing.T) {
+				obs := &observed{}
+				p := tc.policy
+				p.Initial, p.Max, p.Observer = time.Microsecond, time.Millisecond, obs
+				inner := &flaky{fails: tc.inner.fails, err: tc.inner.err, async: tc.inner.async}
+				var wrapped handler.Handler = inner
+				if blocking {
+					wrapped = blockingFlaky{inner}
 				}
-				if n := handler.Attempts(err); n != int(tc.calls) {
-					t.Errorf("attempts %d, want %d", n, tc.calls)
+				h := handler.WithRetry(wrapped, p)
+				ack, ch := outcome(t)
+				h.Handle(context.Background(), msg, ack)
+				err := await(t, ch)
+				if tc.ok != (err == nil) {
+					t.Fatalf("outcome %v", err)
 				}
-				if !errors.Is(err, transient) || !strings.Contains(err.Error(), tc.wantInErr) {
-					t.Errorf("error %q", err)
+				if err != nil {
+					if c, _ := handler.Classify(err); c != tc.class {
+						t.Errorf("class %v, want %v", c, tc.class)
+					}
+					if n := handler.Attempts(err); n != int(tc.calls) {
+						t.Errorf("attempts %d, want %d", n, tc.calls)
+					}
+					if !errors.Is(err, transient) || !strings.Contains(err.Error(), tc.wantInErr) {
+						t.Errorf("error %q", err)
+					}
 				}
-			}
-			if n := tc.inner.calls.Load(); n != tc.calls {
-				t.Errorf("%d calls, want %d", n, tc.calls)
-			}
-			if n := obs.count(); n != tc.retries {
-				t.Errorf("%d retries observed, want %d", n, tc.retries)
-			}
-			obs.mu.Lock()
-			for i, a := range obs.attempts {
-				if a != i+1 || obs.waits[i] <= 0 || obs.waits[i] > time.Millisecond {
-					t.Errorf("retry %d: attempt %d, wait %v", i, a, obs.waits[i])
+				if n := inner.calls.Load(); n != tc.calls {
+					t.Errorf("%d calls, want %d", n, tc.calls)
 				}
-			}
-			obs.mu.Unlock()
-		})
+				if n := obs.count(); n != tc.retries {
+					t.Errorf("%d retries observed, want %d", n, tc.retries)
+				}
+				obs.mu.Lock()
+				for i, a := range obs.attempts {
+					if a != i+1 || obs.waits[i] <= 0 || obs.waits[i] > time.Millisecond {
+						t.Errorf("retry %d: attempt %d, wait %v", i, a, obs.waits[i])
+					}
+				}
+				obs.mu.Unlock()
+			})
+		}
 	}
 }
 
@@ -167,6 +182,46 @@ func TestWithRetryCancelWhileWaiting(t *testing.T) {
 	if n := inner.calls.Load(); n != 1 {
 		t.Errorf("%d calls, want 1", n)
 	}
+}
+
+// TestWithRetryBlockerWaitsInPlace: a Blocker's retry waits out its
+// backoff in Handle, on the goroutine of wowd's blocking pool that called
+// it, not on a timer's goroutine of its own, where it would call the
+// Blocker beside the pool's calls. A cancellation during that wait makes
+// Handle return at once, the message acknowledged with the context's
+// error and not tried again.
+func TestWithRetryBlockerWaitsInPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := &flaky{fails: 99, err: errors.New("down")}
+		h := handler.WithRetry(blockingFlaky{inner}, handler.RetryPolicy{Initial: time.Hour, Max: time.Hour})
+		ctx, cancel := context.WithCancel(context.Background())
+		ack, ch := outcome(t)
+		returned := make(chan struct{})
+		go func() {
+			defer close(returned)
+			h.Handle(ctx, msg, ack)
+		}()
+		time.Sleep(time.Minute) // within the first backoff: half an hour at least
+		synctest.Wait()
+		select {
+		case <-returned:
+			t.Fatal("Handle returned during the backoff: the retry would call the Blocker off the pool")
+		default:
+		}
+		began := time.Now()
+		cancel()
+		<-returned // in the bubble: had it waited for the backoff's timer, an hour would pass
+		if d := time.Since(began); d != 0 {
+			t.Errorf("Handle returned %v after the cancellation, want at once", d)
+		}
+		err := await(t, ch)
+		if !errors.Is(err, context.Canceled) || handler.Attempts(err) != 1 {
+			t.Fatalf("outcome %v (attempts %d), want context.Canceled after 1 attempt", err, handler.Attempts(err))
+		}
+		if n := inner.calls.Load(); n != 1 {
+			t.Errorf("%d calls, want 1", n)
+		}
+	})
 }
 
 func TestWithRetryCanceledBeforeHandle(t *testing.T) {
@@ -224,20 +279,39 @@ func (c *closing) Close(context.Context) error {
 	return nil
 }
 
+// retrying is an Observer that sends each attempt that will be retried.
+type retrying chan int
+
+func (r retrying) Retrying(_ *handler.Message, attempt int, _ error, _ time.Duration) { r <- attempt }
+
+// TestWithRetryClose: Close acknowledges a message waiting to retry with
+// ErrClosed, closes the wrapped handler, and a Blocker's Handle, waiting
+// out the backoff in place, returns.
 func TestWithRetryClose(t *testing.T) {
 	inner := &closing{flaky: flaky{fails: 99, err: errors.New("down")}}
-	h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Hour})
+	waiting := make(retrying, 1)
+	h := handler.WithRetry(inner, handler.RetryPolicy{Initial: time.Hour, Observer: waiting})
 	if b, ok := h.(handler.Blocker); !ok || !b.Blocking() {
 		t.Error("the Blocker is lost")
 	}
 	ack, ch := outcome(t)
-	h.Handle(context.Background(), msg, ack)
+	returned := make(chan struct{})
+	go func() { // a Blocker's Handle waits out the backoff
+		defer close(returned)
+		h.Handle(context.Background(), msg, ack)
+	}()
+	<-waiting
 	if err := h.(handler.Closer).Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	err := await(t, ch)
 	if !errors.Is(err, handler.ErrClosed) || !errors.Is(err, context.Canceled) {
 		t.Errorf("outcome %v, want ErrClosed", err)
+	}
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Handle still waiting out its backoff after Close")
 	}
 	if !inner.closed.Load() {
 		t.Error("the wrapped handler was not closed")

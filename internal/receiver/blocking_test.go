@@ -118,3 +118,80 @@ func TestQueuedRetryOfAClosedPartitionIsAbandoned(t *testing.T) {
 	defer ccancel()
 	_ = ex.Close(cctx) // runs what the pool still holds
 }
+
+// blockingFunc is a handler.Blocker calling its function.
+type blockingFunc func(ctx context.Context, m *handler.Message, ack handler.Ack)
+
+func (f blockingFunc) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	f(ctx, m, ack)
+}
+func (blockingFunc) Blocking() bool { return true }
+
+// TestRetriesOfABlockerInWithRetryStayOnThePool: a Blocker wrapped in
+// handler.WithRetry (as the audit example plugin is) is still a Blocker,
+// routed to the blocking pool as the daemon routes it, and its retries
+// stay within the pool's bound too. Each of 8 messages (8 aggregates)
+// blocks 100ms per call and fails its first call transiently; WithRetry
+// retries it after 25 to 50ms. The pool of 2 runs the first calls in four
+// waves of two; the retries of a wave came due during the next waves and
+// ran on their timers' goroutines, beside them: 5 or 6 calls at once,
+// against a pool of 2.
+func TestRetriesOfABlockerInWithRetryStayOnThePool(t *testing.T) {
+	const pool = 2
+	ex := executor.New(executor.Options{Workers: 2, BlockingWorkers: pool})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ex.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	h := &harness{t: t, c: newCluster(t, 1, testTopic), ex: ex}
+	produce(t, h.c, testTopic, 8, 8)
+	var (
+		running, most atomic.Int32
+		mu            sync.Mutex
+		tried         = map[string]int{}
+	)
+	inner := blockingFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(100 * time.Millisecond) // blocks, as a Blocker does
+		running.Add(-1)
+		mu.Lock()
+		tried[m.AggregateID]++
+		first := tried[m.AggregateID] == 1
+		mu.Unlock()
+		if first {
+			ack.Done(handler.Classed(handler.Transient, errors.New("database down")))
+			return
+		}
+		ack.Done(nil)
+	})
+	hd := handler.WithRetry(inner, handler.RetryPolicy{Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond})
+	b, ok := hd.(handler.Blocker)
+	if !ok || !b.Blocking() {
+		t.Fatal("WithRetry over a Blocker is not a Blocker")
+	}
+	r := h.receiver("g-blocking-withretry", hd, 64, func(o *Options) {
+		rt := o.Routes[testTopic]
+		rt.Group = ex.Group(b.Blocking()) // as the daemon routes a handler.Blocker
+		o.Routes = map[string]Route{testTopic: rt}
+	})
+	testwait.For(t, 20*time.Second, "every message handled and committed", func() bool { return h.committedAtEnd("g-blocking-withretry") })
+	stop(t, r)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tried) != 8 {
+		t.Fatalf("%d aggregates tried, want 8", len(tried))
+	}
+	for agg, n := range tried {
+		if n != 2 {
+			t.Errorf("%s called %d times, want 2 (a failure, a retry)", agg, n)
+		}
+	}
+	if m := most.Load(); m > pool {
+		t.Errorf("the Blocker ran %d calls at once; the blocking pool has %d goroutines", m, pool)
+	}
+}
