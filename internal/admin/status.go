@@ -121,7 +121,9 @@ type PartitionStatus struct {
 	// parked_state).
 	Paused string `json:"paused"`
 	// PausedSeconds is how long the partition has been seen paused, in
-	// consecutive observations (see SampleEvery); 0 when it is not.
+	// consecutive observations (see SampleEvery); 0 when it is not. While
+	// paused for another reason than window_full alone, it counts only
+	// the time paused for such reasons (back-pressure before does not).
 	PausedSeconds float64 `json:"paused_seconds"`
 	// StalledSeconds is how long the partition has had messages to
 	// finish (lag or in flight) without its Finished offset moving; 0 when
@@ -300,6 +302,7 @@ type progress struct {
 	finished    int64
 	movedAt     time.Time // when finished last moved, or the partition had nothing to do
 	pausedSince time.Time // zero while not paused
+	heldSince   time.Time // zero while not paused for another reason than a full window
 	seen        bool      // in the current observation
 }
 
@@ -370,12 +373,26 @@ func (t *tracker) progress(now time.Time, r *ReceiverStatus, ps *PartitionStatus
 		p.finished, p.movedAt = ps.Finished, now
 	}
 	ps.StalledSeconds = now.Sub(p.movedAt).Seconds()
-	if ps.Paused == PauseNone {
-		p.pausedSince = time.Time{}
-	} else if p.pausedSince.IsZero() {
+	// A full window is back-pressure, judged by progress; time paused for
+	// it does not count toward a pause for another reason (six minutes of
+	// a full window then five seconds at the partition's share are five
+	// seconds of share_cap). Other reasons count together: a partition
+	// passed from one to another is held all along.
+	switch {
+	case ps.Paused == PauseNone:
+		p.pausedSince, p.heldSince = time.Time{}, time.Time{}
+	case ps.Paused == PauseWindowFull:
+		p.heldSince = time.Time{}
+	case p.heldSince.IsZero():
+		p.heldSince = now
+	}
+	if ps.Paused != PauseNone && p.pausedSince.IsZero() {
 		p.pausedSince = now
 	}
-	if !p.pausedSince.IsZero() {
+	switch {
+	case !p.heldSince.IsZero():
+		ps.PausedSeconds = now.Sub(p.heldSince).Seconds()
+	case !p.pausedSince.IsZero():
 		ps.PausedSeconds = now.Sub(p.pausedSince).Seconds()
 	}
 }
