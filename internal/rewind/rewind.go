@@ -53,6 +53,11 @@ func ParseTarget(s string) (Target, error) {
 	if err != nil {
 		return Target{}, fmt.Errorf("%q: want earliest, latest or an RFC 3339 time such as 2026-12-01T10:00:00Z", s)
 	}
+	if at.UnixMilli() < 0 {
+		// Kafka's timestamps start at the epoch, and a negative one asks
+		// the broker for something else (-1 is the end of the log).
+		return Target{}, fmt.Errorf("%q is before 1970-01-01T00:00:00Z, where Kafka's timestamps start: use earliest", s)
+	}
 	return Target{At: at}, nil
 }
 

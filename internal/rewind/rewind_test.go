@@ -168,7 +168,10 @@ func TestParseTarget(t *testing.T) {
 			t.Errorf("%q: %v, %v; want %s", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "yesterday", "2026-12-01", "2026-12-01 10:00:00"} {
+	// Before the epoch: -1 ms would be the broker's "latest", skipping
+	// every record.
+	for _, in := range []string{"", "yesterday", "2026-12-01", "2026-12-01 10:00:00",
+		"1969-12-31T23:59:59.999Z", "0001-01-01T00:00:00Z"} {
 		if _, err := ParseTarget(in); err == nil {
 			t.Errorf("%q: no error", in)
 		}
