@@ -62,6 +62,16 @@ func (d *decoder) errorf(path, format string, args ...any) {
 	d.errs = append(d.errs, e)
 }
 
+// outsidef is errorf for a problem found outside the configuration, in a
+// file it names or in wow.metadata: see Error.Outside.
+func (d *decoder) outsidef(path, format string, args ...any) {
+	n := len(d.errs)
+	d.errorf(path, format, args...)
+	for i := n; i < len(d.errs); i++ {
+		d.errs[i].Outside = true
+	}
+}
+
 // positionOf returns where the key at path, or the nearest key above it, is
 // written. The empty path is an empty key at the top of the file.
 func (d *decoder) positionOf(path string) (position, bool) {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -11,6 +12,11 @@ type Error struct {
 	Line int    // 1-based line in the file; 0 when unknown
 	Col  int    // 1-based column; 0 when unknown
 	Msg  string
+	// Outside marks a problem found in what the configuration names or
+	// reads rather than in what it says: a file it names that cannot be
+	// used, wow.metadata that cannot be read or does not agree. It may
+	// pass while the configuration stays as it is (see [Invalid]).
+	Outside bool
 }
 
 // Error renders the problem as `line:col: path: message`, leaving out what
@@ -54,4 +60,24 @@ func (e *Errors) Error() string {
 		b.WriteString(err.Error())
 	}
 	return b.String()
+}
+
+// Invalid reports whether err refuses a configuration for what it says:
+// it is or wraps an *Errors whose every problem is in the document, the
+// environment or the --set arguments; read again, the same configuration
+// is refused again. Any other error may pass while the configuration stays
+// as it is: a file that cannot be read, or a problem found outside it
+// (Outside), together with any other problems, which may follow from it
+// (contexts that wow.metadata did not fill).
+func Invalid(err error) bool {
+	var errs *Errors
+	if !errors.As(err, &errs) || len(errs.List) == 0 {
+		return false
+	}
+	for _, e := range errs.List {
+		if e.Outside {
+			return false
+		}
+	}
+	return true
 }

@@ -102,25 +102,25 @@ func (fc *fileChecker) check(path, key, file string) {
 	}
 	data, err := readLimited(file, fileLimit(path, key))
 	if err != nil {
-		fc.d.errorf(path, "%v", err)
+		fc.d.outsidef(path, "%v", err)
 		return
 	}
 	switch {
 	case strings.HasSuffix(key, "ca-file") || strings.HasSuffix(key, "cert-file"):
 		if !x509.NewCertPool().AppendCertsFromPEM(data) {
-			fc.d.errorf(path, "%s holds no PEM certificate", file)
+			fc.d.outsidef(path, "%s holds no PEM certificate", file)
 			return
 		}
 		fc.pems[path] = data
 	case strings.HasSuffix(key, "key-file"):
 		if !hasPrivateKey(data) {
-			fc.d.errorf(path, "%s holds no PEM private key", file)
+			fc.d.outsidef(path, "%s holds no PEM private key", file)
 			return
 		}
 		fc.pems[path] = data
 	default:
 		if len(bytes.TrimSpace(data)) == 0 {
-			fc.d.errorf(path, "%s is empty", file)
+			fc.d.outsidef(path, "%s is empty", file)
 		}
 	}
 }
@@ -138,7 +138,7 @@ func (fc *fileChecker) pairs() {
 			continue
 		}
 		if _, err := tls.X509KeyPair(cert, fc.pems[path]); err != nil {
-			fc.d.errorf(path, "does not go with %scert-file: %v", prefix, err)
+			fc.d.outsidef(path, "does not go with %scert-file: %v", prefix, err)
 		}
 	}
 }

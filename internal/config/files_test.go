@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,5 +161,57 @@ func TestFileLimitsAreTheReaders(t *testing.T) {
 	var errs *config.Errors
 	if !errors.As(err, &errs) || len(errs.List) != 1 || !strings.Contains(err.Error(), "wow.admin.token-file: "+bigToken+" is larger than 4096 bytes") {
 		t.Fatalf("want only the admin token refused for its size, got: %v", err)
+	}
+}
+
+// TestInvalidTellsWhatMayPass: a refusal is final (Invalid) when every
+// problem is in what the configuration says; one found in a file it names
+// or in wow.metadata, with whatever follows from it, may pass while the
+// configuration stays, as may a configuration file that cannot be read.
+func TestInvalidTellsWhatMayPass(t *testing.T) {
+	dir := t.TempDir()
+	const head = "wow:\n  service: s\n  kafka: {bootstrap-servers: ['k:9092']}\n"
+	const contexts = "  contexts: {c: {aggregates: [a]}}\n"
+	const dispatchers = "  dispatchers: {d: {topics: [event], contexts: [c], handler: {type: log}}}\n"
+	tests := []struct {
+		name, yaml string
+		files      bool // loaded with the files it names
+		want       bool
+	}{
+		{"an unknown key", head + contexts + dispatchers + "  dispatch: {worker: 2}\n", false, true},
+		{"a value out of range", head + contexts + dispatchers + "  dispatch: {workers: -1}\n", true, true},
+		{"wow.metadata not there", head + "  metadata: missing.json\n" + dispatchers, false, false},
+		{"wow.metadata not there and an unknown key", head + "  metadata: missing.json\n" + dispatchers + "  dispatch: {worker: 2}\n", false, false},
+		{"a named file not there", head + contexts + dispatchers + "  admin: {listen: '127.0.0.1:0', token-file: " + filepath.Join(dir, "token") + "}\n", true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "wowd.yaml")
+			if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if tt.files {
+				_, err = config.Load(path, handler.Default(), nil)
+			} else {
+				_, err = config.Parse([]byte(tt.yaml), path, handler.Default(), nil)
+			}
+			if err == nil {
+				t.Fatal("loaded")
+			}
+			if got := config.Invalid(err); got != tt.want {
+				t.Errorf("Invalid %v, want %v, for:\n%v", got, tt.want, err)
+			}
+			if got := config.Invalid(fmt.Errorf("reloading: %w", err)); got != tt.want {
+				t.Errorf("Invalid %v wrapped, want %v", got, tt.want)
+			}
+		})
+	}
+	_, err := config.Load(filepath.Join(dir, "gone.yaml"), handler.Default(), nil)
+	if err == nil || config.Invalid(err) {
+		t.Errorf("a configuration file that cannot be read: Invalid with %v", err)
+	}
+	if config.Invalid(nil) {
+		t.Error("Invalid(nil)")
 	}
 }

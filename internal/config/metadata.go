@@ -30,13 +30,13 @@ func (d *decoder) metadata(c *Config, file string) {
 	}
 	m, err := wow.LoadMetadata(context.Background(), source, timeout)
 	if err != nil {
-		d.errorf("wow.metadata", "%v", err)
+		d.outsidef("wow.metadata", "%v", err)
 		return
 	}
 	found := m.Contexts()
 	if len(c.Contexts) == 0 {
 		if len(found) == 0 {
-			d.errorf("wow.metadata", "%s lists no bounded context with aggregates", c.Metadata)
+			d.outsidef("wow.metadata", "%s lists no bounded context with aggregates", c.Metadata)
 			return
 		}
 		c.Contexts = make(map[string]Context, len(found))
@@ -57,11 +57,11 @@ func (d *decoder) metadata(c *Config, file string) {
 				if diff.Aggregate != "" {
 					path += ".aggregates"
 				}
-				d.errorf(path, "disagrees with wow.metadata: %s", diff.String())
+				d.outsidef(path, "disagrees with wow.metadata: %s", diff.String())
 			}
 			return
 		}
-		d.errorf("wow.contexts", "disagrees with wow.metadata: %v", err)
+		d.outsidef("wow.contexts", "disagrees with wow.metadata: %v", err)
 	}
 }
 
