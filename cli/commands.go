@@ -243,8 +243,7 @@ line, env WOW_..., or --set.`,
 // reloadLoader returns what a reload of the file at path reads: the
 // document with src, not the files it names. The daemon reads those itself
 // and rides out their rotation (a certificate and key written one after the
-// other); a reload refused for one would not be tried again until the
-// configuration file changes.
+// other); a reload refused for one would wait for its retry.
 func (a *app) reloadLoader(path string, src config.Sources) func() (*config.Config, error) {
 	return func() (*config.Config, error) {
 		data, err := os.ReadFile(path)

@@ -45,16 +45,27 @@ type reconfigurer interface {
 // before it is read: editors and `kubectl` write it in several steps.
 var reloadSettle = 200 * time.Millisecond
 
+// A change refused for a passing reason is read again after
+// reloadRetryMin, then after twice as long each time it is refused again,
+// up to reloadRetryMax.
+var (
+	reloadRetryMin = time.Second
+	reloadRetryMax = time.Minute
+)
+
 // reloader watches the configuration file. Its goroutine, started by
-// Start and stopped by Stop, is the only one to touch last, real and applied
-// while it runs; started, stop and done belong to Start and Stop.
+// Start and stopped by Stop, is the only one to touch last, real, applied,
+// wait and failure while it runs; started, stop and done belong to Start
+// and Stop.
 type reloader struct {
 	Reload
 	watcher *fsnotify.Watcher
 	count   *metrics.Reloads
-	last    []byte         // the file's contents last read
+	last    []byte         // the contents last handled: applied, or refused for what they say
 	real    string         // the file the path led to when last looked at
 	applied *config.Config // the running configuration, reloadable keys as last applied
+	wait    time.Duration  // the pause before the next retry of a passing refusal; 0: none due
+	failure string         // the passing refusal last logged; "" since the last handled read
 	started bool           // set by Start: the goroutine runs
 	stop    chan struct{}  // closed by Stop
 	done    chan struct{}  // closed when the goroutine ends
@@ -64,8 +75,13 @@ type reloader struct {
 // while it runs, from Start to Stop: log level, and the handler keys tagged
 // reload:"true" (the http sink's limits, request timeout and header files).
 // A change of any other key is logged as needing a restart and not applied;
-// a file that does not load is logged and refused whole. Each change read is
-// counted in wowd_config_reloads_total. Call it before Start.
+// a file that does not load is logged and refused whole. A refusal for what
+// the file says (config.Invalid) stands until the file changes again; one
+// for a passing reason (the file or a header file it names cannot be read,
+// wow.metadata does not answer, ...) is tried again, after 1s, then twice as
+// long each time up to a minute, until the file applies or changes. Each
+// change read is counted in wowd_config_reloads_total, a passing refusal
+// once per distinct error. Call it before Start.
 func (rt *Daemon) WatchConfig(r Reload) error {
 	data, err := os.ReadFile(r.Path)
 	if err != nil {
@@ -95,7 +111,8 @@ func (rt *Daemon) WatchConfig(r Reload) error {
 	return nil
 }
 
-// watch reads the file when it changed and settled, until stop.
+// watch reads the file when it changed and settled, and again while a
+// change is refused for a passing reason, until stop.
 func (rt *Daemon) watch() {
 	r := rt.reload
 	defer close(r.done)
@@ -103,6 +120,9 @@ func (rt *Daemon) watch() {
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	defer settle.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-r.stop:
@@ -120,9 +140,25 @@ func (rt *Daemon) watch() {
 			}
 			rt.log.Warn("watching the configuration file", zap.String("path", r.Path), zap.Error(err))
 		case <-settle.C:
-			rt.reloadFile()
+			r.wait = 0 // a new change: its retries start over
+			r.retryAfter(rt.reloadFile(), retry)
+		case <-retry.C:
+			r.retryAfter(rt.reloadFile(), retry)
 		}
 	}
+}
+
+// retryAfter arranges the next retry after a read that was refused for a
+// passing reason (passing), or ends the retries.
+func (r *reloader) retryAfter(passing bool, retry *time.Timer) {
+	if !passing {
+		r.wait = 0
+		r.failure = ""
+		retry.Stop()
+		return
+	}
+	r.wait = min(max(2*r.wait, reloadRetryMin), reloadRetryMax)
+	retry.Reset(r.wait)
 }
 
 // concerns reports whether ev, an event in the file's directory, may have
@@ -142,30 +178,51 @@ func (r *reloader) concerns(ev fsnotify.Event) bool {
 	return true
 }
 
-// reloadFile reads the configuration file and applies what changed.
-func (rt *Daemon) reloadFile() {
+// reloadFile reads the configuration file and applies what changed. It
+// reports whether the read was refused for a passing reason, to be tried
+// again: contents count as handled once applied, or refused for what they
+// say (config.Invalid); only those are not read again while they stay the
+// same.
+func (rt *Daemon) reloadFile() (passing bool) {
 	r := rt.reload
 	data, err := os.ReadFile(r.Path)
 	if err != nil {
-		rt.log.Error("the configuration file cannot be read; the running configuration stays",
-			zap.String("path", r.Path), zap.Error(err))
-		r.count.Count(metrics.ReloadInvalid)
-		return
+		rt.refused(fmt.Errorf("reading %s: %w", r.Path, err))
+		return true
 	}
 	if bytes.Equal(data, r.last) {
-		return // touched, or written again as it was: refused or applied already
+		return false // touched, or written again as it was: refused or applied already
 	}
-	r.last = data
 	outcome, err := rt.apply()
 	if err != nil {
+		if !config.Invalid(err) {
+			rt.refused(err)
+			return true
+		}
+		r.last = data
 		rt.log.Error("the configuration file changed but is refused; the running configuration stays",
 			zap.String("path", r.Path), zap.Error(err))
 		r.count.Count(metrics.ReloadInvalid)
-		return
+		return false
 	}
+	r.last = data
 	if outcome != nil {
 		r.count.Count(*outcome)
 	}
+	return false
+}
+
+// refused logs and counts a refusal for a passing reason, once while it
+// repeats with the same error.
+func (rt *Daemon) refused(err error) {
+	r := rt.reload
+	if err.Error() == r.failure {
+		return
+	}
+	r.failure = err.Error()
+	rt.log.Error("the configuration file cannot be applied yet; it is read again until it can, the running configuration stays meanwhile",
+		zap.String("path", r.Path), zap.Error(err))
+	r.count.Count(metrics.ReloadInvalid)
 }
 
 // apply loads the configuration again and applies its reloadable changes,

@@ -263,3 +263,182 @@ func TestReloadThroughASwappedLink(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// headerYAML is a configuration whose http sink sends the header
+// Authorization read from the file token, logging at level.
+func headerYAML(broker, token, level string) string {
+	return fmt.Sprintf(`wow:
+  service: reloader
+  kafka:
+    bootstrap-servers: [%s]
+  contexts:
+    example:
+      aggregates: [cart]
+  dispatchers:
+    sink:
+      topics: [event]
+      format: raw
+      handler:
+        type: http
+        url: http://127.0.0.1:1/
+        headers-from-file: {Authorization: %s}
+  log:
+    level: %s
+  metrics:
+    listen: ""
+`, broker, token, level)
+}
+
+// reloading is a started daemon watching its configuration file.
+type reloading struct {
+	rt    *Daemon
+	path  string
+	level zap.AtomicLevel
+	logs  *zapobserver.ObservedLogs
+	loads atomic.Int32 // calls of Load
+}
+
+// startReloading writes yaml to a file and starts a daemon on it watching
+// the file, reading it again with load (config.Load when nil). The daemon
+// stops at the end of the test.
+func startReloading(t *testing.T, yaml string, load func(path string) (*config.Config, error)) *reloading {
+	t.Helper()
+	reg := handler.Default()
+	if load == nil {
+		load = func(path string) (*config.Config, error) { return config.Load(path, reg, nil) }
+	}
+	r := &reloading{path: filepath.Join(t.TempDir(), "wowd.yaml"), level: zap.NewAtomicLevelAt(zapcore.InfoLevel)}
+	r.write(t, yaml)
+	cfg, err := config.Load(r.path, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := zapobserver.New(zapcore.DebugLevel)
+	r.logs = logs
+	if r.rt, err = New(cfg, reg, zap.New(core), "test"); err != nil {
+		t.Fatal(err)
+	}
+	err = r.rt.WatchConfig(Reload{Path: r.path, Level: r.level, Load: func() (*config.Config, error) {
+		r.loads.Add(1)
+		return load(r.path)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.rt.Start(context.Background())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = r.rt.Stop(ctx)
+	})
+	return r
+}
+
+// write replaces the file as an editor does: a new file renamed over it.
+func (r *reloading) write(t *testing.T, s string) {
+	t.Helper()
+	tmp := r.path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, r.path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// count is wowd_config_reloads_total{outcome=o}.
+func (r *reloading) count(t *testing.T, o metrics.ReloadOutcome) int {
+	t.Helper()
+	mfs, err := r.rt.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "wowd_config_reloads_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == o.String() {
+				return int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return -1
+}
+
+// TestReloadRetriesAPassingRefusal: a changed file refused for a reason
+// outside it (a header file of the http sink not there yet, as when a
+// secret is mounted a moment after the ConfigMap changed) is read again,
+// with a growing pause, until it applies, though the file does not change
+// again; the refusal is logged and counted once, not per attempt. A file
+// refused for what it says is not read again.
+func TestReloadRetriesAPassingRefusal(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	defer func(d time.Duration) { reloadRetryMin = d }(reloadRetryMin)
+	reloadRetryMin = 10 * time.Millisecond
+	reg := handler.Default()
+	for _, tc := range []struct {
+		name string
+		load func(path string) (*config.Config, error)
+	}{
+		// As `wowd run` reads it again: the document, not the files it
+		// names; the sink reads its header files.
+		{"document", func(path string) (*config.Config, error) {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return nil, err
+			}
+			cfg, _, err := config.ParseSources(data, path, reg, config.Sources{})
+			return cfg, err
+		}},
+		// With the files it names checked with the configuration.
+		{"files", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			dir := t.TempDir()
+			token := func(name string) string { // whole at once: a retry may read it any time
+				p := filepath.Join(dir, name)
+				if err := os.WriteFile(p+".tmp", []byte("Bearer "+name), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(p+".tmp", p); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			r := startReloading(t, headerYAML(c.ListenAddrs()[0], token("old"), "info"), tc.load)
+
+			next := filepath.Join(dir, "new") // not there yet
+			r.write(t, headerYAML(c.ListenAddrs()[0], next, "debug"))
+			testwait.For(t, 10*time.Second, "the change refused", func() bool { return r.count(t, metrics.ReloadInvalid) == 1 })
+			testwait.For(t, 10*time.Second, "three attempts", func() bool { return r.loads.Load() >= 3 })
+			if r.level.Enabled(zapcore.DebugLevel) {
+				t.Fatal("the refused change applied")
+			}
+			token("new")
+			testwait.For(t, 10*time.Second, "the change applied once its header file is there",
+				func() bool { return r.count(t, metrics.ReloadApplied) == 1 })
+			if !r.level.Enabled(zapcore.DebugLevel) {
+				t.Error("log level not debug after the reload")
+			}
+			if n := r.count(t, metrics.ReloadInvalid); n != 1 {
+				t.Errorf("%d refusals counted, want 1", n)
+			}
+			if n := r.logs.FilterMessageSnippet("cannot be applied yet").Len(); n != 1 || r.logs.FilterMessageSnippet("refused").Len() != 0 {
+				t.Errorf("%d refusals logged, want 1, for a passing reason: %+v", n, r.logs.FilterMessageSnippet("configuration file").All())
+			}
+		})
+	}
+
+	t.Run("invalid", func(t *testing.T) {
+		c := newCluster(t)
+		r := startReloading(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1), nil)
+		r.write(t, strings.Replace(reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 2, "debug", 1), "max-concurrency", "max-concurency", 1))
+		testwait.For(t, 10*time.Second, "the invalid file refused", func() bool { return r.count(t, metrics.ReloadInvalid) == 1 })
+		time.Sleep(30 * reloadRetryMin)
+		if n := r.loads.Load(); n != 1 {
+			t.Errorf("an invalid file read %d times, want once", n)
+		}
+	})
+}
