@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,7 +183,7 @@ func TestOperatorCommandsNeedOnlyTheirFiles(t *testing.T) {
 // TestReloadReadsTheDocumentOnly: a reload is not refused for a file the
 // configuration names being missing for a moment (a secret updated after
 // the configuration that names it, a certificate rotated file by file):
-// refused once, it would not be tried again until the file changed.
+// refused, it would wait for its retry.
 func TestReloadReadsTheDocumentOnly(t *testing.T) {
 	dir := t.TempDir()
 	path := writeConfig(t, `wow:
@@ -201,13 +202,13 @@ func TestReloadReadsTheDocumentOnly(t *testing.T) {
       handler: {type: log}
 `)
 	a := &app{reg: handler.Default()}
-	if _, err := a.reloadLoader(path, config.Sources{})(); err != nil {
+	if _, err := a.reloadLoader(path, config.Sources{})(context.Background()); err != nil {
 		t.Fatalf("reload refused: %v", err)
 	}
 	if err := os.WriteFile(path, []byte("wow: {dispatch: {workers: -1}}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.reloadLoader(path, config.Sources{})(); err == nil {
+	if _, err := a.reloadLoader(path, config.Sources{})(context.Background()); err == nil {
 		t.Fatal("a reload of an invalid document was not refused")
 	}
 }

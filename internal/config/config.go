@@ -28,6 +28,7 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -336,7 +337,7 @@ func LoadSources(path string, reg *handler.Registry, src Sources) (*Config, *Ori
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	return parse(data, path, reg, src, true)
+	return parse(context.Background(), data, path, reg, src, true)
 }
 
 // Parse decodes data, a YAML document with the top-level key `wow`,
@@ -355,12 +356,18 @@ func Parse(data []byte, name string, reg *handler.Registry, env []string) (*Conf
 // one); the environment does not override what they set. The Origins say
 // where each value came from.
 func ParseSources(data []byte, name string, reg *handler.Registry, src Sources) (*Config, *Origins, error) {
-	return parse(data, name, reg, src, false)
+	return parse(context.Background(), data, name, reg, src, false)
+}
+
+// ParseSourcesContext is [ParseSources] that gives up reading wow.metadata
+// when ctx is done, reporting it with the other problems (Outside).
+func ParseSourcesContext(ctx context.Context, data []byte, name string, reg *handler.Registry, src Sources) (*Config, *Origins, error) {
+	return parse(ctx, data, name, reg, src, false)
 }
 
 // parse is ParseSources; with files, it also opens the files the
 // configuration names (see checkFiles).
-func parse(data []byte, name string, reg *handler.Registry, src Sources, files bool) (*Config, *Origins, error) {
+func parse(ctx context.Context, data []byte, name string, reg *handler.Registry, src Sources, files bool) (*Config, *Origins, error) {
 	if reg == nil {
 		reg = handler.Default()
 	}
@@ -371,7 +378,7 @@ func parse(data []byte, name string, reg *handler.Registry, src Sources, files b
 	c := Default()
 	if d.decodeDocument(data, &c) {
 		d.applyEnv(&c, src.Env)
-		d.metadata(&c, name)
+		d.metadata(ctx, &c, name)
 		d.complete(&c)
 		d.validate(&c)
 		if files {

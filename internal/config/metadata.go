@@ -14,7 +14,8 @@ import (
 
 // metadata reads wow.metadata and fills wow.contexts from it, or checks that
 // both agree. A relative file path is relative to the configuration file.
-func (d *decoder) metadata(c *Config, file string) {
+// Reading a URL ends when ctx is done.
+func (d *decoder) metadata(ctx context.Context, c *Config, file string) {
 	if c.Metadata == "" {
 		return
 	}
@@ -28,7 +29,7 @@ func (d *decoder) metadata(c *Config, file string) {
 		// problems be reported with it.
 		timeout = DefaultMetadataTimeout
 	}
-	m, err := wow.LoadMetadata(context.Background(), source, timeout)
+	m, err := wow.LoadMetadata(ctx, source, timeout)
 	if err != nil {
 		d.outsidef("wow.metadata", "%v", err)
 		return

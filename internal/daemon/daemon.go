@@ -4,9 +4,10 @@
 //
 // Start order: metrics server, receivers, the configuration watcher (when
 // WatchConfig asked for it; see reload.go). Stop order: report not ready,
-// stop the watcher, wait the quiet period, stop every receiver (no more
-// admission, drain, final commit, leave the group), close the handlers,
-// close the executor, flush the spans (wow.tracing; at most
+// stop the watcher (a reload under way gives up and applies nothing; it is
+// waited for within the deadline), wait the quiet period, stop every
+// receiver (no more admission, drain, final commit, leave the group), close
+// the handlers, close the executor, flush the spans (wow.tracing; at most
 // tracingFlushTimeout, even past the deadline), stop the metrics server.
 // One deadline, wow.shutdown.timeout, covers the rest.
 package daemon
@@ -524,11 +525,17 @@ func (rt *Daemon) Ready() (bool, string) {
 // Stop shuts down in order within ctx: see the package documentation.
 func (rt *Daemon) Stop(ctx context.Context) error {
 	rt.stopping.Store(true)
-	if r := rt.reload; r != nil && r.started { // no handler is reconfigured while it closes
-		close(r.stop)
-		<-r.done
-	} else if r != nil {
-		_ = r.watcher.Close()
+	if r := rt.reload; r != nil {
+		r.close() // no handler is reconfigured while they close
+		if r.started {
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				rt.log.Warn("stopping without waiting for the configuration reload under way to give up", zap.String("path", r.Path))
+			}
+		} else {
+			_ = r.watcher.Close()
+		}
 	}
 	if q := rt.cfg.Shutdown.QuietPeriod; q > 0 {
 		rt.log.Info("quiet period before stopping", zap.Duration("quiet_period", q))

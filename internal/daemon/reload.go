@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -23,8 +25,9 @@ type Reload struct {
 	// Path is the configuration file.
 	Path string
 	// Load reads it again, over the same environment and --set arguments
-	// as at start, and validates it.
-	Load func() (*config.Config, error)
+	// as at start, and validates it. It gives up when ctx is done: Stop
+	// began.
+	Load func(ctx context.Context) (*config.Config, error)
 	// Level is the logger's level, set in place when wow.log.level
 	// changes.
 	Level zap.AtomicLevel
@@ -55,8 +58,8 @@ var (
 
 // reloader watches the configuration file. Its goroutine, started by
 // Start and stopped by Stop, is the only one to touch last, real, applied,
-// wait and failure while it runs; started, stop and done belong to Start
-// and Stop.
+// wait and failure while it runs; started and done belong to Start and
+// Stop.
 type reloader struct {
 	Reload
 	watcher *fsnotify.Watcher
@@ -67,8 +70,28 @@ type reloader struct {
 	wait    time.Duration  // the pause before the next retry of a passing refusal; 0: none due
 	failure string         // the passing refusal last logged; "" since the last handled read
 	started bool           // set by Start: the goroutine runs
-	stop    chan struct{}  // closed by Stop
 	done    chan struct{}  // closed when the goroutine ends
+
+	// ctx is cancelled when Stop begins: it ends the goroutine and the
+	// reload under way (Load).
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// mu guards closing, set when Stop begins. A reload applies its
+	// changes holding it, and not once closing is set: no handler is
+	// reconfigured after Stop began, though Stop does not wait for a
+	// reload that is slow to give up.
+	mu      sync.Mutex
+	closing bool
+}
+
+// close ends the reloads: the one under way gives up, and none applies
+// anything from now on.
+func (r *reloader) close() {
+	r.cancel()
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
 }
 
 // WatchConfig makes the daemon apply changes of its configuration file
@@ -98,6 +121,7 @@ func (rt *Daemon) WatchConfig(r Reload) error {
 		return fmt.Errorf("watching the configuration: %w", err)
 	}
 	real, _ := filepath.EvalSymlinks(r.Path) // read above: it exists
+	ctx, cancel := context.WithCancel(context.Background())
 	rt.reload = &reloader{
 		Reload:  r,
 		real:    real,
@@ -105,14 +129,15 @@ func (rt *Daemon) WatchConfig(r Reload) error {
 		count:   rt.metrics.Reloads(),
 		last:    data,
 		applied: rt.cfg,
-		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
+		ctx:     ctx,
+		cancel:  cancel,
 	}
 	return nil
 }
 
 // watch reads the file when it changed and settled, and again while a
-// change is refused for a passing reason, until stop.
+// change is refused for a passing reason, until Stop.
 func (rt *Daemon) watch() {
 	r := rt.reload
 	defer close(r.done)
@@ -125,7 +150,7 @@ func (rt *Daemon) watch() {
 	defer retry.Stop()
 	for {
 		select {
-		case <-r.stop:
+		case <-r.ctx.Done():
 			return
 		case ev, ok := <-r.watcher.Events:
 			if !ok {
@@ -195,6 +220,10 @@ func (rt *Daemon) reloadFile() (passing bool) {
 	}
 	outcome, err := rt.apply()
 	if err != nil {
+		if r.ctx.Err() != nil {
+			rt.log.Info("the configuration reload under way is abandoned: stopping", zap.String("path", r.Path))
+			return false
+		}
 		if !config.Invalid(err) {
 			rt.refused(err)
 			return true
@@ -229,7 +258,7 @@ func (rt *Daemon) refused(err error) {
 // all or none. It returns nil when no key changed.
 func (rt *Daemon) apply() (*metrics.ReloadOutcome, error) {
 	r := rt.reload
-	cfg, err := r.Load()
+	cfg, err := r.Load(r.ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -286,12 +315,18 @@ func (rt *Daemon) apply() (*metrics.ReloadOutcome, error) {
 		}
 		commits = append(commits, commit)
 	}
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("applying the configuration: %w", context.Canceled)
+	}
 	if level != nil {
 		r.Level.SetLevel(*level)
 	}
 	for _, commit := range commits {
 		commit()
 	}
+	r.mu.Unlock()
 	r.applied = cfg
 	if len(applied) > 0 {
 		rt.log.Info("configuration reloaded", zap.String("path", r.Path), zap.Strings("applied", applied))

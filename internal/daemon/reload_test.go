@@ -105,7 +105,7 @@ func TestReloadUnderARunningDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := rt.WatchConfig(Reload{Path: path, Level: level,
-		Load: func() (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
+		Load: func(context.Context) (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
 		t.Fatal(err)
 	}
 	rt.Start(context.Background())
@@ -251,7 +251,7 @@ func TestReloadThroughASwappedLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := rt.WatchConfig(Reload{Path: path, Level: level,
-		Load: func() (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
+		Load: func(context.Context) (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
 		t.Fatal(err)
 	}
 	rt.Start(context.Background())
@@ -291,21 +291,22 @@ func headerYAML(broker, token, level string) string {
 
 // reloading is a started daemon watching its configuration file.
 type reloading struct {
-	rt    *Daemon
-	path  string
-	level zap.AtomicLevel
-	logs  *zapobserver.ObservedLogs
-	loads atomic.Int32 // calls of Load
+	rt      *Daemon
+	path    string
+	level   zap.AtomicLevel
+	logs    *zapobserver.ObservedLogs
+	loads   atomic.Int32 // calls of Load
+	stopped bool         // by the test
 }
 
 // startReloading writes yaml to a file and starts a daemon on it watching
 // the file, reading it again with load (config.Load when nil). The daemon
-// stops at the end of the test.
-func startReloading(t *testing.T, yaml string, load func(path string) (*config.Config, error)) *reloading {
+// stops at the end of the test, unless the test stopped it.
+func startReloading(t *testing.T, yaml string, load func(ctx context.Context, path string) (*config.Config, error)) *reloading {
 	t.Helper()
 	reg := handler.Default()
 	if load == nil {
-		load = func(path string) (*config.Config, error) { return config.Load(path, reg, nil) }
+		load = func(_ context.Context, path string) (*config.Config, error) { return config.Load(path, reg, nil) }
 	}
 	r := &reloading{path: filepath.Join(t.TempDir(), "wowd.yaml"), level: zap.NewAtomicLevelAt(zapcore.InfoLevel)}
 	r.write(t, yaml)
@@ -318,20 +319,47 @@ func startReloading(t *testing.T, yaml string, load func(path string) (*config.C
 	if r.rt, err = New(cfg, reg, zap.New(core), "test"); err != nil {
 		t.Fatal(err)
 	}
-	err = r.rt.WatchConfig(Reload{Path: r.path, Level: r.level, Load: func() (*config.Config, error) {
+	err = r.rt.WatchConfig(Reload{Path: r.path, Level: r.level, Load: func(ctx context.Context) (*config.Config, error) {
 		r.loads.Add(1)
-		return load(r.path)
+		return load(ctx, r.path)
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.rt.Start(context.Background())
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = r.rt.Stop(ctx)
+		if !r.stopped {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_ = r.rt.Stop(ctx)
+		}
 	})
 	return r
+}
+
+// stop stops the daemon within d, and fails t if Stop takes 5s longer
+// (a stop after its deadline still gets to commit and leave the groups);
+// then it calls unblock, if not nil, to let Stop end.
+func (r *reloading) stop(t *testing.T, d time.Duration, unblock func()) {
+	t.Helper()
+	r.stopped = true
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	stopped := make(chan struct{})
+	go func() { // owned by this function, which waits for it
+		defer close(stopped)
+		_ = r.rt.Stop(ctx)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(d + 5*time.Second):
+		t.Errorf("Stop with a deadline of %v still runs after %v", d, time.Since(start))
+		if unblock != nil {
+			unblock()
+		}
+		<-stopped
+	}
 }
 
 // write replaces the file as an editor does: a new file renamed over it.
@@ -366,6 +394,20 @@ func (r *reloading) count(t *testing.T, o metrics.ReloadOutcome) int {
 	return -1
 }
 
+// documentLoader reads the file as `wowd run` does when it changes: the
+// document, not the files it names, giving up on wow.metadata when ctx is
+// done.
+func documentLoader(reg *handler.Registry) func(ctx context.Context, path string) (*config.Config, error) {
+	return func(ctx context.Context, path string) (*config.Config, error) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		cfg, _, err := config.ParseSourcesContext(ctx, data, path, reg, config.Sources{})
+		return cfg, err
+	}
+}
+
 // TestReloadRetriesAPassingRefusal: a changed file refused for a reason
 // outside it (a header file of the http sink not there yet, as when a
 // secret is mounted a moment after the ConfigMap changed) is read again,
@@ -379,18 +421,11 @@ func TestReloadRetriesAPassingRefusal(t *testing.T) {
 	reg := handler.Default()
 	for _, tc := range []struct {
 		name string
-		load func(path string) (*config.Config, error)
+		load func(ctx context.Context, path string) (*config.Config, error)
 	}{
 		// As `wowd run` reads it again: the document, not the files it
 		// names; the sink reads its header files.
-		{"document", func(path string) (*config.Config, error) {
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return nil, err
-			}
-			cfg, _, err := config.ParseSources(data, path, reg, config.Sources{})
-			return cfg, err
-		}},
+		{"document", documentLoader(reg)},
 		// With the files it names checked with the configuration.
 		{"files", nil},
 	} {
@@ -441,4 +476,85 @@ func TestReloadRetriesAPassingRefusal(t *testing.T) {
 			t.Errorf("an invalid file read %d times, want once", n)
 		}
 	})
+}
+
+// TestStopDoesNotWaitForASlowReload: Stop during a reload whose Load is
+// slow and does not give up (a custom Load, a file system that hangs)
+// returns within its deadline, and the reload, when its Load returns at
+// last, reconfigures nothing: Stop began closing the handlers.
+func TestStopDoesNotWaitForASlowReload(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	c := newCluster(t)
+	yaml := reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	r := startReloading(t, yaml, func(_ context.Context, path string) (*config.Config, error) {
+		entered <- struct{}{}
+		<-release // not ctx
+		return config.Load(path, nil, nil)
+	})
+	r.write(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 2, "debug", 1))
+	<-entered
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	r.stop(t, 500*time.Millisecond, unblock)
+	unblock()
+	<-r.rt.reload.done
+	if r.level.Enabled(zapcore.DebugLevel) {
+		t.Error("the log level changed after Stop began")
+	}
+	if n := r.logs.FilterMessage("configuration reloaded").Len(); n != 0 {
+		t.Errorf("%d reloads applied after Stop began", n)
+	}
+}
+
+// TestStopEndsAMetadataFetch: Stop during a reload waiting for
+// wow.metadata, from a service that does not answer, ends the fetch: the
+// reload gives up at once instead of at wow.metadata-timeout, and Stop
+// returns within its deadline, having waited for it.
+func TestStopEndsAMetadataFetch(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	meta, err := os.ReadFile("../config/testdata/wow-metadata.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) > 1 { // the first at start
+			<-r.Context().Done()
+			return
+		}
+		_, _ = w.Write(meta)
+	}))
+	defer srv.Close()
+	c := newCluster(t)
+	yaml := func(level string) string {
+		return fmt.Sprintf(`wow:
+  service: reloader
+  metadata: %s
+  metadata-timeout: 30s
+  kafka:
+    bootstrap-servers: [%s]
+  dispatchers:
+    sink:
+      topics: [event]
+      contexts: [example-service]
+      handler: {type: log}
+  log:
+    level: %s
+  metrics:
+    listen: ""
+`, srv.URL, c.ListenAddrs()[0], level)
+	}
+	r := startReloading(t, yaml("info"), documentLoader(handler.Default()))
+	r.write(t, yaml("debug"))
+	testwait.For(t, 10*time.Second, "the reload asking for wow.metadata", func() bool { return calls.Load() == 2 })
+	r.stop(t, 500*time.Millisecond, nil)
+	select {
+	case <-r.rt.reload.done:
+	default:
+		t.Error("Stop returned before the reload gave up")
+	}
+	if r.level.Enabled(zapcore.DebugLevel) {
+		t.Error("the log level changed after Stop began")
+	}
 }

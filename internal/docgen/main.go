@@ -327,7 +327,8 @@ is, and the file is read again after 1s, then twice as long each time up to a mi
 until it applies or changes: the file or a header file it names cannot be read (a
 secret mounted a moment after the ConfigMap changed), or ` + "`wow.metadata`" + ` cannot be
 read or disagrees with the file. Such a refusal is logged and counted once per
-distinct error, not per attempt.
+distinct error, not per attempt. A stop ends a reload under way (a read of
+` + "`wow.metadata`" + ` included) without applying it.
 
 `
 }
