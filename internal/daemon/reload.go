@@ -58,8 +58,8 @@ var (
 
 // reloader watches the configuration file. Its goroutine, started by
 // Start and stopped by Stop, is the only one to touch last, real, applied,
-// wait and failure while it runs; started and done belong to Start and
-// Stop.
+// wait, force and failure while it runs; started and done belong to Start
+// and Stop; now is ReloadNow's.
 type reloader struct {
 	Reload
 	watcher *fsnotify.Watcher
@@ -69,6 +69,8 @@ type reloader struct {
 	applied *config.Config // the running configuration, reloadable keys as last applied
 	wait    time.Duration  // the pause before the next retry of a passing refusal; 0: none due
 	failure string         // the passing refusal last logged; "" since the last handled read
+	force   bool           // the read due is asked for (ReloadNow): it reads contents handled already
+	now     chan struct{}  // ReloadNow's requests, one pending at most; never closed
 	started bool           // set by Start: the goroutine runs
 	done    chan struct{}  // closed when the goroutine ends
 
@@ -104,7 +106,8 @@ func (r *reloader) close() {
 // wow.metadata does not answer, ...) is tried again, after 1s, then twice as
 // long each time up to a minute, until the file applies or changes. Each
 // change read is counted in wowd_config_reloads_total, a passing refusal
-// once per distinct error. Call it before Start.
+// once per distinct error. ReloadNow reads the file at once, changed or
+// not. Call it before Start.
 func (rt *Daemon) WatchConfig(r Reload) error {
 	data, err := os.ReadFile(r.Path)
 	if err != nil {
@@ -130,6 +133,7 @@ func (rt *Daemon) WatchConfig(r Reload) error {
 		last:    data,
 		applied: rt.cfg,
 		done:    make(chan struct{}),
+		now:     make(chan struct{}, 1),
 		ctx:     ctx,
 		cancel:  cancel,
 	}
@@ -166,24 +170,54 @@ func (rt *Daemon) watch() {
 			rt.log.Warn("watching the configuration file", zap.String("path", r.Path), zap.Error(err))
 		case <-settle.C:
 			r.wait = 0 // a new change: its retries start over
-			r.retryAfter(rt.reloadFile(), retry)
+			rt.read(false, retry)
+		case <-r.now:
+			r.wait = 0
+			rt.log.Info("reading the configuration file again, as asked", zap.String("path", r.Path))
+			rt.read(true, retry)
 		case <-retry.C:
-			r.retryAfter(rt.reloadFile(), retry)
+			rt.read(false, retry)
 		}
 	}
 }
 
-// retryAfter arranges the next retry after a read that was refused for a
-// passing reason (passing), or ends the retries.
-func (r *reloader) retryAfter(passing bool, retry *time.Timer) {
-	if !passing {
+// read reads the file (see reloadFile), even if its contents were handled
+// already when force (or when the read retried is forced), and arranges
+// the next retry after a refusal for a passing reason, or ends the
+// retries.
+func (rt *Daemon) read(force bool, retry *time.Timer) {
+	r := rt.reload
+	r.force = r.force || force
+	if !rt.reloadFile(r.force) {
 		r.wait = 0
 		r.failure = ""
+		r.force = false
 		retry.Stop()
 		return
 	}
 	r.wait = min(max(2*r.wait, reloadRetryMin), reloadRetryMax)
 	retry.Reset(r.wait)
+}
+
+// ReloadNow asks for the configuration file to be read and applied now,
+// even if its contents did not change (SIGHUP): a reload refused for a
+// reason that has passed need not wait for its retry, nor one refused for
+// what the file says for the file to change. It does not wait: the watcher
+// reads the file, and logs and counts what came of it as for a change.
+// Requests made while one is pending make one read. It reports whether a
+// configuration file is watched: false without WatchConfig or once Stop
+// began, when there is nothing to reload. Safe to call at any time, from
+// any goroutine; a request made before Start is served when it starts.
+func (rt *Daemon) ReloadNow() bool {
+	r := rt.reload
+	if r == nil || r.ctx.Err() != nil {
+		return false
+	}
+	select {
+	case r.now <- struct{}{}:
+	default: // one is pending: it reads the file as it is then
+	}
+	return true
 }
 
 // concerns reports whether ev, an event in the file's directory, may have
@@ -207,15 +241,15 @@ func (r *reloader) concerns(ev fsnotify.Event) bool {
 // reports whether the read was refused for a passing reason, to be tried
 // again: contents count as handled once applied, or refused for what they
 // say (config.Invalid); only those are not read again while they stay the
-// same.
-func (rt *Daemon) reloadFile() (passing bool) {
+// same, unless force.
+func (rt *Daemon) reloadFile(force bool) (passing bool) {
 	r := rt.reload
 	data, err := os.ReadFile(r.Path)
 	if err != nil {
 		rt.refused(fmt.Errorf("reading %s: %w", r.Path, err))
 		return true
 	}
-	if bytes.Equal(data, r.last) {
+	if !force && bytes.Equal(data, r.last) {
 		return false // touched, or written again as it was: refused or applied already
 	}
 	outcome, err := rt.apply()
@@ -339,7 +373,7 @@ func (rt *Daemon) apply() (*metrics.ReloadOutcome, error) {
 		return &o, nil
 	}
 	if len(applied) == 0 {
-		rt.log.Info("configuration file changed; no key did", zap.String("path", r.Path))
+		rt.log.Info("configuration file read again; no key changed", zap.String("path", r.Path))
 		return nil, nil
 	}
 	o := metrics.ReloadApplied

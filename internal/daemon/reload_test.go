@@ -558,3 +558,87 @@ func TestStopEndsAMetadataFetch(t *testing.T) {
 		t.Error("the log level changed after Stop began")
 	}
 }
+
+// TestReloadNow: ReloadNow (SIGHUP) reads the file and applies it though
+// it did not change since it was refused, for what it says (a Load that
+// refused it once; the same file read again is accepted) or for a passing
+// reason whose retry is far off; it reports false when no file is watched
+// or once Stop began.
+func TestReloadNow(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	defer func(d time.Duration) { reloadRetryMin = d }(reloadRetryMin)
+	reloadRetryMin = time.Hour
+	t.Run("refused for what it says", func(t *testing.T) {
+		c := newCluster(t)
+		var loads atomic.Int32
+		r := startReloading(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1),
+			func(_ context.Context, path string) (*config.Config, error) {
+				if loads.Add(1) == 1 {
+					return nil, &config.Errors{File: path, List: []config.Error{{Path: "wow.log.level", Msg: "refused by the test"}}}
+				}
+				return config.Load(path, nil, nil)
+			})
+		r.write(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "debug", 1))
+		testwait.For(t, 10*time.Second, "the change refused", func() bool { return r.count(t, metrics.ReloadInvalid) == 1 })
+		if !r.rt.ReloadNow() {
+			t.Fatal("ReloadNow: nothing to reload")
+		}
+		testwait.For(t, 10*time.Second, "the unchanged file applied", func() bool { return r.count(t, metrics.ReloadApplied) == 1 })
+		if !r.level.Enabled(zapcore.DebugLevel) {
+			t.Error("log level not debug after ReloadNow")
+		}
+		for range 3 { // no change: logged, not counted
+			r.rt.ReloadNow()
+		}
+		testwait.For(t, 10*time.Second, "the file read again", func() bool {
+			return r.logs.FilterMessage("configuration file read again; no key changed").Len() > 0
+		})
+		if n := r.count(t, metrics.ReloadApplied); n != 1 {
+			t.Errorf("%d reloads applied counted, want 1", n)
+		}
+		r.stop(t, 20*time.Second, nil)
+		if r.rt.ReloadNow() {
+			t.Error("ReloadNow after Stop: a file to reload")
+		}
+	})
+	t.Run("refused for a passing reason", func(t *testing.T) {
+		c := newCluster(t)
+		dir := t.TempDir()
+		old := filepath.Join(dir, "old")
+		if err := os.WriteFile(old, []byte("Bearer old"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := startReloading(t, headerYAML(c.ListenAddrs()[0], old, "info"), documentLoader(handler.Default()))
+		next := filepath.Join(dir, "new")
+		r.write(t, headerYAML(c.ListenAddrs()[0], next, "debug"))
+		testwait.For(t, 10*time.Second, "the change refused", func() bool { return r.count(t, metrics.ReloadInvalid) == 1 })
+		if err := os.WriteFile(next, []byte("Bearer new"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r.rt.ReloadNow()
+		testwait.For(t, 10*time.Second, "the change applied before its retry", func() bool { return r.count(t, metrics.ReloadApplied) == 1 })
+	})
+	t.Run("no file watched", func(t *testing.T) {
+		c := newCluster(t)
+		path := filepath.Join(t.TempDir(), "wowd.yaml")
+		if err := os.WriteFile(path, []byte(reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(path, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := New(cfg, nil, zap.NewNop(), "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rt.ReloadNow() {
+			t.Error("ReloadNow without WatchConfig: a file to reload")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := rt.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
