@@ -246,6 +246,15 @@ func (a *app) logger(cfg *config.Config) (*zap.Logger, zap.AtomicLevel, error) {
 	return log.With(zap.String("service", cfg.Service)), atom, nil
 }
 
+// hangups delivers SIGHUP from now on instead of letting it end the
+// process (Go's default), until stop; several while one is unread make
+// one.
+func hangups() (hup <-chan os.Signal, stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	return ch, func() { signal.Stop(ch) }
+}
+
 // signalContext is done at the first SIGTERM or SIGINT; a second one exits
 // at once.
 func signalContext() (context.Context, context.CancelFunc) {

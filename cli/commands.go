@@ -27,7 +27,9 @@ func (a *app) runCmd() *cobra.Command {
 
 SIGTERM or SIGINT stops it: no more admission, unfinished messages drain
 within wow.shutdown.timeout, offsets are committed, and it exits 0. Exit code
-1 means a runtime failure, 2 a configuration or usage error.`,
+1 means a runtime failure, 2 a configuration or usage error. Changes of the
+configuration file apply while it runs as far as they can; SIGHUP reads the
+file again at once, changed or not.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := a.load(cmd)
@@ -43,10 +45,13 @@ within wow.shutdown.timeout, offsets are committed, and it exits 0. Exit code
 
 // serve runs the runtime until a signal, then stops it within the shutdown
 // timeout. While `wowd run` runs, changes of its configuration file are
-// applied as far as they can be (see daemon.WatchConfig).
+// applied as far as they can be (see daemon.WatchConfig), and SIGHUP reads
+// it again at once; without a file watched, SIGHUP is logged and ignored.
 // extra runs after the runtime started (dev mode's demo traffic) and
 // returns a function that undoes it.
 func (a *app) serve(cmd *cobra.Command, cfg *config.Config, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
+	hup, stopHup := hangups() // from here on, SIGHUP does not end wowd
+	defer stopHup()
 	log, level, err := a.logger(cfg)
 	if err != nil {
 		return err
@@ -82,7 +87,7 @@ func (a *app) serve(cmd *cobra.Command, cfg *config.Config, extra func(ctx conte
 			cancel()
 		}
 	}
-	<-ctx.Done()
+	waitStop(ctx, hup, rt, log)
 	log.Info("signal received, shutting down", zap.Duration("timeout", cfg.Shutdown.Timeout))
 	if undo != nil {
 		undo()
@@ -93,6 +98,23 @@ func (a *app) serve(cmd *cobra.Command, cfg *config.Config, extra func(ctx conte
 		return fmt.Errorf("stopping: %w", err)
 	}
 	return nil
+}
+
+// waitStop returns when ctx is done, asking rt to read its configuration
+// file again at each SIGHUP meanwhile.
+func waitStop(ctx context.Context, hup <-chan os.Signal, rt *daemon.Daemon, log *zap.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if rt.ReloadNow() {
+				log.Info("SIGHUP: reading the configuration file again")
+			} else {
+				log.Info("SIGHUP: no configuration file is watched; nothing to reload")
+			}
+		}
+	}
 }
 
 func (a *app) devCmd() *cobra.Command {

@@ -151,11 +151,13 @@ type dev struct {
 	adminPort               int
 	cmd                     *exec.Cmd
 	exited                  chan error
+	out                     *proctest.Output // its stdout and stderr
 }
 
 func startDev(t *testing.T, s *sink) *dev {
 	t.Helper()
-	d := &dev{brokerPort: proctest.FreePort(t), metricsPort: proctest.FreePort(t), adminPort: proctest.FreePort(t), exited: make(chan error, 1)}
+	d := &dev{brokerPort: proctest.FreePort(t), metricsPort: proctest.FreePort(t), adminPort: proctest.FreePort(t),
+		exited: make(chan error, 1), out: &proctest.Output{}}
 	cfg := proctest.WriteConfig(t, fmt.Sprintf(`
 wow:
   service: bintest
@@ -180,9 +182,8 @@ wow:
   dev:
     partitions: 4
 `, d.brokerPort, s.srv.URL, d.metricsPort, d.adminPort))
-	var out proctest.Output
 	d.cmd = exec.Command(wowd.Path(t), "dev", "--config", cfg)
-	d.cmd.Stdout, d.cmd.Stderr = &out, &out
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ wow:
 	t.Cleanup(func() {
 		_ = d.cmd.Process.Kill()
 		if t.Failed() {
-			t.Logf("wowd output:\n%s", out.String())
+			t.Logf("wowd output:\n%s", d.out.String())
 		}
 	})
 	proctest.WaitReady(t, "wowd", d.metricsPort, d.exited)

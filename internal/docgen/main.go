@@ -330,6 +330,11 @@ read or disagrees with the file. Such a refusal is logged and counted once per
 distinct error, not per attempt. A stop ends a reload under way (a read of
 ` + "`wow.metadata`" + ` included) without applying it.
 
+` + "`SIGHUP`" + ` makes ` + "`wowd run`" + ` read the file at once, as for a change, even if it did
+not change: once what a reload was refused for is fixed outside the file, the
+reload need not wait for its retry, nor for the file to change. It never stops
+wowd; ` + "`wowd dev`" + `, which watches no file, logs that there is nothing to reload.
+
 `
 }
 
