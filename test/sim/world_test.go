@@ -92,12 +92,13 @@ type world struct {
 	produced    map[string][]pos // per key: where each of its records is, by sequence number
 	keyOf       map[pos]keySeq   // the key and sequence number of each record produced
 	attempts    map[pos]int
-	deliveredTo map[pos][]int      // the members each try went to
-	commitLog   map[int32][]string // per partition: the commits the broker received
-	handled     map[pos]int        // successful acknowledgements made
-	finished    map[pos]bool       // handled, skipped by the handler, dead-lettered or parked: committable
-	settled     map[pos]bool       // handled, skipped by the handler or dead-lettered: done for good
-	parked      map[pos]int        // writes to the parked topic the broker acknowledged
+	deliveredTo map[pos][]int              // the members each try went to
+	commitLog   map[int32][]string         // per partition: the commits the broker received
+	commitsBy   map[string]map[int32]int64 // per member ID: the highest offset it committed per partition
+	handled     map[pos]int                // successful acknowledgements made
+	finished    map[pos]bool               // handled, skipped by the handler, dead-lettered or parked: committable
+	settled     map[pos]bool               // handled, skipped by the handler or dead-lettered: done for good
+	parked      map[pos]int                // writes to the parked topic the broker acknowledged
 	settledSeq  map[string]map[int]bool
 	deadLetter  map[pos]int // dead letters the broker acknowledged
 	prefix      map[int32]int64
@@ -186,6 +187,7 @@ func newWorld(seed uint64) *world {
 		attempts:     map[pos]int{},
 		deliveredTo:  map[pos][]int{},
 		commitLog:    map[int32][]string{},
+		commitsBy:    map[string]map[int32]int64{},
 		handled:      map[pos]int{},
 		finished:     map[pos]bool{},
 		settled:      map[pos]bool{},
@@ -393,6 +395,10 @@ func (w *world) watchCommits() {
 			for _, p := range t.Partitions {
 				w.commitLog[p.Partition] = append(w.commitLog[p.Partition], fmt.Sprintf("%.3fs %s gen %d: %d",
 					float64(time.Since(start))/1e9, req.MemberID[:5], req.Generation, p.Offset))
+				if w.commitsBy[req.MemberID] == nil {
+					w.commitsBy[req.MemberID] = map[int32]int64{}
+				}
+				w.commitsBy[req.MemberID][p.Partition] = max(w.commitsBy[req.MemberID][p.Partition], p.Offset)
 				if p.Offset > w.prefix[p.Partition] {
 					w.commitPastLocked(p.Partition, p.Offset, req.MemberID)
 				}
