@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,37 +21,9 @@ import (
 // together: the retries ran on their timers' goroutines, 8 at once against
 // a pool of 2.
 func TestHeldRetriesOfABlockerStayOnThePool(t *testing.T) {
-	ex := executor.New(executor.Options{Workers: 2, BlockingWorkers: 2})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ex.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
-	h := &harness{t: t, c: newCluster(t, 1, testTopic), ex: ex}
-	produce(t, h.c, testTopic, 8, 8)
-	var (
-		running, most atomic.Int32
-		mu            sync.Mutex
-		tried         = map[string]int{}
-	)
-	hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-		n := running.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		time.Sleep(30 * time.Millisecond) // blocks, as a Blocker does
-		running.Add(-1)
-		mu.Lock()
-		tried[m.AggregateID]++
-		first := tried[m.AggregateID] == 1
-		mu.Unlock()
-		if first {
-			ack.Done(handler.Classed(handler.Transient, errors.New("database down")))
-			return
-		}
-		ack.Done(nil)
-	})
+	ex, h := blockingSetup(t, 2)
+	f := &failOnce{d: 30 * time.Millisecond}
+	hd := handlerFunc(f.call)
 	r := h.receiver("g-blocking", hd, 64, func(o *Options) {
 		rt := o.Routes[testTopic]
 		rt.Group = ex.Group(true) // the route of a handler.Blocker
@@ -60,12 +33,11 @@ func TestHeldRetriesOfABlockerStayOnThePool(t *testing.T) {
 	})
 	testwait.For(t, 20*time.Second, "every message handled and committed", func() bool { return h.committedAtEnd("g-blocking") })
 	stop(t, r)
-	mu.Lock()
-	defer mu.Unlock()
+	tried := f.calls()
 	if len(tried) != 8 {
 		t.Fatalf("%d aggregates tried, want 8", len(tried))
 	}
-	if m := most.Load(); m > 2 {
+	if m := f.most.Load(); m > 2 {
 		t.Errorf("the Blocker ran %d calls at once; the blocking pool has 2 goroutines", m)
 	}
 }
@@ -138,37 +110,9 @@ func (blockingFunc) Blocking() bool { return true }
 // against a pool of 2.
 func TestRetriesOfABlockerInWithRetryStayOnThePool(t *testing.T) {
 	const pool = 2
-	ex := executor.New(executor.Options{Workers: 2, BlockingWorkers: pool})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ex.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
-	h := &harness{t: t, c: newCluster(t, 1, testTopic), ex: ex}
-	produce(t, h.c, testTopic, 8, 8)
-	var (
-		running, most atomic.Int32
-		mu            sync.Mutex
-		tried         = map[string]int{}
-	)
-	inner := blockingFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-		n := running.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		time.Sleep(100 * time.Millisecond) // blocks, as a Blocker does
-		running.Add(-1)
-		mu.Lock()
-		tried[m.AggregateID]++
-		first := tried[m.AggregateID] == 1
-		mu.Unlock()
-		if first {
-			ack.Done(handler.Classed(handler.Transient, errors.New("database down")))
-			return
-		}
-		ack.Done(nil)
-	})
+	ex, h := blockingSetup(t, pool)
+	f := &failOnce{d: 100 * time.Millisecond}
+	inner := blockingFunc(f.call)
 	hd := handler.WithRetry(inner, handler.RetryPolicy{Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond})
 	b, ok := hd.(handler.Blocker)
 	if !ok || !b.Blocking() {
@@ -181,8 +125,7 @@ func TestRetriesOfABlockerInWithRetryStayOnThePool(t *testing.T) {
 	})
 	testwait.For(t, 20*time.Second, "every message handled and committed", func() bool { return h.committedAtEnd("g-blocking-withretry") })
 	stop(t, r)
-	mu.Lock()
-	defer mu.Unlock()
+	tried := f.calls()
 	if len(tried) != 8 {
 		t.Fatalf("%d aggregates tried, want 8", len(tried))
 	}
@@ -191,7 +134,61 @@ func TestRetriesOfABlockerInWithRetryStayOnThePool(t *testing.T) {
 			t.Errorf("%s called %d times, want 2 (a failure, a retry)", agg, n)
 		}
 	}
-	if m := most.Load(); m > pool {
+	if m := f.most.Load(); m > pool {
 		t.Errorf("the Blocker ran %d calls at once; the blocking pool has %d goroutines", m, pool)
 	}
+}
+
+// blockingSetup is an executor with a blocking pool of pool goroutines
+// (closed at the end of the test) and a harness on one partition holding
+// eight records of eight aggregates.
+func blockingSetup(t *testing.T, pool int) (*executor.Executor, *harness) {
+	ex := executor.New(executor.Options{Workers: 2, BlockingWorkers: pool})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ex.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	h := &harness{t: t, c: newCluster(t, 1, testTopic), ex: ex}
+	produce(t, h.c, testTopic, 8, 8)
+	return ex, h
+}
+
+// failOnce is a handler call that blocks for d, fails each aggregate's
+// first message transiently and handles the rest; it counts the most calls
+// it saw running at once and the calls per aggregate.
+type failOnce struct {
+	d             time.Duration
+	running, most atomic.Int32
+	mu            sync.Mutex     // guards tried
+	tried         map[string]int // calls per aggregate ID
+}
+
+func (f *failOnce) call(_ context.Context, m *handler.Message, ack handler.Ack) {
+	n := f.running.Add(1)
+	for m := f.most.Load(); n > m && !f.most.CompareAndSwap(m, n); m = f.most.Load() {
+	}
+	time.Sleep(f.d) // blocks, as a Blocker does
+	f.running.Add(-1)
+	f.mu.Lock()
+	if f.tried == nil {
+		f.tried = map[string]int{}
+	}
+	f.tried[m.AggregateID]++
+	first := f.tried[m.AggregateID] == 1
+	f.mu.Unlock()
+	if first {
+		ack.Done(handler.Classed(handler.Transient, errors.New("database down")))
+		return
+	}
+	ack.Done(nil)
+}
+
+// calls returns the calls made per aggregate ID.
+func (f *failOnce) calls() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.tried)
 }
