@@ -133,23 +133,7 @@ func TestReloadUnderARunningDaemon(t *testing.T) {
 	}
 	testwait.For(t, 30*time.Second, "one request in flight", func() bool { return inFlight.Load() == 1 })
 
-	count := func(o metrics.ReloadOutcome) int {
-		mfs, err := rt.Metrics().Registry.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "wowd_config_reloads_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				if m.GetLabel()[0].GetValue() == o.String() {
-					return int(m.GetCounter().GetValue())
-				}
-			}
-		}
-		return -1
-	}
+	count := func(o metrics.ReloadOutcome) int { return reloadCount(t, rt, o) }
 
 	// Reloadable keys only: applied.
 	write(reloadYAML(broker, srv.URL, 4, "debug", 2))
@@ -377,7 +361,13 @@ func (r *reloading) write(t *testing.T, s string) {
 // count is wowd_config_reloads_total{outcome=o}.
 func (r *reloading) count(t *testing.T, o metrics.ReloadOutcome) int {
 	t.Helper()
-	mfs, err := r.rt.Metrics().Registry.Gather()
+	return reloadCount(t, r.rt, o)
+}
+
+// reloadCount is rt's wowd_config_reloads_total{outcome=o}, -1 when absent.
+func reloadCount(t *testing.T, rt *Daemon, o metrics.ReloadOutcome) int {
+	t.Helper()
+	mfs, err := rt.Metrics().Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
