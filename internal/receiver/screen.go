@@ -22,6 +22,7 @@ import (
 func (j *job) screen() bool {
 	r := j.r
 	if (j.local == nil || j.redriven) && r.handledLocally(j.rec.Headers) {
+		j.copyVersion()
 		j.finish(metrics.Local) // handled when it was ingested; this is its copy coming back
 		return false
 	}
@@ -54,6 +55,30 @@ func (j *job) screen() bool {
 	j.fillWow()
 	j.msg.Wow = &j.ws.pub
 	return true
+}
+
+// copyVersion records, under the version check, the version of an event
+// stream whose copy is skipped because an instance of the dispatcher
+// handled it when it was ingested: that instance may be another one, and
+// only its own table learnt the version. Without it here, the aggregate's
+// next message this receiver checks would be a false gap (and, with
+// on-gap park, park the aggregate when nothing is missing). The copy is
+// decoded as the check decodes every other record; one that does not
+// decode, or is not a message of its aggregate, tells nothing.
+func (j *job) copyVersion() {
+	r := j.r
+	if r.versions == nil || j.kind != handler.KindEvent {
+		return
+	}
+	if j.ws == nil {
+		j.ws = new(wowState)
+	}
+	m := &j.ws.m
+	if m.Decode(j.kind, j.rec.Value) != nil || !m.HasVersion ||
+		m.Check(j.rec.Key, j.route.Context, j.route.Aggregate) != nil {
+		return
+	}
+	r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, m.Version)
 }
 
 // screenRoute is screen's Wow part for a handler that reads only the
