@@ -226,13 +226,39 @@ func (h *localHolds) barrierHolds(topic, key string) bool {
 	if len(h.barrier) == 0 {
 		return false
 	}
-	tps, ok := h.parts[topic]
+	p, ok := h.partitionOf(topic, key)
 	if !ok {
 		return false // the topic had no partition at start: nothing below
 	}
-	p := tps.key.Partition(&kgo.Record{Topic: topic, Key: []byte(key)}, tps.n)
-	_, waits := h.barrier[tp{topic, int32(p)}]
+	_, waits := h.barrier[tp{topic, p}]
 	return waits
+}
+
+// partitionOf returns the partition the aggregate's messages go to, among
+// the partitions its topic had at start; false if the topic had none or
+// they are not read yet. h.mu held.
+func (h *localHolds) partitionOf(topic, key string) (int32, bool) {
+	tps, ok := h.parts[topic]
+	if !ok {
+		return 0, false
+	}
+	return int32(tps.key.Partition(&kgo.Record{Topic: topic, Key: []byte(key)}, tps.n)), true
+}
+
+// mayOwnPartitionOf reports whether the receiver may own the partition the
+// aggregate's messages go to: it owns it now, or which one it is is not
+// known.
+func (r *Receiver) mayOwnPartitionOf(topic, key string) bool {
+	h := r.holds
+	h.mu.Lock()
+	p, ok := h.partitionOf(topic, key)
+	h.mu.Unlock()
+	if !ok {
+		return true
+	}
+	r.partsMu.RLock()
+	defer r.partsMu.RUnlock()
+	return r.parts[tp{topic, p}] != nil
 }
 
 // count returns the buckets held, and whether the start barrier stands for

@@ -14,6 +14,31 @@ import (
 // onGapPark sets the version check's on-gap policy to park.
 func onGapPark(o *Options) { o.OnGapPark = true }
 
+// TestOnGapParkGivesALocalRecordUpAtAGap: one instance, owner of the only
+// partition, version check with on-gap park. cart-1's v1 and then v3 are
+// ingested: v3 is a gap. A local record cannot be parked, so v3 is given
+// up (not handled "anyway", which would publish its copy marked as handled
+// and nobody would ever park it): its copy, unmarked, reaches the owner
+// from Kafka, which parks the aggregate at it.
+func TestOnGapParkGivesALocalRecordUpAtAGap(t *testing.T) {
+	h := newHarness(t, 1)
+	sink := &versionSink{got: map[string][]int64{}}
+	r := h.receiver("g-ongap-local", sink, 16, wowOpts, parking, onGapPark)
+	defer stop(t, r)
+	testwait.For(t, 30*time.Second, "ready and owning the partition", func() bool { return r.Ready() && len(r.Partitions()) == 1 })
+	testwait.For(t, 30*time.Second, "the start barrier read", func() bool { return !r.heldLocally(testTopic, "cart-1") })
+	if !ingestValue(t, h, r, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 1)) {
+		t.Fatal("v1 not finished locally")
+	}
+	fin := ingestValue(t, h, r, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 3))
+	testwait.For(t, 30*time.Second, "everything committed", func() bool { return h.committedAtEnd("g-ongap-local") })
+	st := h.parkedState("cart-1")
+	t.Logf("v3 finished locally: %v; handled %v; parked state %+v", fin, sink.of("cart-1"), st)
+	if st == nil || st.Class != "version-gap" {
+		t.Errorf("cart-1 not parked at the gap (state %+v); handled %v, want [1] and parked at v3", st, sink.of("cart-1"))
+	}
+}
+
 // TestAnOwnerLearnsTheVersionOfACopyHandledByAPeer: two instances, A
 // owns the only partition. v1 is ingested at A (handled there), v2 at B
 // (handled there; its copy, marked, is skipped at A); then v3 arrives
@@ -47,5 +72,81 @@ func TestAnOwnerLearnsTheVersionOfACopyHandledByAPeer(t *testing.T) {
 	t.Logf("handled %v; parked state %+v", sink.of("cart-1"), st)
 	if st != nil || !slices.Equal(sink.of("cart-1"), []int64{1, 2, 3}) {
 		t.Errorf("cart-1 parked (state %+v), handled %v; want [1 2 3], not parked: nothing is missing", st, sink.of("cart-1"))
+	}
+}
+
+// TestIngestOnlyTwoInstancesNoGap: every message ingested, at A (owner)
+// and B in turn: v1 at A, v2 at B, v3 at A. Nothing is missing: nothing
+// may park, every version handled once.
+func TestIngestOnlyTwoInstancesNoGap(t *testing.T) {
+	h := newHarness(t, 1)
+	sink := &versionSink{got: map[string][]int64{}}
+	a := h.receiver("g-ongap-ingest", sink, 16, wowOpts, parking, onGapPark)
+	defer stop(t, a)
+	testwait.For(t, 30*time.Second, "A ready and owning the partition", func() bool { return a.Ready() && len(a.Partitions()) == 1 })
+	b := h.receiver("g-ongap-ingest", sink, 16, wowOpts, parking, onGapPark)
+	defer stop(t, b)
+	testwait.For(t, 30*time.Second, "B ready", b.Ready)
+	if len(b.Partitions()) != 0 {
+		t.Skip("B took the partition")
+	}
+	testwait.For(t, 30*time.Second, "the start barriers read", func() bool {
+		return !a.heldLocally(testTopic, "cart-1") && !b.heldLocally(testTopic, "cart-1")
+	})
+	var fin []bool
+	fin = append(fin, ingestValue(t, h, a, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 1)))
+	fin = append(fin, ingestValue(t, h, b, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 2)))
+	testwait.For(t, 30*time.Second, "v2's copy committed", func() bool { return h.committedAtEnd("g-ongap-ingest") })
+	fin = append(fin, ingestValue(t, h, a, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 3)))
+	testwait.For(t, 30*time.Second, "everything committed", func() bool { return h.committedAtEnd("g-ongap-ingest") })
+	st := h.parkedState("cart-1")
+	t.Logf("finished locally %v; handled %v; parked state %+v", fin, sink.of("cart-1"), st)
+	if st != nil || !slices.Equal(sink.of("cart-1"), []int64{1, 2, 3}) {
+		t.Errorf("cart-1 parked (state %+v), handled %v; want [1 2 3], not parked: nothing is missing", st, sink.of("cart-1"))
+	}
+}
+
+// TestANonOwnerForgetsAVersionItGaveUpAt: two instances, A owns the only
+// partition, B none. v1 is ingested at B, v2 at A: B's table, which learns
+// only what B handles, still says 1. v3 ingested at B is a gap there,
+// given up to A, which handles it (no gap at A). B forgets cart-1's
+// version: once v3's copy is handled, v4 ingested at B is handled there,
+// not given up as another gap against the stale 1 (for as long as the
+// entry would stay, every ingested message of cart-1 at B would be).
+func TestANonOwnerForgetsAVersionItGaveUpAt(t *testing.T) {
+	h := newHarness(t, 1)
+	sink := &versionSink{got: map[string][]int64{}}
+	a := h.receiver("g-ongap-forget", sink, 16, wowOpts, parking, onGapPark)
+	defer stop(t, a)
+	testwait.For(t, 30*time.Second, "A ready and owning the partition", func() bool { return a.Ready() && len(a.Partitions()) == 1 })
+	b := h.receiver("g-ongap-forget", sink, 16, wowOpts, parking, onGapPark)
+	defer stop(t, b)
+	testwait.For(t, 30*time.Second, "B ready", b.Ready)
+	if len(b.Partitions()) != 0 {
+		t.Skip("B took the partition")
+	}
+	testwait.For(t, 30*time.Second, "the start barriers read", func() bool {
+		return !a.heldLocally(testTopic, "cart-1") && !b.heldLocally(testTopic, "cart-1")
+	})
+	if !ingestValue(t, h, b, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 1)) {
+		t.Fatal("v1 not finished at B")
+	}
+	if !ingestValue(t, h, a, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 2)) {
+		t.Fatal("v2 not finished at A")
+	}
+	if ingestValue(t, h, b, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 3)) {
+		t.Fatal("v3 finished at B: a gap against B's 1 with on-gap park must be given up")
+	}
+	testwait.For(t, 30*time.Second, "v3's copy committed", func() bool { return h.committedAtEnd("g-ongap-forget") })
+	testwait.For(t, 30*time.Second, "B's hold on cart-1 released", func() bool { return !b.heldLocally(testTopic, "cart-1") })
+	fin := ingestValue(t, h, b, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 4))
+	testwait.For(t, 30*time.Second, "everything committed", func() bool { return h.committedAtEnd("g-ongap-forget") })
+	st := h.parkedState("cart-1")
+	t.Logf("v4 finished at B: %v; handled %v; parked state %+v", fin, sink.of("cart-1"), st)
+	if !fin {
+		t.Error("v4 given up at B: B still takes its stale version for the last one")
+	}
+	if st != nil || !slices.Equal(sink.of("cart-1"), []int64{1, 2, 3, 4}) {
+		t.Errorf("cart-1 parked (state %+v), handled %v; want [1 2 3 4], not parked: nothing is missing", st, sink.of("cart-1"))
 	}
 }

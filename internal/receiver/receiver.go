@@ -169,7 +169,8 @@ type Options struct {
 	Events         map[string]bool // event names wanted; empty: all
 	// VersionCheck checks event streams' aggregate versions (version.go);
 	// it needs the full decode (not WowRoutingOnly). OnGapPark parks an
-	// aggregate at a gap (needs Park).
+	// aggregate at a gap (needs Park); a local record at a gap is given
+	// up to the owner of its partition instead.
 	VersionCheck, OnGapPark bool
 	Commands                map[string]bool // command names wanted; empty: all
 

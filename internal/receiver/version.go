@@ -20,6 +20,11 @@ import (
 // "While active": the table holds at most versionsPerWindow entries per
 // slot of the window; past that an arbitrary entry goes, and that
 // aggregate's next version is taken as it comes.
+//
+// A local (ingested) record is checked too, against the same table; one
+// at a gap with OnGapPark is given up to the owner of its partition
+// (gapGiveUp). The owner learns the versions of copies other instances
+// handled locally as it skips them (copyVersion).
 
 // versionsPerWindow bounds the version table: entries per window slot.
 const versionsPerWindow = 4
@@ -87,7 +92,11 @@ func (j *job) checkVersion(n int64) bool {
 	r.m.VersionGap()
 	at := []zap.Field{zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
 		zap.String("aggregate", k.key), zap.Int64("version", n), zap.Int64("last_handled", last)}
-	if r.o.OnGapPark && r.park != nil && j.p != r.local && !j.redriven {
+	if r.o.OnGapPark && r.park != nil && j.p == r.local && !j.redriven {
+		j.gapGiveUp(k, last)
+		return false
+	}
+	if r.o.OnGapPark && r.park != nil && !j.redriven {
 		r.log.Warn("event stream version gap: parking the aggregate at it", at...)
 		j.failure = failure{class: "version-gap", reason: fmt.Sprintf("version %d after %d: %d missing", n, last, n-last-1)}
 		j.park()
@@ -95,6 +104,36 @@ func (j *job) checkVersion(n int64) bool {
 	}
 	r.log.Warn("event stream version gap: handled anyway", at...)
 	return true
+}
+
+// gapGiveUp gives up a local (ingested) record at a version gap, with
+// on-gap park: it has no position in Kafka to park at, and handled here its
+// copy would be published as handled and the gap never parked. Given up
+// like one that failed for good (job.conclude), its copy, unmarked, goes to
+// the owner of its partition, which checks it in the aggregate's order and
+// parks the aggregate at it if the gap is real there; the aggregate's later
+// local records follow it through Kafka (localhold.go).
+//
+// A receiver that does not own that partition only learns the versions it
+// handles itself, so its entry may be behind by the versions other
+// instances handled: the gap may be no gap, and the entry would make every
+// later local record of the aggregate a gap too, each given up in turn. It
+// forgets the entry: once the copy is handled (until then the hold gives
+// the aggregate's local records up anyway), the aggregate's next local
+// record is taken as it comes, as after an eviction. The owner keeps its
+// entry, against which it checks the copy. Which partition that is comes
+// from the partitions the topic had at start (localHolds.partitionOf), as
+// for the start barrier; where that is not known, the entry is kept.
+func (j *job) gapGiveUp(k parkKey, last int64) {
+	r := j.r
+	forget := !r.mayOwnPartitionOf(k.topic, k.key)
+	r.log.Warn("event stream version gap in a local record; given up here, its copy in Kafka goes to the owner of its partition (and parks there if the gap is one there)",
+		zap.String("topic", k.topic), zap.String("aggregate", k.key), zap.Int64("version", j.version),
+		zap.Int64("last_handled", last), zap.Bool("version_forgotten", forget))
+	if forget {
+		r.versions.forget(k) // before abandon lets the aggregate's next record run
+	}
+	j.abandon()
 }
 
 // versionHandled records the job's version as handled (or skipped by the
