@@ -26,17 +26,32 @@ var (
 	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
 	// hasIndexAVX512: whether blockIndex uses blockIndexAVX512.
 	hasIndexAVX512 = hasAVX512 && cpu.X86.HasPCLMULQDQ
+	// hasIndexAVX2: whether blockIndex uses blockIndexAVX2 (without
+	// AVX-512).
+	hasIndexAVX2 = hasAVX2 && cpu.X86.HasPCLMULQDQ
 )
 
 // blockIndex indexes d, of any length, into m (a block for each 64 bytes
 // or fewer at the end), carry being fill's carry before d (with no escaped
-// byte before it), when the processor can do it in one pass: then it
+// byte before it), when the processor can do it in one pass (AVX-512 or
+// AVX2, with PCLMULQDQ): then it
 // returns true, with the number of blocks whose masks it completed (fill's
 // work) and the carry after them; the rest have their masks as blockMasks
 // gives them, and a last, partial block its bytes' masks only.
 func blockIndex(d []byte, m []blockMask, carry uint64) (int, uint64, bool) {
 	if hasIndexAVX512 {
 		done, out := blockIndexAVX512(d, m, carry)
+		return done, out, true
+	}
+	if hasIndexAVX2 {
+		if len(d) < 64 {
+			// A value shorter than a block, padded with spaces: AVX2
+			// reads the last block as the last 64 bytes of d.
+			t := spaces
+			copy(t[:], d)
+			d = t[:]
+		}
+		done, out := blockIndexAVX2(d, m, carry)
 		return done, out, true
 	}
 	return 0, carry, false
@@ -48,6 +63,13 @@ func blockIndex(d []byte, m []blockMask, carry uint64) (int, uint64, bool) {
 //
 //go:noescape
 func blockIndexAVX512(d []byte, m []blockMask, carry uint64) (done int, out uint64)
+
+// blockIndexAVX2 is blockIndex with AVX2 and PCLMULQDQ, for d of at least
+// 64 bytes: a partial last block is read as the last 64 bytes of d and its
+// masks shifted down.
+//
+//go:noescape
+func blockIndexAVX2(d []byte, m []blockMask, carry uint64) (done int, out uint64)
 
 // blockMasksSSE2 is blockMasks 16 bytes at a time.
 //

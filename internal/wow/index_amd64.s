@@ -306,3 +306,123 @@ idone:
 	MOVQ R11, done+56(FP)
 	MOVQ DX, out+64(FP)
 	RET
+
+// func blockIndexAVX2(d []byte, m []blockMask, carry uint64) (done int, out uint64)
+//
+// blockIndexAVX512 with AVX2: each block's masks as blockMasksAVX2 makes
+// them, and fill's work (the prefix XOR of the quotes by PCLMULQDQ, the
+// brackets inside strings cleared) for the blocks before the first with a
+// backslash. AVX2 has no byte-masked load, so len(d) must be at least 64
+// (the caller pads a shorter value): a last, partial block is read as the
+// last 64 bytes of d, which are inside it, and its masks shifted down so
+// that the block starts at bit 0, with zeros after its end.
+TEXT ·blockIndexAVX2(SB), NOSPLIT, $0-72
+	MOVQ d_base+0(FP), SI
+	MOVQ d_len+8(FP), DI // bytes left
+	MOVQ m_base+24(FP), R8
+	MOVQ carry+48(FP), DX
+	XORQ R11, R11 // done
+	XORQ R9, R9   // a block with a backslash was met
+	TESTQ DI, DI
+	JZ adone
+
+	MOVQ $0x2222222222222222, AX
+	VMOVQ AX, X8
+	VPBROADCASTQ X8, Y8
+	MOVQ $0x2020202020202020, AX
+	VMOVQ AX, X9
+	VPBROADCASTQ X9, Y9
+	MOVQ $0x7b7b7b7b7b7b7b7b, AX
+	VMOVQ AX, X10
+	VPBROADCASTQ X10, Y10
+	MOVQ $0x7d7d7d7d7d7d7d7d, AX
+	VMOVQ AX, X11
+	VPBROADCASTQ X11, Y11
+	MOVQ $0x5c5c5c5c5c5c5c5c, AX
+	VMOVQ AX, X12
+	VPBROADCASTQ X12, Y12
+	MOVQ $-1, AX
+	VMOVQ AX, X13
+
+ablock:
+	XORL CX, CX // how far the block's masks shift down: 0 but for a partial block
+	CMPQ DI, $64
+	JAE aload
+	MOVQ $64, CX // the last block, of DI bytes: read the last 64 bytes of d
+	SUBQ DI, CX
+	SUBQ CX, SI
+
+aload:
+	VMOVDQU 0(SI), Y0
+	VMOVDQU 32(SI), Y4
+
+	VPCMPEQB Y8, Y0, Y1
+	VPCMPEQB Y8, Y4, Y5
+	VPMOVMSKB Y1, R12
+	VPMOVMSKB Y5, BX
+	SHLQ $32, BX
+	ORQ BX, R12
+	SHRQ CX, R12
+	MOVQ R12, 0(R8) // quotes
+
+	VPCMPEQB Y12, Y0, Y1
+	VPCMPEQB Y12, Y4, Y5
+	VPMOVMSKB Y1, R13
+	VPMOVMSKB Y5, BX
+	SHLQ $32, BX
+	ORQ BX, R13
+	SHRQ CX, R13
+	MOVQ R13, 32(R8) // escapes
+
+	VPMOVMSKB Y0, AX
+	VPMOVMSKB Y4, BX
+	SHLQ $32, BX
+	ORQ BX, AX
+	SHRQ CX, AX
+	MOVQ AX, 24(R8) // highs
+
+	VPOR Y9, Y0, Y0
+	VPOR Y9, Y4, Y4
+	VPCMPEQB Y10, Y0, Y1
+	VPCMPEQB Y10, Y4, Y5
+	VPMOVMSKB Y1, R10
+	VPMOVMSKB Y5, AX
+	SHLQ $32, AX
+	ORQ AX, R10
+	SHRQ CX, R10 // opens
+
+	VPCMPEQB Y11, Y0, Y1
+	VPCMPEQB Y11, Y4, Y5
+	VPMOVMSKB Y1, BX
+	VPMOVMSKB Y5, AX
+	SHLQ $32, AX
+	ORQ AX, BX
+	SHRQ CX, BX // closes
+
+	ORQ R13, R9
+	JNZ araw
+	VMOVQ R12, X2
+	VPCLMULQDQ $0x00, X13, X2, X2
+	VMOVQ X2, AX
+	XORQ DX, AX // inside strings
+	MOVQ AX, R13
+	NOTQ R13
+	ANDQ R13, R10
+	ANDQ R13, BX
+	SARQ $63, AX
+	MOVQ AX, DX
+	INCQ R11
+
+araw:
+	MOVQ R10, 8(R8)  // opens, outside strings when the block is done
+	MOVQ BX, 16(R8)  // closes, likewise
+	ADDQ $64, SI
+	ADDQ $40, R8
+	SUBQ $64, DI
+	JG ablock
+	VZEROUPPER
+
+adone:
+	MOVQ R11, done+56(FP)
+	MOVQ DX, out+64(FP)
+	RET

@@ -25,19 +25,33 @@ func blockMaskVersions() map[string]func([]byte, []blockMask) {
 
 // TestIndexWithoutAVX512 runs TestIndex, TestRouteFixtures and
 // TestRouteEscapesAtEveryLength again with the processor's wider versions
-// turned off in turn: without the one-pass AVX-512 index, then with AVX2,
-// then with SSE2 only, which otherwise do not run where AVX-512 does.
+// turned off in turn: without the one-pass AVX-512 index (the one-pass
+// AVX2 index on AVX-512 masks), then with AVX2 (one pass), then with AVX2
+// masks and fill, then with SSE2 only, which otherwise do not run where
+// AVX-512 does.
 func TestIndexWithoutAVX512(t *testing.T) {
-	avx512, index512, avx2 := hasAVX512, hasIndexAVX512, hasAVX2
-	t.Cleanup(func() { hasAVX512, hasIndexAVX512, hasAVX2 = avx512, index512, avx2 })
-	for _, turnOff := range []*bool{&hasIndexAVX512, &hasAVX512, &hasAVX2} {
+	avx512, index512, avx2, index2 := hasAVX512, hasIndexAVX512, hasAVX2, hasIndexAVX2
+	t.Cleanup(func() { hasAVX512, hasIndexAVX512, hasAVX2, hasIndexAVX2 = avx512, index512, avx2, index2 })
+	for _, turnOff := range []*bool{&hasIndexAVX512, &hasAVX512, &hasIndexAVX2, &hasAVX2} {
 		*turnOff = false
-		t.Run(fmt.Sprintf("avx512=%v,avx2=%v", hasAVX512, hasAVX2), func(t *testing.T) {
+		t.Run(fmt.Sprintf("avx512=%v,index512=%v,avx2=%v,index2=%v", hasAVX512, hasIndexAVX512, hasAVX2, hasIndexAVX2), func(t *testing.T) {
 			TestIndex(t)
 			TestRouteFixtures(t)
 			TestRouteEscapesAtEveryLength(t)
 		})
 	}
+}
+
+// TestBlockIndexAVX2 is TestBlockIndex on blockIndexAVX2, which
+// TestBlockIndex does not reach where AVX-512 is.
+func TestBlockIndexAVX2(t *testing.T) {
+	if !hasIndexAVX2 {
+		t.Skip("no AVX2 and PCLMULQDQ")
+	}
+	index512 := hasIndexAVX512
+	t.Cleanup(func() { hasIndexAVX512 = index512 })
+	hasIndexAVX512 = false
+	TestBlockIndex(t)
 }
 
 // TestVectorCodeIsVEXOnly holds the AVX2 and AVX-512 versions in
