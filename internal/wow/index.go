@@ -266,3 +266,61 @@ func (x *index) skipContainer(i int) (int, bool) {
 	}
 	return len(x.d), false
 }
+
+// quoteIter walks the delimiting quotes of a value in order, for a scan
+// that reads its strings one after another: m holds the quotes of block
+// blk from some position on (the bits below it cleared). When the scan's
+// next string opens at the iterator's first quote, the string ends at its
+// second: two bits cleared, where looking the end up from the string's
+// position (nearQuote) puts a load, a shift and a count on the path from
+// one string to the next.
+type quoteIter struct {
+	blk int
+	m   uint64
+}
+
+// stringAt is stringEnd(p+1) for the string whose opening quote is at p,
+// when q is at that quote and the closing quote is in the same block: the
+// position of the closing quote and q after it. It reports false
+// otherwise (and when q has passed the block's last quote), and the caller
+// calls stringAtFar. It is small enough to be inlined.
+func (x *index) stringAt(q quoteIter, p int) (int, quoteIter, bool) {
+	// With m zero, blk*64+64 may be p, but m2 is zero too.
+	if m := q.m; q.blk<<6+bits.TrailingZeros64(m) == p {
+		if m2 := m & (m - 1); m2 != 0 {
+			return q.blk<<6 + bits.TrailingZeros64(m2), quoteIter{q.blk, m2 & (m2 - 1)}, true
+		}
+	}
+	return 0, q, false
+}
+
+// stringAtFar is stringAt for any string: the position of its closing
+// quote (or len(d)) and an iterator after it.
+func (x *index) stringAtFar(p int) (int, quoteIter) {
+	q := x.quotesFrom(p + 1) // at the closing quote, when the window has it
+	if q.m == 0 {
+		end := x.stringEnd(p + 1)
+		return end, x.quotesFrom(end + 1)
+	}
+	end := q.blk<<6 + bits.TrailingZeros64(q.m)
+	if q.m &= q.m - 1; q.m == 0 {
+		q = x.quotesFrom(end + 1)
+	}
+	return end, q
+}
+
+// quotesFrom returns an iterator at the first delimiting quote at or after
+// i in the window (one with no quotes when there are none; a scan does not
+// move the window for it).
+func (x *index) quotesFrom(i int) quoteIter {
+	k := i>>6 - x.base
+	if k < 0 || k >= x.n {
+		return quoteIter{}
+	}
+	m := x.m[k].quotes &^ (1<<(i&63) - 1)
+	for m == 0 && k+1 < x.n {
+		k++
+		m = x.m[k].quotes
+	}
+	return quoteIter{x.base + k, m}
+}

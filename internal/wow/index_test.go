@@ -71,7 +71,7 @@ func indexReference(d []byte) (delim, in []bool) {
 }
 
 // checkIndex holds the index of d to indexReference: stringEnd at every
-// position in order; skipContainer at every bracket outside a string (each
+// position in order; the quote iterator's strings; skipContainer at every bracket outside a string (each
 // from a fresh index, as a scan reaching it would have it); ascii against
 // a test of each byte.
 func checkIndex(t *testing.T, d []byte) {
@@ -92,6 +92,35 @@ func checkIndex(t *testing.T, d []byte) {
 		if got := x.stringEnd(i); got != ends[i] {
 			t.Fatalf("%q: stringEnd(%d) = %d, want %d", d, i, got, ends[i])
 		}
+	}
+	// The quote iterator, as the scan uses it: each string from its
+	// opening quote in order, every third left out (as the strings of a
+	// skipped container are), so that the iterator falls behind and finds
+	// its place again.
+	var quotes []int
+	for i, q := range delim {
+		if q {
+			quotes = append(quotes, i)
+		}
+	}
+	x.reset(d)
+	q := x.quotesFrom(0)
+	for j := 0; 2*j < len(quotes); j++ {
+		if j%3 == 2 {
+			continue
+		}
+		p, want := quotes[2*j], len(d)
+		if 2*j+1 < len(quotes) {
+			want = quotes[2*j+1]
+		}
+		end, nq, ok := x.stringAt(q, p)
+		if !ok {
+			end, nq = x.stringAtFar(p)
+		}
+		if end != want {
+			t.Fatalf("%q: the string at %d ends at %d by the quote iterator (fast: %v), want %d", d, p, end, ok, want)
+		}
+		q = nq
 	}
 	for i, b := range d {
 		if in[i] || b != '{' && b != '[' {

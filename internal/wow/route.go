@@ -116,6 +116,20 @@ func (r *routeScan) skipString(i int) (end int, esc bool, ok bool) {
 	return end, r.backslash && bytes.IndexByte(r.data[i:end], '\\') >= 0, true
 }
 
+// strFar reads the string whose opening quote is at p where the quote
+// iterator cannot (index.stringAt): the position of its closing quote, the
+// iterator after it, and false when it does not end.
+func (r *routeScan) strFar(p int) (int, quoteIter, bool) {
+	end, q := r.ix.stringAtFar(p)
+	return end, q, end < len(r.data)
+}
+
+// escapes reports whether d[i:j] has a backslash; the scan asks only when
+// the value has one.
+func (r *routeScan) escapes(i, j int) bool {
+	return bytes.IndexByte(r.data[i:j], '\\') >= 0
+}
+
 // validUTF8 reports whether d[i:j] is valid UTF-8, without looking at it
 // when the index knows it is ASCII.
 func (r *routeScan) validUTF8(i, j int) bool {
@@ -180,6 +194,7 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 		return false, &DecodeError{Kind: r.kind, Reason: "the value is " + typeName(typeOf(d[i])) + ", want an object"}
 	}
 	i = skipWS(d, i+1)
+	q := r.ix.quotesFrom(i) // the scan's quote iterator
 	var bodyType byte
 	if i < len(d) && d[i] == '}' {
 		i++
@@ -189,11 +204,14 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 				return false, r.routeSyntax(i, "looking for the beginning of an object key")
 			}
 			ks := i + 1
-			ke, kesc, ok := r.skipString(ks)
+			ke, nq, ok := r.ix.stringAt(q, i)
 			if !ok {
-				return false, r.routeSyntax(i, "unterminated string")
+				if ke, nq, ok = r.strFar(i); !ok {
+					return false, r.routeSyntax(i, "unterminated string")
+				}
 			}
-			if kesc {
+			q = nq
+			if r.backslash && r.escapes(ks, ke) {
 				esc = true
 			}
 			i = skipWS(d, ke+1)
@@ -229,7 +247,7 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 					bodyType = typeOf(d[i])
 					if events {
 						var besc bool
-						i, besc, ok = r.scanBody(i)
+						i, q, besc, ok = r.scanBody(i, q)
 						if !ok {
 							return false, r.routeSyntax(i, "unterminated body")
 						}
@@ -242,10 +260,14 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 			case f >= 0:
 				v := rspan{typ: typeOf(d[i])}
 				if v.typ == '"' {
-					end, sesc, ok := r.skipString(i + 1)
+					end, nq, ok := r.ix.stringAt(q, i)
 					if !ok {
-						return false, r.routeSyntax(i, "unterminated string")
+						if end, nq, ok = r.strFar(i); !ok {
+							return false, r.routeSyntax(i, "unterminated string")
+						}
 					}
+					q = nq
+					sesc := r.backslash && r.escapes(i+1, end)
 					v.start, v.end, v.esc = int32(i+1), int32(end), sesc || !r.validUTF8(i+1, end)
 					esc = esc || v.esc
 					i = end + 1
@@ -258,8 +280,14 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 				}
 				r.fields[f] = v
 			case f == -1:
-				if end, near := r.ix.nearQuote(i + 1); near && d[i] == '"' {
-					i = end + 1 // skipValue's common case, inlined
+				if d[i] == '"' { // skipValue's common case, inlined
+					end, nq, ok := r.ix.stringAt(q, i)
+					if !ok {
+						if end, nq, ok = r.strFar(i); !ok {
+							return false, r.routeSyntax(i, "unterminated value")
+						}
+					}
+					q, i = nq, end+1
 					break
 				}
 				end, ok := r.skipValue(i)
@@ -385,29 +413,30 @@ func (r *routeScan) scanHeader(i int) (int, bool) {
 }
 
 // scanBody reads the body of an event stream or state event (i is at its
-// value), keeping each event's name; it returns the position after the
-// value and whether a name had escapes.
-func (r *routeScan) scanBody(i int) (int, bool, bool) {
+// value, q the scan's quote iterator), keeping each event's name; it
+// returns the position after the value, the iterator, and whether a name
+// had escapes.
+func (r *routeScan) scanBody(i int, q quoteIter) (int, quoteIter, bool, bool) {
 	d := r.data
 	r.events = r.events[:0] // a later body replaces an earlier one
 	if d[i] != '[' {
 		end, ok := r.skipValue(i)
-		return end, false, ok
+		return end, q, false, ok
 	}
 	esc := false
 	i = skipWS(d, i+1)
 	if i < len(d) && d[i] == ']' {
-		return i + 1, false, true
+		return i + 1, q, false, true
 	}
 	for {
 		if i >= len(d) {
-			return i, false, false
+			return i, q, false, false
 		}
 		if d[i] != '{' {
 			r.events = append(r.events, rspan{typ: notObject, start: int32(typeOf(d[i]))}) // Decode rejects it
 			end, ok := r.skipValue(i)
 			if !ok {
-				return end, false, false
+				return end, q, false, false
 			}
 			i = end
 		} else {
@@ -418,45 +447,58 @@ func (r *routeScan) scanBody(i int) (int, bool, bool) {
 			} else {
 				for {
 					if i >= len(d) || d[i] != '"' {
-						return i, false, false
+						return i, q, false, false
 					}
 					ks := i + 1
-					ke, kesc, ok := r.skipString(ks)
+					ke, nq, ok := r.ix.stringAt(q, i)
 					if !ok {
-						return i, false, false
+						if ke, nq, ok = r.strFar(i); !ok {
+							return i, q, false, false
+						}
 					}
-					esc = esc || kesc
+					q = nq
+					esc = esc || r.backslash && r.escapes(ks, ke)
 					i = skipWS(d, ke+1)
 					if i >= len(d) || d[i] != ':' {
-						return i, false, false
+						return i, q, false, false
 					}
 					i = skipWS(d, i+1)
 					if i >= len(d) {
-						return i, false, false
+						return i, q, false, false
 					}
 					if string(d[ks:ke]) == "name" {
 						name = rspan{typ: typeOf(d[i])}
 						if name.typ == '"' {
-							end, sesc, ok := r.skipString(i + 1)
+							end, nq, ok := r.ix.stringAt(q, i)
 							if !ok {
-								return i, false, false
+								if end, nq, ok = r.strFar(i); !ok {
+									return i, q, false, false
+								}
 							}
+							q = nq
+							sesc := r.backslash && r.escapes(i+1, end)
 							name.start, name.end, name.esc = int32(i+1), int32(end), sesc || !r.validUTF8(i+1, end)
 							esc = esc || name.esc
 							i = end + 1
 						} else {
 							end, ok := r.skipValue(i)
 							if !ok {
-								return end, false, false
+								return end, q, false, false
 							}
 							i = end
 						}
-					} else if end, near := r.ix.nearQuote(i + 1); near && d[i] == '"' {
-						i = end + 1 // skipValue's common case, inlined
+					} else if d[i] == '"' { // skipValue's common case, inlined
+						end, nq, ok := r.ix.stringAt(q, i)
+						if !ok {
+							if end, nq, ok = r.strFar(i); !ok {
+								return end + 1, q, false, false // as skipValue
+							}
+						}
+						q, i = nq, end+1
 					} else {
 						end, ok := r.skipValue(i)
 						if !ok {
-							return end, false, false
+							return end, q, false, false
 						}
 						i = end
 					}
@@ -469,7 +511,7 @@ func (r *routeScan) scanBody(i int) (int, bool, bool) {
 						i++
 						break
 					}
-					return i, false, false
+					return i, q, false, false
 				}
 			}
 			r.events = append(r.events, name)
@@ -480,9 +522,9 @@ func (r *routeScan) scanBody(i int) (int, bool, bool) {
 			continue
 		}
 		if i < len(d) && d[i] == ']' {
-			return i + 1, esc, true
+			return i + 1, q, esc, true
 		}
-		return i, false, false
+		return i, q, false, false
 	}
 }
 
