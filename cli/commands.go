@@ -32,11 +32,13 @@ configuration file apply while it runs as far as they can; SIGHUP reads the
 file again at once, changed or not.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			hup, stopHup := hangups() // from here on, SIGHUP does not end wowd
+			defer stopHup()
 			cfg, _, err := a.load(cmd)
 			if err != nil {
 				return err
 			}
-			return a.serve(cmd, cfg, nil)
+			return a.serve(cmd, cfg, hup, nil)
 		},
 	}
 	a.configFlag(cmd, "", "configuration file")
@@ -47,11 +49,12 @@ file again at once, changed or not.`,
 // timeout. While `wowd run` runs, changes of its configuration file are
 // applied as far as they can be (see daemon.WatchConfig), and SIGHUP reads
 // it again at once; without a file watched, SIGHUP is logged and ignored.
+// hup is from hangups, called before the configuration was read (which
+// can take a while: wow.metadata), so that a SIGHUP meanwhile does not end
+// wowd; one received then reads the file again once the runtime runs.
 // extra runs after the runtime started (dev mode's demo traffic) and
 // returns a function that undoes it.
-func (a *app) serve(cmd *cobra.Command, cfg *config.Config, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
-	hup, stopHup := hangups() // from here on, SIGHUP does not end wowd
-	defer stopHup()
+func (a *app) serve(cmd *cobra.Command, cfg *config.Config, hup <-chan os.Signal, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
 	log, level, err := a.logger(cfg)
 	if err != nil {
 		return err
@@ -134,6 +137,8 @@ and consume from the broker (kcat -b 127.0.0.1:9092 -L). Nothing is kept
 after it stops.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			hup, stopHup := hangups() // from here on, SIGHUP does not end wowd
+			defer stopHup()
 			var cfg *config.Config
 			var err error
 			if a.configPath(cmd) != "" {
@@ -161,7 +166,7 @@ after it stops.`,
 			defer b.Close()
 			cfg.Kafka.BootstrapServers = []string{b.Addr()}
 			fmt.Fprintf(a.stderr, "wowd dev: embedded broker on %s with %d topics of %d partitions\n", b.Addr(), len(topics), cfg.Dev.Partitions)
-			return a.serve(cmd, cfg, func(ctx context.Context, log *zap.Logger) (func(), error) {
+			return a.serve(cmd, cfg, hup, func(ctx context.Context, log *zap.Logger) (func(), error) {
 				if !cfg.Dev.Demo {
 					return nil, nil
 				}

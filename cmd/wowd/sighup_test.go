@@ -2,6 +2,9 @@ package main_test
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -92,4 +95,76 @@ func hangUp(t *testing.T, cmd *exec.Cmd, exited <-chan error, out *proctest.Outp
 		t.Fatalf("wowd exited after SIGHUP: %v", err)
 	case <-time.After(time.Second):
 	}
+}
+
+// TestSIGHUPWhileReadingTheConfiguration: a SIGHUP that comes while `wowd
+// run` still reads its configuration (wow.metadata from a service that
+// answers slowly) does not end it: it starts, reads the file again once it
+// runs, and SIGTERM stops it with exit code 0.
+func TestSIGHUPWhileReadingTheConfiguration(t *testing.T) {
+	metadata, err := os.ReadFile("../../internal/config/testdata/wow-metadata.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan struct{}, 16)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked <- struct{}{}
+		select {
+		case <-time.After(time.Second):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(metadata)
+	}))
+	defer slow.Close()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "wow.example.cart.event"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	metricsPort := proctest.FreePort(t)
+	cfg := proctest.WriteConfig(t, fmt.Sprintf(`
+wow:
+  service: hangup
+  metadata: %s/wow/metadata
+  kafka:
+    bootstrap-servers: [%s]
+    heartbeat-interval: 200ms
+  dispatchers:
+    carts:
+      topics: [event]
+      contexts: [example-service]
+      aggregates: [cart]
+      format: raw
+      handler: {type: discard}
+  metrics:
+    listen: 127.0.0.1:%d
+  shutdown:
+    timeout: 10s
+`, slow.URL, c.ListenAddrs()[0], metricsPort))
+	var out proctest.Output
+	cmd := exec.Command(wowd.Path(t), "run", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("wowd output:\n%s", out.String())
+		}
+	}()
+	select {
+	case <-asked: // wowd is reading wow.metadata
+	case err := <-exited:
+		t.Fatalf("wowd exited before reading wow.metadata: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("wowd did not read wow.metadata within 10s")
+	}
+	hangUp(t, cmd, exited, &out, "configuration file read again")
+	proctest.WaitReady(t, "wowd", metricsPort, exited)
+	proctest.Terminate(t, "wowd", cmd.Process, exited, 15*time.Second)
 }
