@@ -43,9 +43,9 @@ import (
 // partition. The partition is the one Kafka's default partitioner (and
 // franz-go's, which the ingest uses) picks for the key among the
 // partitions the topic had at start, where an earlier process's copies
-// went. A partition the group does not move past (quiet, or its last entry
-// a transaction marker) holds only its own aggregates, and the first such
-// message given up goes there and moves it on.
+// went. A partition the group does not move past (quiet) holds only its
+// own aggregates, and the first such message given up goes there and
+// moves it on.
 
 // holdBuckets is the number of buckets the held aggregates hash to.
 const holdBuckets = 8192
@@ -413,7 +413,7 @@ func (r *Receiver) watchHolds() {
 		failing = 0
 		if len(standing) > 0 && time.Since(barrierAt) > barrierPatience && time.Since(warned) > 5*barrierPatience {
 			warned = time.Now()
-			r.log.Info("local-first: the start barrier still stands for some partitions: ingested messages of the aggregates on them go through Kafka until the group has committed past where they ended when this receiver started (a quiet partition, or one whose last entry is a transaction marker, until its next record)",
+			r.log.Info("local-first: the start barrier still stands for some partitions: ingested messages of the aggregates on them go through Kafka until the group has committed past where they ended when this receiver started (a quiet partition until its next record)",
 				zap.Duration("since", time.Since(barrierAt).Round(time.Second)), zap.Int("partitions", len(standing)), zap.Strings("waiting", describe(standing, 5)))
 		}
 	}
