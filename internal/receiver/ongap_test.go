@@ -1,8 +1,12 @@
 package receiver
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -148,5 +152,78 @@ func TestANonOwnerForgetsAVersionItGaveUpAt(t *testing.T) {
 	}
 	if st != nil || !slices.Equal(sink.of("cart-1"), []int64{1, 2, 3, 4}) {
 		t.Errorf("cart-1 parked (state %+v), handled %v; want [1 2 3 4], not parked: nothing is missing", st, sink.of("cart-1"))
+	}
+}
+
+// TestAFilteredEventIsNoGap: a dispatcher that wants only cart_item_added
+// events, with the version check and on-gap park. v2 of cart-1 is another
+// event, not for it; v3 follows v2 in the stream: no gap, nothing parked.
+// (The check learns the version of an event it does not hand over.)
+func TestAFilteredEventIsNoGap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		ev := func(v int64, name string) *kgo.Record {
+			val := wowtest.EventStream("shop", "cart", "cart-1", v)
+			val = bytes.Replace(val, []byte(`"cart_item_added"`), []byte(`"`+name+`"`), 1)
+			return &kgo.Record{Topic: testTopic, Key: []byte("cart-1"), Value: val}
+		}
+		h.produceState(ev(1, "cart_item_added"), ev(2, "cart_quantity_changed"), ev(3, "cart_item_added"), ev(5, "cart_item_added"))
+		sink := &versionSink{got: map[string][]int64{}}
+		r := h.receiver("g-ongap-filter", sink, 16, wowOpts, parking, onGapPark, func(o *Options) {
+			o.Events = map[string]bool{"cart_item_added": true}
+		})
+		defer stop(t, r)
+		testwait.For(t, 30*time.Second, "v1 and v3 handled", func() bool { return len(sink.of("cart-1")) >= 2 })
+		testwait.For(t, 30*time.Second, "cart-1 parked at v5 (4 is missing)", func() bool { return h.parkedState("cart-1") != nil })
+		if got := sink.of("cart-1"); !slices.Equal(got, []int64{1, 3}) {
+			t.Errorf("handled %v; want [1 3]: v2 is filtered, v3 follows it, v5 parks (v4 missing)", got)
+		}
+		if st := h.parkedState("cart-1"); st.Offset != 3 {
+			t.Errorf("cart-1 parked at offset %d; want 3 (v5, after v4 missing)", st.Offset)
+		}
+	})
+}
+
+// TestAVersionLearntBeforeARebalanceIsNotTrusted: A owns both partitions
+// and handles v1, v2 of cart-q (on partition q); B joins and takes q,
+// handles v3; B leaves and A takes q again. What A learnt of cart-q under
+// its earlier ownership is stale: v4 follows v3, which B handled, not a
+// gap after v2. Nothing parks; every version is handled once, in order.
+func TestAVersionLearntBeforeARebalanceIsNotTrusted(t *testing.T) {
+	h := newHarness(t, 2)
+	sink := &versionSink{got: map[string][]int64{}}
+	const group = "g-ongap-rebalance"
+	a := h.receiver(group, sink, 16, wowOpts, parking, onGapPark)
+	defer stop(t, a)
+	testwait.For(t, 30*time.Second, "A owning both partitions", func() bool { return a.Ready() && len(a.Partitions()) == 2 })
+	ev := func(p int32, v int64) *kgo.Record {
+		key := fmt.Sprintf("cart-p%d", p)
+		return &kgo.Record{Topic: testTopic, Partition: p, Key: []byte(key), Value: wowtest.EventStream("shop", "cart", key, v)}
+	}
+	produce := func(recs ...*kgo.Record) {
+		t.Helper()
+		cl, err := kgo.NewClient(append(brokers(h.c), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(ev(0, 1), ev(0, 2), ev(1, 1), ev(1, 2))
+	testwait.For(t, 30*time.Second, "v1, v2 committed", func() bool { return h.committedAtEnd(group) })
+	b := h.receiver(group, sink, 16, wowOpts, parking, onGapPark)
+	testwait.For(t, 30*time.Second, "B owning a partition", func() bool { return b.Ready() && len(b.Partitions()) == 1 && len(a.Partitions()) == 1 })
+	q := b.Partitions()[0].Partition
+	produce(ev(q, 3))
+	testwait.For(t, 30*time.Second, "v3 committed", func() bool { return h.committedAtEnd(group) })
+	stop(t, b)
+	testwait.For(t, 30*time.Second, "A owning both partitions again", func() bool { return len(a.Partitions()) == 2 })
+	produce(ev(q, 4))
+	testwait.For(t, 30*time.Second, "v4 committed", func() bool { return h.committedAtEnd(group) })
+	key := fmt.Sprintf("cart-p%d", q)
+	if st := h.parkedState(key); st != nil || !slices.Equal(sink.of(key), []int64{1, 2, 3, 4}) {
+		t.Errorf("%s parked (state %+v), handled %v; want [1 2 3 4], not parked: nothing is missing", key, st, sink.of(key))
 	}
 }

@@ -1283,6 +1283,7 @@ func (r *Receiver) actionPartition(p *partition) *partition {
 	rp := newLocalPartition()
 	rp.cancel()
 	rp.topic, rp.partition, rp.unwindowed, rp.member = p.topic, p.partition, true, p.member
+	rp.of = p
 	rp.ctx, rp.cancel = context.WithCancel(p.ctx)
 	context.AfterFunc(rp.ctx, func() { r.closePartition(rp) })
 	return rp

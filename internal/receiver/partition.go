@@ -21,6 +21,11 @@ type partition struct {
 	ctx       context.Context // given to handlers; canceled on close
 	cancel    context.CancelFunc
 	since     time.Time // when the incarnation began
+	opened    uint64    // incarnations' value for it: later incarnations have higher ones
+	// of is, for the pseudo-partition of a parked aggregate's redriven
+	// messages (Receiver.actionPartition), the incarnation whose aggregate
+	// it is; nil for the others. Set before the partition is shared.
+	of *partition
 	// member is the group member ID the incarnation was assigned under
 	// (see Receiver.stale); set before the partition is shared.
 	member string
@@ -110,7 +115,8 @@ func newLocalPartition() *partition {
 
 func newPartition(topic string, p int32) *partition {
 	ctx, cancel := context.WithCancel(context.Background())
-	pt := &partition{topic: topic, partition: p, ctx: ctx, cancel: cancel, since: time.Now(), tr: newTracker(), first: -1}
+	pt := &partition{topic: topic, partition: p, ctx: ctx, cancel: cancel, since: time.Now(), tr: newTracker(), first: -1,
+		opened: incarnations.Add(1)}
 	pt.committed.Store(-1)
 	return pt
 }

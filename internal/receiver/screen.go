@@ -44,12 +44,16 @@ func (j *job) screen() bool {
 		j.reject("mismatch", err)
 		return false
 	}
-	c, compensation := m.Compensation()
-	if !j.wanted(m.Name, m.Events, c.Processor, compensation) {
-		j.finish(metrics.Skipped)
+	// The version check comes before the filters: the aggregate's stream
+	// goes through an event this dispatcher does not want too, and without
+	// its version the next one it wants would be a false gap.
+	if r.versions != nil && j.kind == handler.KindEvent && m.HasVersion && !j.checkVersion(m.Version) {
 		return false
 	}
-	if r.versions != nil && j.kind == handler.KindEvent && m.HasVersion && !j.checkVersion(m.Version) {
+	c, compensation := m.Compensation()
+	if !j.wanted(m.Name, m.Events, c.Processor, compensation) {
+		j.versionHandled()
+		j.finish(metrics.Skipped)
 		return false
 	}
 	j.fillWow()
@@ -78,7 +82,7 @@ func (j *job) copyVersion() {
 		m.Check(j.rec.Key, j.route.Context, j.route.Aggregate) != nil {
 		return
 	}
-	r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, m.Version)
+	r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, m.Version, j.p)
 }
 
 // screenRoute is screen's Wow part for a handler that reads only the

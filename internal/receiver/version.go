@@ -3,6 +3,7 @@ package receiver
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -26,40 +27,99 @@ import (
 // (gapGiveUp). The owner learns the versions of copies other instances
 // handled locally as it skips them (copyVersion).
 
+// An entry is trusted only by the incarnation of the partition that
+// learnt it (see versionEntry.validFor): a partition's owner sees all of
+// its aggregates' messages only while it owns it. Once it is revoked or
+// lost, another member may handle more of them; when it comes back, the
+// version learnt before would make the next one a false gap (and, with
+// on-gap park, park the aggregate when nothing is missing). A record of an
+// incarnation that closed but whose handler finished late records under
+// that incarnation, which nothing trusts any more.
+
 // versionsPerWindow bounds the version table: entries per window slot.
 const versionsPerWindow = 4
 
 // versions is the table of last handled versions.
 type versions struct {
 	mu   sync.Mutex // guards last
-	last map[parkKey]int64
+	last map[parkKey]versionEntry
 	max  int
 }
 
+// versionEntry is the last version handled of an aggregate, and where.
+type versionEntry struct {
+	n int64
+	// p is the incarnation of the record that taught n: a partition's, or
+	// the local pseudo-partition of the ingest's records.
+	p *partition
+	// clock is incarnations' value when n was recorded: a local record's
+	// version is news to an incarnation opened before it, not to one
+	// opened after (that one's owner may have missed the messages another
+	// member handled in between).
+	clock uint64
+}
+
+// incarnations counts the partition incarnations made in the process
+// (partition.opened); versions read it to order what they learn against
+// the incarnations that may trust it.
+var incarnations atomic.Uint64
+
+// versionScope is the incarnation whose versions a record of q learns and
+// trusts: a redriven message's is its partition's.
+func versionScope(q *partition) *partition {
+	if q.of != nil {
+		return q.of
+	}
+	return q
+}
+
+// validFor reports whether a record of incarnation q (a versionScope) may
+// take e for its aggregate's last handled version.
+func (e versionEntry) validFor(q *partition) bool {
+	switch {
+	case e.p == q:
+		return true
+	case q.partition < 0: // a local record: what any open incarnation, or another local record, learnt
+		return e.p.partition < 0 || !e.p.isClosed()
+	default: // a partition's record: a local record handled while it was open
+		return e.p.partition < 0 && e.clock >= q.opened
+	}
+}
+
 func newVersions(window int) *versions {
-	return &versions{last: make(map[parkKey]int64), max: versionsPerWindow * window}
+	return &versions{last: make(map[parkKey]versionEntry), max: versionsPerWindow * window}
 }
 
-func (v *versions) get(k parkKey) (int64, bool) {
+// get returns k's last handled version as a record of incarnation q may
+// trust it; an entry it may not trust is as none.
+func (v *versions) get(k parkKey, q *partition) (int64, bool) {
+	q = versionScope(q)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	n, ok := v.last[k]
-	return n, ok
+	e, ok := v.last[k]
+	if !ok || !e.validFor(q) {
+		return 0, false
+	}
+	return e.n, true
 }
 
-// handled records version n of k as handled.
-func (v *versions) handled(k parkKey, n int64) {
+// handled records version n of k as handled by a record of incarnation q.
+func (v *versions) handled(k parkKey, n int64, q *partition) {
+	q = versionScope(q)
+	clock := incarnations.Load()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, ok := v.last[k]; !ok && len(v.last) >= v.max {
+	e, ok := v.last[k]
+	if !ok && len(v.last) >= v.max {
 		for old := range v.last { // an arbitrary entry: Go's map order
 			delete(v.last, old)
 			break
 		}
 	}
-	if n > v.last[k] {
-		v.last[k] = n
+	if ok && e.validFor(q) && e.n >= n {
+		return
 	}
+	v.last[k] = versionEntry{n: n, p: q, clock: clock}
 }
 
 // forget drops k's version: its history has a hole on purpose (a parked
@@ -76,7 +136,7 @@ func (v *versions) forget(k parkKey) {
 func (j *job) checkVersion(n int64) bool {
 	r := j.r
 	k := parkKey{j.rec.Topic, j.msg.AggregateID}
-	last, ok := r.versions.get(k)
+	last, ok := r.versions.get(k, j.p)
 	j.version = n
 	switch {
 	case !ok || n == last+1:
@@ -140,6 +200,6 @@ func (j *job) gapGiveUp(k parkKey, last int64) {
 // handler), if it has one.
 func (j *job) versionHandled() {
 	if j.version > 0 && j.r.versions != nil {
-		j.r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, j.version)
+		j.r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, j.version, j.p)
 	}
 }
