@@ -105,7 +105,7 @@ func New(version string) *Metrics {
 		}, []string{"dispatcher", "context", "action", "result"}),
 		versionChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "version_checks_total",
-			Help: "Event streams whose aggregate version did not follow the last one handled of their aggregate (version-check; result: gap, a version missing before it; duplicate, not above the last, skipped).",
+			Help: "Event streams whose aggregate version did not follow the last one handled or left out by the filters of their aggregate (version-check; those the filters leave out are checked too; result: gap, a version missing before it; duplicate, not above the last, skipped).",
 		}, []string{"dispatcher", "context", "result"}),
 		receivers: newReceiverCollector(),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -77,6 +77,9 @@ type jobState struct {
 	// version is the event stream's aggregate version (version-check), 0
 	// when not checked.
 	version int64
+	// versionAnchored: version followed an anchored version (see
+	// versionEntry.anchored).
+	versionAnchored bool
 	// kept is set when a try's outcome was taken from the handler (its
 	// deadline passed, or it panicked): the handler may still hold
 	// &msg, so the job must never carry another record. free leaves it

@@ -68,7 +68,8 @@ func (j *job) screen() bool {
 // next message this receiver checks would be a false gap (and, with
 // on-gap park, park the aggregate when nothing is missing). The copy is
 // decoded as the check decodes every other record; one that does not
-// decode, or is not a message of its aggregate, tells nothing.
+// decode, or is not a message of its aggregate, tells nothing; one past a
+// gap is not recorded (versions.copied).
 func (j *job) copyVersion() {
 	r := j.r
 	if r.versions == nil || j.kind != handler.KindEvent {
@@ -82,7 +83,7 @@ func (j *job) copyVersion() {
 		m.Check(j.rec.Key, j.route.Context, j.route.Aggregate) != nil {
 		return
 	}
-	r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, m.Version, j.p)
+	r.versions.copied(parkKey{j.rec.Topic, j.msg.AggregateID}, m.Version, j.p)
 }
 
 // screenRoute is screen's Wow part for a handler that reads only the

@@ -32,9 +32,16 @@ import (
 // its aggregates' messages only while it owns it. Once it is revoked or
 // lost, another member may handle more of them; when it comes back, the
 // version learnt before would make the next one a false gap (and, with
-// on-gap park, park the aggregate when nothing is missing). A record of an
-// incarnation that closed but whose handler finished late records under
-// that incarnation, which nothing trusts any more.
+// on-gap park, park the aggregate when nothing is missing). A handler of
+// an incarnation that closed and finished late teaches nothing.
+//
+// A local record's version is trusted by the owner's incarnation only if
+// it is anchored: checked against a version the owner's incarnation
+// learnt (directly, or through anchored local records), and next to it.
+// One taken as it comes (no entry it could trust) or past a gap may be
+// ahead of versions still on their way through Kafka, which the owner
+// would then skip as duplicates though nobody handled them: a message
+// lost, where a false gap only parks.
 
 // versionsPerWindow bounds the version table: entries per window slot.
 const versionsPerWindow = 4
@@ -57,6 +64,10 @@ type versionEntry struct {
 	// opened after (that one's owner may have missed the messages another
 	// member handled in between).
 	clock uint64
+	// anchored: a local record's n followed a version its partition's
+	// owner learnt, with nothing missing in between (always true of a
+	// partition's own entries).
+	anchored bool
 }
 
 // incarnations counts the partition incarnations made in the process
@@ -81,8 +92,8 @@ func (e versionEntry) validFor(q *partition) bool {
 		return true
 	case q.partition < 0: // a local record: what any open incarnation, or another local record, learnt
 		return e.p.partition < 0 || !e.p.isClosed()
-	default: // a partition's record: a local record handled while it was open
-		return e.p.partition < 0 && e.clock >= q.opened
+	default: // a partition's record: an anchored local record handled while it was open
+		return e.p.partition < 0 && e.anchored && e.clock >= q.opened
 	}
 }
 
@@ -91,21 +102,28 @@ func newVersions(window int) *versions {
 }
 
 // get returns k's last handled version as a record of incarnation q may
-// trust it; an entry it may not trust is as none.
-func (v *versions) get(k parkKey, q *partition) (int64, bool) {
+// trust it, and whether a local record next to it is anchored; an entry q
+// may not trust is as none.
+func (v *versions) get(k parkKey, q *partition) (last int64, anchored, ok bool) {
 	q = versionScope(q)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e, ok := v.last[k]
 	if !ok || !e.validFor(q) {
-		return 0, false
+		return 0, false, false
 	}
-	return e.n, true
+	return e.n, e.p.partition >= 0 || e.anchored, true
 }
 
-// handled records version n of k as handled by a record of incarnation q.
-func (v *versions) handled(k parkKey, n int64, q *partition) {
+// handled records version n of k as handled by a record of incarnation q;
+// anchored tells, for a local record, whether it was checked next to an
+// anchored version (see versionEntry.anchored). What a closed
+// incarnation's late handler finished is not recorded.
+func (v *versions) handled(k parkKey, n int64, q *partition, anchored bool) {
 	q = versionScope(q)
+	if q.isClosed() {
+		return
+	}
 	clock := incarnations.Load()
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -119,7 +137,21 @@ func (v *versions) handled(k parkKey, n int64, q *partition) {
 	if ok && e.validFor(q) && e.n >= n {
 		return
 	}
-	v.last[k] = versionEntry{n: n, p: q, clock: clock}
+	v.last[k] = versionEntry{n: n, p: q, clock: clock, anchored: q.partition >= 0 || anchored}
+}
+
+// copied records version n of k, read from the copy of a message another
+// instance handled locally, skipped by its partition's incarnation q: as
+// a record of q taken as it comes where q trusts no entry, or next to
+// q's last. A copy past a gap is not recorded: a version below it may
+// still be on its way (given up elsewhere), and the entry would make it a
+// duplicate, skipped though nobody handled it.
+func (v *versions) copied(k parkKey, n int64, q *partition) {
+	last, _, ok := v.get(k, q)
+	if ok && n != last+1 {
+		return
+	}
+	v.handled(k, n, q, true)
 }
 
 // forget drops k's version: its history has a hole on purpose (a parked
@@ -136,10 +168,13 @@ func (v *versions) forget(k parkKey) {
 func (j *job) checkVersion(n int64) bool {
 	r := j.r
 	k := parkKey{j.rec.Topic, j.msg.AggregateID}
-	last, ok := r.versions.get(k, j.p)
+	last, anchored, ok := r.versions.get(k, j.p)
 	j.version = n
 	switch {
-	case !ok || n == last+1:
+	case !ok:
+		return true
+	case n == last+1:
+		j.versionAnchored = anchored
 		return true
 	case n <= last:
 		r.m.VersionDuplicate()
@@ -200,6 +235,6 @@ func (j *job) gapGiveUp(k parkKey, last int64) {
 // handler), if it has one.
 func (j *job) versionHandled() {
 	if j.version > 0 && j.r.versions != nil {
-		j.r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, j.version, j.p)
+		j.r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, j.version, j.p, j.versionAnchored)
 	}
 }
