@@ -53,7 +53,12 @@
 // 30 to 80 requests a second with a burst of 1 to 4. In a quarter of the
 // seeds, drawn apart again, the members' route is a blocking one (a
 // handler.Blocker's), whose calls run on the executor's blocking pool of
-// three goroutines and each block for 2 ms (blocking_test.go). The handler's choices depend only on the seed and the message's
+// three goroutines and each block for 2 ms (blocking_test.go). In a third
+// of the seeds, drawn apart once more, every record is a Wow event stream
+// (aggregate key, version seq+1, as the ingest's messages are) and the
+// members' receivers decode them and check their versions, parking an
+// aggregate at a gap where the run parks (version_test.go; -versioncheck
+// runs every seed so). The handler's choices depend only on the seed and the message's
 // position and attempt (at the sink, the request's number), not on the
 // order in which goroutines run.
 //
@@ -125,6 +130,19 @@
 //   - with a blocking route: never more calls of the handler at once than
 //     the blocking pool has goroutines, whatever path the call came by (a
 //     first try, a held message's retry, a parked aggregate's redrive);
+//   - with the version check: no false gap: an aggregate parked at a
+//     version gap (version n after last handled L) misses one of the
+//     versions L+1..n-1 for real, one whose message has no record in the
+//     partition before the one parked at (never accepted into Kafka: the
+//     ingest gave up on it, or answered 502, handled locally or not; or
+//     accepted only after it); an operator's skip or discard needs no
+//     allowance, as it forgets the aggregate's version; and no message
+//     lost to the duplicate check: a message skipped as a duplicate is
+//     not counted as handled, and its position counts as settled only if
+//     the message, at any of its positions, was handled, skipped by the
+//     handler, dead-lettered or given up for good by the ingest by then.
+//     Local records given up at a gap, at the owner of their partition or
+//     not, are documented behaviour, counted only (version_test.go);
 //   - a record is handled more than once only for a cause of its own
 //     (checkDuplicatesLocked in sim_test.go): the success of its try came
 //     once the try's deadline may have passed (handler timeout or more

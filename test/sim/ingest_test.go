@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -392,11 +393,20 @@ func (w *world) ingestIdle() bool {
 	return w.ing.active == 0
 }
 
-// ingestBody is message seq of key as a Wow event stream; its id is
-// key/seq (parseValue).
-func ingestBody(key string, seq int) []byte {
-	return fmt.Appendf(nil, `{"id":"%s/%d","contextName":"sim","aggregateName":"item","aggregateId":"%s","version":%d,"body":[{"name":"item_changed","body":{}}]}`,
-		key, seq, key, seq+1)
+// ingestBody is message seq of key as a Wow event stream: its id is
+// key/seq (parseValue), its aggregate version seq+1; pad bytes of padding
+// go inside its event's body.
+func ingestBody(key string, seq, pad int) []byte {
+	return fmt.Appendf(nil, `{"id":"%s/%d","contextName":"sim","aggregateName":"item","aggregateId":"%s","version":%d,"body":[{"name":"item_changed","body":{%s}}]}`,
+		key, seq, key, seq+1, padding(pad))
+}
+
+// padding is pad bytes of padding as a JSON member, or nothing.
+func padding(pad int) string {
+	if pad <= 0 {
+		return ""
+	}
+	return `"pad":"` + strings.Repeat("p", pad) + `"`
 }
 
 // ingestAnswer is what the ingest answers (its response, in part).
@@ -426,7 +436,7 @@ func (w *world) ingestOne(m *member, k *ingestKey, seq int) bool {
 	// runs to its answer whatever the caller does.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req := httptest.NewRequestWithContext(ctx, http.MethodPost, ingest.Path+"event", bytes.NewReader(ingestBody(k.name, seq)))
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, ingest.Path+"event", bytes.NewReader(ingestBody(k.name, seq, 0)))
 	rec := httptest.NewRecorder()
 	if serve(m.in, rec, req) {
 		// The caller's connection ended: it was told nothing. What its

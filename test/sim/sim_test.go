@@ -50,7 +50,11 @@ var (
 	// is, then with stalls. The stalls found the defects fixed in 0b7a19e,
 	// 260847a and 3896d53 (seed 4 in CI, seed 12 under -race: a record
 	// handled ahead of its aggregate's parked messages).
-	stallsFlag = flag.Bool("stalls", false, "run every seed with a third of the commit-failure actions turned into commit stalls (coordinators that answer no commit for 1-15 s); without it the CI seeds run without and then with stalls, other seeds without")
+	// versionsFlag runs every seed in the version-check mode (a third of
+	// the seeds otherwise; see version_test.go), the rest of its draws
+	// unchanged.
+	versionsFlag = flag.Bool("versioncheck", false, "run every seed in the version-check mode (Wow event streams, the receivers' version check, on-gap park where the run parks)")
+	stallsFlag   = flag.Bool("stalls", false, "run every seed with a third of the commit-failure actions turned into commit stalls (coordinators that answer no commit for 1-15 s); without it the CI seeds run without and then with stalls, other seeds without")
 )
 
 // ciSeeds run in every `go test`: enough to cover every behaviour and fault
@@ -247,9 +251,11 @@ type member struct {
 	inCl      *kgo.Client
 	startTick uint64
 
-	// Partitions its receiver logged as lost and rewinds it logged (see
-	// logWatch), against its counters once it stopped; under world.mu.
+	// Partitions its receiver logged as lost and rewinds it logged, and
+	// version duplicates and gaps (see logWatch), against its counters once
+	// it stopped; under world.mu.
 	lostLogged, rewindsLogged int
+	dupsLogged, gapsLogged    int
 }
 
 // run is one simulation; withStalls, a third of its commit-failure
@@ -273,6 +279,8 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 		}
 		w.budget, w.pad = b, 2<<10
 	}
+	// Drawn apart too: every record a Wow event stream, its version checked.
+	w.versionCheck = versionCheckFor(seed) || *versionsFlag
 	keys := 20 + rng.IntN(100)
 	records := 1500 + rng.IntN(2500)
 	chaos := time.Duration(20+rng.IntN(30)) * time.Second
@@ -672,8 +680,8 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 		mix := w.behaviourMix()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records, memory budget %v, HTTP sink: %v, parking: %v (max-parked %d); chaos %v\nfirst tries: %s\nschedule:\n  %s",
-			seed, w.parts, w.window, keys, records, w.budget != nil, w.sink, w.park, w.maxParked, chaos, mix, strings.Join(w.events, "\n  "))
+		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records, memory budget %v, HTTP sink: %v, parking: %v (max-parked %d), version check: %v; chaos %v\nfirst tries: %s\nschedule:\n  %s",
+			seed, w.parts, w.window, keys, records, w.budget != nil, w.sink, w.park, w.maxParked, w.versionCheck, chaos, mix, strings.Join(w.events, "\n  "))
 		t.Logf("replay: go test ./test/sim -run TestSim -seed %d -v", seed)
 	}
 }
@@ -741,6 +749,9 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		Handler:        h,
 		HandlerType:    handlerType,
 		Park:           parking(w),
+		Wow:            w.versionCheck,
+		VersionCheck:   w.versionCheck,
+		OnGapPark:      w.versionCheck && w.park, // on-gap park needs parking
 		Fetch:          fetchPart(w),
 		DeadLetter:     receiver.DeadLetter{Enabled: true, Topic: func(string) string { return dlqTopic }},
 		ClientOpts: []kgo.Opt{
@@ -939,11 +950,17 @@ func (m *member) stop(t *testing.T, w *world, limit time.Duration, check bool) {
 func (m *member) crossCheckLog(w *world) {
 	lost := int(m.counter("wowd_rebalance_events_total", "event", "lost"))
 	rewinds := int(m.counter("wowd_receiver_rewinds_total", "", ""))
+	dups := int(m.counter("wowd_version_checks_total", "result", "duplicate"))
+	gaps := int(m.counter("wowd_version_checks_total", "result", "gap"))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if m.lostLogged < lost || m.rewindsLogged != rewinds {
 		w.violateLocked("member %d: its counters say %d partitions lost and %d rewinds, its log (as the simulation reads it) %d and %d",
 			m.id, lost, rewinds, m.lostLogged, m.rewindsLogged)
+	}
+	if m.dupsLogged != dups || m.gapsLogged != gaps {
+		w.violateLocked("member %d: its counters say %d version duplicates and %d gaps, its log (as the simulation reads it) %d and %d",
+			m.id, dups, gaps, m.dupsLogged, m.gapsLogged)
 	}
 }
 
@@ -1089,6 +1106,7 @@ func check(t *testing.T, w *world, members []*member) {
 		}
 	}
 	w.checkSinkLocked()
+	w.checkGapParksLocked()
 	d := w.checkDuplicatesLocked()
 	for _, v := range w.violations {
 		t.Errorf("seed %d: %s", w.seed, v)
@@ -1098,8 +1116,8 @@ func check(t *testing.T, w *world, members []*member) {
 		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
 			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v",
-		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels, w.blocking)
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v, %s",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels, w.blocking, w.versionSummaryLocked())
 }
 
 // dupCounts counts a run's duplicates (handlings of a record after its

@@ -75,8 +75,12 @@ type world struct {
 	// blocking: the members' route runs on the executor's blocking pool
 	// (blocking_test.go).
 	blocking bool
-	c        *kfake.Cluster
-	vn       *kfake.VirtualNetwork
+	// versionCheck: every record is a Wow event stream, and the members'
+	// receivers decode them and check their aggregate versions, parking an
+	// aggregate at a gap when the run parks (version_test.go).
+	versionCheck bool
+	c            *kfake.Cluster
+	vn           *kfake.VirtualNetwork
 	topicID,
 	dlqID [16]byte
 
@@ -165,6 +169,8 @@ type world struct {
 	cutShort    map[string]int   // per aggregate: redrives cut short (or that failed reading), which start again from their last progress
 	rewound     map[int32][]span // per partition: the offsets a client delivered again after it rewound
 	lostParts   map[int32]int    // partitions lost by a member
+
+	ver versionSeen // what the version check did, as the receivers log it (version_test.go)
 }
 
 func newWorld(seed uint64) *world {
@@ -804,11 +810,14 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	}
 }
 
-// value is a record's value: its key and its sequence number within the
-// key.
 // value is the value of key's record seq: key/seq, and /padding when the
-// run pads values.
+// run pads values; in the version-check mode, a Wow event stream of
+// aggregate key at version seq+1 whose id is key/seq (ingestBody), padded
+// inside its body.
 func (w *world) value(key string, seq int) []byte {
+	if w.versionCheck {
+		return ingestBody(key, seq, w.pad)
+	}
 	v := key + "/" + strconv.Itoa(seq)
 	if w.pad > 0 {
 		v += "/" + strings.Repeat("p", w.pad)
@@ -943,10 +952,12 @@ func (w *world) givenUp(at pos) {
 // offsets), partitions lost (or taken again under a new member ID, which
 // lets them go as lost), a partition the client rewound (from the last
 // offset read back to where it delivers again), and a redrive of a parked
-// aggregate cut short or failing to read its parked messages. The
-// member's counters cross-check the losses and rewinds (see
+// aggregate cut short or failing to read its parked messages; and what
+// the version check did (version_test.go). The member's counters
+// cross-check the losses, rewinds and version duplicates and gaps (see
 // member.crossCheckLog), so that a reworded message cannot silently turn
-// duplicates into violations or allowances into none.
+// duplicates into violations, allowances into none, or leave the version
+// checks unchecked.
 type logWatch struct {
 	w *world
 	m *member
@@ -961,6 +972,14 @@ const (
 	cutShortMessage = "parked aggregate: action cut short"
 	readFailMessage = "parked aggregate: reading its parked messages"
 
+	// The version check's (version_test.go): a message skipped as a
+	// duplicate (debug), an aggregate parked at a gap, and, counted only,
+	// a local record given up at a gap and a gap handled anyway.
+	duplicateMessage = "event stream version already handled; skipped as a duplicate"
+	gapParkMessage   = "event stream version gap: parking the aggregate at it"
+	gapLocalMessage  = "event stream version gap in a local record; given up here"
+	gapAnywayMessage = "event stream version gap: handled anyway"
+
 	// Counted only, for the run's summary: that the faults and actions
 	// reached the paths they are there for.
 	maxParkedMessage = "max-parked reached"
@@ -969,7 +988,7 @@ const (
 )
 
 var watchedMessages = []string{givenUpMessage, closedMessage, lostMessage, retakenMessage, rewoundMessage, cutShortMessage, readFailMessage,
-	maxParkedMessage, tooLargeMessage, byHandMessage}
+	maxParkedMessage, tooLargeMessage, byHandMessage, duplicateMessage, gapParkMessage, gapLocalMessage, gapAnywayMessage}
 
 func (c logWatch) Enabled(zapcore.Level) bool        { return true }
 func (c logWatch) With([]zapcore.Field) zapcore.Core { return c }
@@ -989,6 +1008,7 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		partition            = int32(-2)
 		offset, from, to     = int64(-1), int64(-1), int64(-1)
 		again                = int64(-1) // a rewind's delivering_from
+		version, last        = int64(-1), int64(-1)
 		parts                map[string][]int32
 	)
 	for _, f := range fields {
@@ -1007,6 +1027,10 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 			to = f.Integer
 		case "delivering_from":
 			again = f.Integer
+		case "version":
+			version = f.Integer
+		case "last_handled":
+			last = f.Integer
 		case "partitions":
 			parts, _ = f.Interface.(map[string][]int32)
 		}
@@ -1051,6 +1075,20 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.seen.byHand++
+	case strings.HasPrefix(e.Message, duplicateMessage):
+		w.versionDuplicate(c.m, topicName, pos{partition, offset}, aggregate, version, last)
+	case strings.HasPrefix(e.Message, gapParkMessage):
+		w.gapParked(c.m, topicName, pos{partition, offset}, aggregate, version, last)
+	case strings.HasPrefix(e.Message, gapLocalMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.ver.localGaps++
+		c.m.gapsLogged++
+	case strings.HasPrefix(e.Message, gapAnywayMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.ver.handledAnyway++
+		c.m.gapsLogged++
 	default: // a redrive cut short, or failing to read
 		w.mu.Lock()
 		defer w.mu.Unlock()
