@@ -131,11 +131,11 @@
 //     the blocking pool has goroutines, whatever path the call came by (a
 //     first try, a held message's retry, a parked aggregate's redrive);
 //   - with the version check: no false gap: an aggregate parked at a
-//     version gap (version n after last handled L) misses one of the
-//     versions L+1..n-1 for real, one whose message has no record in the
-//     partition before the one parked at (never accepted into Kafka: the
-//     ingest gave up on it, or answered 502, handled locally or not; or
-//     accepted only after it); an operator's skip or discard needs no
+//     version gap (version n after last handled L) misses each of the
+//     versions L+1..n-1 for real: none has a record in the partition
+//     before the one parked at (never accepted into Kafka: the ingest gave
+//     up on it, or answered 502, handled locally or not; or accepted only
+//     after it); an operator's skip or discard needs no
 //     allowance, as it forgets the aggregate's version; and no message
 //     lost to the duplicate check: a message skipped as a duplicate is
 //     not counted as handled, and its position counts as settled only if
