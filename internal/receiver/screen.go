@@ -68,8 +68,12 @@ func (j *job) screen() bool {
 // next message this receiver checks would be a false gap (and, with
 // on-gap park, park the aggregate when nothing is missing). The copy is
 // decoded as the check decodes every other record; one that does not
-// decode, or is not a message of its aggregate, tells nothing; one past a
-// gap is not recorded (versions.copied).
+// decode, or is not a message of its aggregate, tells nothing. A copy past
+// the last version is recorded too: the versions between may have been
+// handled where they were ingested and never published (a publish that
+// failed after the local handling), and an aggregate's messages come in
+// version order (one writer per aggregate), so a lower version after it
+// is a duplicate as anywhere else.
 func (j *job) copyVersion() {
 	r := j.r
 	if r.versions == nil || j.kind != handler.KindEvent {
@@ -83,7 +87,7 @@ func (j *job) copyVersion() {
 		m.Check(j.rec.Key, j.route.Context, j.route.Aggregate) != nil {
 		return
 	}
-	r.versions.copied(parkKey{j.rec.Topic, j.msg.AggregateID}, m.Version, j.p)
+	r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, m.Version, j.p, true)
 }
 
 // screenRoute is screen's Wow part for a handler that reads only the

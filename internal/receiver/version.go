@@ -140,20 +140,6 @@ func (v *versions) handled(k parkKey, n int64, q *partition, anchored bool) {
 	v.last[k] = versionEntry{n: n, p: q, clock: clock, anchored: q.partition >= 0 || anchored}
 }
 
-// copied records version n of k, read from the copy of a message another
-// instance handled locally, skipped by its partition's incarnation q: as
-// a record of q taken as it comes where q trusts no entry, or next to
-// q's last. A copy past a gap is not recorded: a version below it may
-// still be on its way (given up elsewhere), and the entry would make it a
-// duplicate, skipped though nobody handled it.
-func (v *versions) copied(k parkKey, n int64, q *partition) {
-	last, _, ok := v.get(k, q)
-	if ok && n != last+1 {
-		return
-	}
-	v.handled(k, n, q, true)
-}
-
 // forget drops k's version: its history has a hole on purpose (a parked
 // message skipped or discarded).
 func (v *versions) forget(k parkKey) {

@@ -36,24 +36,6 @@ func TestALocalVersionTakenAsItComesIsNotTheOwners(t *testing.T) {
 	}
 }
 
-// TestACopyPastAGapIsNotRecorded: the owner is at 4; the copy of v6,
-// handled at another instance, comes first. v5 (given up elsewhere) may
-// follow: it must not be a duplicate. A copy next to the last advances.
-func TestACopyPastAGapIsNotRecorded(t *testing.T) {
-	v := newVersions(16)
-	k := parkKey{"t", "cart-1"}
-	q := newPartition("t", 0)
-	v.handled(k, 4, q, true)
-	v.copied(k, 6, q)
-	if last, _, _ := v.get(k, q); last != 4 {
-		t.Errorf("last %d after a copy of v6 past a gap; want 4", last)
-	}
-	v.copied(k, 5, q)
-	if last, _, _ := v.get(k, q); last != 5 {
-		t.Errorf("last %d after a copy of v5; want 5", last)
-	}
-}
-
 // TestALateHandlerOfAClosedIncarnationTeachesNothing: q1's handler of v9
 // finishes after q2 learnt 10: q2 keeps 10 (so that v12 is a gap).
 func TestALateHandlerOfAClosedIncarnationTeachesNothing(t *testing.T) {
