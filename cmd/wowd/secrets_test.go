@@ -119,21 +119,7 @@ wow:
     timeout: 10s
 `, c.ListenAddrs()[0], saslPassword, strings.Replace(sink.URL, "http://", "http://wowd:"+urlPassword+"@", 1), staticHdr, headerFile, metricsPort, ingestPort, tokenFile))
 
-			var out proctest.Output
-			cmd := exec.Command(wowd.Path(t), "run", "--config", cfg)
-			cmd.Env = append(os.Environ(), env...)
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			defer func() {
-				_ = cmd.Process.Kill()
-				if t.Failed() {
-					t.Logf("wowd output:\n%s", out.String())
-				}
-			}()
+			cmd, exited, out := startRun(t, cfg, env...)
 			proctest.WaitReady(t, "wowd", metricsPort, exited)
 
 			ingest := func(token string) int {

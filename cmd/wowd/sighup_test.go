@@ -48,22 +48,9 @@ wow:
   shutdown:
     timeout: 10s
 `, c.ListenAddrs()[0], metricsPort))
-		var out proctest.Output
-		cmd := exec.Command(wowd.Path(t), "run", "--config", cfg)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		defer func() {
-			_ = cmd.Process.Kill()
-			if t.Failed() {
-				t.Logf("wowd output:\n%s", out.String())
-			}
-		}()
+		cmd, exited, out := startRun(t, cfg)
 		proctest.WaitReady(t, "wowd", metricsPort, exited)
-		hangUp(t, cmd, exited, &out, "configuration file read again; no key changed")
+		hangUp(t, cmd, exited, out, "configuration file read again; no key changed")
 		proctest.Terminate(t, "wowd", cmd.Process, exited, 15*time.Second)
 	})
 	t.Run("dev", func(t *testing.T) {
@@ -143,20 +130,7 @@ wow:
   shutdown:
     timeout: 10s
 `, slow.URL, c.ListenAddrs()[0], metricsPort))
-	var out proctest.Output
-	cmd := exec.Command(wowd.Path(t), "run", "--config", cfg)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("wowd output:\n%s", out.String())
-		}
-	}()
+	cmd, exited, out := startRun(t, cfg)
 	select {
 	case <-asked: // wowd is reading wow.metadata
 	case err := <-exited:
@@ -164,7 +138,7 @@ wow:
 	case <-time.After(10 * time.Second):
 		t.Fatal("wowd did not read wow.metadata within 10s")
 	}
-	hangUp(t, cmd, exited, &out, "configuration file read again")
+	hangUp(t, cmd, exited, out, "configuration file read again")
 	proctest.WaitReady(t, "wowd", metricsPort, exited)
 	proctest.Terminate(t, "wowd", cmd.Process, exited, 15*time.Second)
 }

@@ -154,6 +154,29 @@ type dev struct {
 	out                     *proctest.Output // its stdout and stderr
 }
 
+// startRun starts `wowd run --config cfg` with env added to this process's
+// environment; exited receives its end. It is killed when t ends, and its
+// output logged if t failed.
+func startRun(t *testing.T, cfg string, env ...string) (cmd *exec.Cmd, exited <-chan error, out *proctest.Output) {
+	t.Helper()
+	out = &proctest.Output{}
+	cmd = exec.Command(wowd.Path(t), "run", "--config", cfg)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	go func() { ch <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("wowd output:\n%s", out.String())
+		}
+	})
+	return cmd, ch, out
+}
+
 func startDev(t *testing.T, s *sink) *dev {
 	t.Helper()
 	d := &dev{brokerPort: proctest.FreePort(t), metricsPort: proctest.FreePort(t), adminPort: proctest.FreePort(t),

@@ -18,6 +18,29 @@ import (
 // onGapPark sets the version check's on-gap policy to park.
 func onGapPark(o *Options) { o.OnGapPark = true }
 
+// ownerAndPeer starts two instances of a dispatcher with the version check
+// and on-gap park in group: A owning the only partition, B none (the test
+// is skipped if B took it), and waits until both read their start
+// barriers for cart-1. Both stop when t ends.
+func ownerAndPeer(t *testing.T, group string) (h *harness, sink *versionSink, a, b *Receiver) {
+	t.Helper()
+	h = newHarness(t, 1)
+	sink = &versionSink{got: map[string][]int64{}}
+	a = h.receiver(group, sink, 16, wowOpts, parking, onGapPark)
+	t.Cleanup(func() { stop(t, a) })
+	testwait.For(t, 30*time.Second, "A ready and owning the partition", func() bool { return a.Ready() && len(a.Partitions()) == 1 })
+	b = h.receiver(group, sink, 16, wowOpts, parking, onGapPark)
+	t.Cleanup(func() { stop(t, b) })
+	testwait.For(t, 30*time.Second, "B ready", b.Ready)
+	if len(b.Partitions()) != 0 {
+		t.Skip("B took the partition")
+	}
+	testwait.For(t, 30*time.Second, "the start barriers read", func() bool {
+		return !a.heldLocally(testTopic, "cart-1") && !b.heldLocally(testTopic, "cart-1")
+	})
+	return h, sink, a, b
+}
+
 // TestOnGapParkGivesALocalRecordUpAtAGap: one instance, owner of the only
 // partition, version check with on-gap park. cart-1's v1 and then v3 are
 // ingested: v3 is a gap. A local record cannot be parked, so v3 is given
@@ -50,20 +73,7 @@ func TestOnGapParkGivesALocalRecordUpAtAGap(t *testing.T) {
 // take v2 from the copy it skips, or its table still says 1 and v3 is a
 // false gap that parks cart-1.
 func TestAnOwnerLearnsTheVersionOfACopyHandledByAPeer(t *testing.T) {
-	h := newHarness(t, 1)
-	sink := &versionSink{got: map[string][]int64{}}
-	a := h.receiver("g-ongap-owner", sink, 16, wowOpts, parking, onGapPark)
-	defer stop(t, a)
-	testwait.For(t, 30*time.Second, "A ready and owning the partition", func() bool { return a.Ready() && len(a.Partitions()) == 1 })
-	b := h.receiver("g-ongap-owner", sink, 16, wowOpts, parking, onGapPark)
-	defer stop(t, b)
-	testwait.For(t, 30*time.Second, "B ready", b.Ready)
-	if len(b.Partitions()) != 0 {
-		t.Skip("B took the partition")
-	}
-	testwait.For(t, 30*time.Second, "the start barriers read", func() bool {
-		return !a.heldLocally(testTopic, "cart-1") && !b.heldLocally(testTopic, "cart-1")
-	})
+	h, sink, a, b := ownerAndPeer(t, "g-ongap-owner")
 	if !ingestValue(t, h, a, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 1)) {
 		t.Fatal("v1 not finished at A")
 	}
@@ -83,20 +93,7 @@ func TestAnOwnerLearnsTheVersionOfACopyHandledByAPeer(t *testing.T) {
 // and B in turn: v1 at A, v2 at B, v3 at A. Nothing is missing: nothing
 // may park, every version handled once.
 func TestIngestOnlyTwoInstancesNoGap(t *testing.T) {
-	h := newHarness(t, 1)
-	sink := &versionSink{got: map[string][]int64{}}
-	a := h.receiver("g-ongap-ingest", sink, 16, wowOpts, parking, onGapPark)
-	defer stop(t, a)
-	testwait.For(t, 30*time.Second, "A ready and owning the partition", func() bool { return a.Ready() && len(a.Partitions()) == 1 })
-	b := h.receiver("g-ongap-ingest", sink, 16, wowOpts, parking, onGapPark)
-	defer stop(t, b)
-	testwait.For(t, 30*time.Second, "B ready", b.Ready)
-	if len(b.Partitions()) != 0 {
-		t.Skip("B took the partition")
-	}
-	testwait.For(t, 30*time.Second, "the start barriers read", func() bool {
-		return !a.heldLocally(testTopic, "cart-1") && !b.heldLocally(testTopic, "cart-1")
-	})
+	h, sink, a, b := ownerAndPeer(t, "g-ongap-ingest")
 	var fin []bool
 	fin = append(fin, ingestValue(t, h, a, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 1)))
 	fin = append(fin, ingestValue(t, h, b, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 2)))
@@ -118,20 +115,7 @@ func TestIngestOnlyTwoInstancesNoGap(t *testing.T) {
 // not given up as another gap against the stale 1 (for as long as the
 // entry would stay, every ingested message of cart-1 at B would be).
 func TestANonOwnerForgetsAVersionItGaveUpAt(t *testing.T) {
-	h := newHarness(t, 1)
-	sink := &versionSink{got: map[string][]int64{}}
-	a := h.receiver("g-ongap-forget", sink, 16, wowOpts, parking, onGapPark)
-	defer stop(t, a)
-	testwait.For(t, 30*time.Second, "A ready and owning the partition", func() bool { return a.Ready() && len(a.Partitions()) == 1 })
-	b := h.receiver("g-ongap-forget", sink, 16, wowOpts, parking, onGapPark)
-	defer stop(t, b)
-	testwait.For(t, 30*time.Second, "B ready", b.Ready)
-	if len(b.Partitions()) != 0 {
-		t.Skip("B took the partition")
-	}
-	testwait.For(t, 30*time.Second, "the start barriers read", func() bool {
-		return !a.heldLocally(testTopic, "cart-1") && !b.heldLocally(testTopic, "cart-1")
-	})
+	h, sink, a, b := ownerAndPeer(t, "g-ongap-forget")
 	if !ingestValue(t, h, b, "cart-1", wowtest.EventStream("shop", "cart", "cart-1", 1)) {
 		t.Fatal("v1 not finished at B")
 	}
