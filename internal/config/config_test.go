@@ -164,19 +164,21 @@ func TestEnvBadValues(t *testing.T) {
 		"WOW_DISPATCH_WORKERS=eight",
 		"WOW_SHUTDOWN_TIMEOUT=30",
 		"WOW_DISPATCH_THROUGHPUT=0",
+		"WOW_KAFKA_CLIENT_ID=shop\x9d\xc2", // `wowd config print` could not write it
 	)
 	msg := errs.Error()
 	for _, want := range []string{
 		`test.yaml: wow.dispatch.workers: WOW_DISPATCH_WORKERS: "eight" is not an integer`,
 		`wow.shutdown.timeout: WOW_SHUTDOWN_TIMEOUT: "30" is not a duration`,
 		`test.yaml: wow.dispatch.throughput: must be >= 1, got 0 (set by WOW_DISPATCH_THROUGHPUT)`,
+		`wow.kafka.client-id: WOW_KAFKA_CLIENT_ID: not valid UTF-8`,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("errors do not contain %q:\n%s", want, msg)
 		}
 	}
-	if len(errs.List) != 3 {
-		t.Errorf("got %d errors, want 3:\n%s", len(errs.List), msg)
+	if len(errs.List) != 4 {
+		t.Errorf("got %d errors, want 4:\n%s", len(errs.List), msg)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -529,6 +530,13 @@ func (d *decoder) applyEnv(c *Config, env []string) {
 		name, path := envName(f.name), "wow."+f.name
 		v := vars[name]
 		if v == "" || d.setCovers(path) {
+			continue
+		}
+		if !utf8.ValidString(v) {
+			// A file's bytes are checked by the YAML reader; a variable's
+			// are not, and `wowd config print` could not write them.
+			d.errs = append(d.errs, Error{Path: path, Msg: name + ": not valid UTF-8"})
+			d.bad[path] = true
 			continue
 		}
 		if err := setText(f.ptr(c), v); err != nil {

@@ -216,7 +216,8 @@ Environment variables override the scalar and list keys outside ` + "`contexts`"
 ` + "`dispatchers`" + `: ` + "`WOW_`" + ` followed by the path after ` + "`wow.`" + ` in upper case, with
 dots and dashes turned into underscores (` + "`WOW_DISPATCH_WORKERS=8`" + `). Lists are
 comma-separated (` + "`WOW_KAFKA_BOOTSTRAP_SERVERS=a:9092,b:9092`" + `). Durations use Go's
-syntax: ` + "`500ms`, `30s`, `1m`, `1h30m`" + `. A ` + "`WOW_*`" + ` variable that names no key but
+syntax: ` + "`500ms`, `30s`, `1m`, `1h30m`" + `. A value that is not valid UTF-8 is a
+configuration error, as it is in the file. A ` + "`WOW_*`" + ` variable that names no key but
 is close to one (a typo such as ` + "`WOW_DISPATCH_WORKRS`" + `) is a configuration error naming
 it and the variable it is close to. Other ` + "`WOW_*`" + ` variables are not wowd's to refuse
 and are left alone: Kubernetes' service links of a Service named ` + "`wow-…`" + `
