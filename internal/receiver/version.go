@@ -112,7 +112,7 @@ func (v *versions) get(k parkKey, q *partition) (last int64, anchored, ok bool) 
 	if !ok || !e.validFor(q) {
 		return 0, false, false
 	}
-	return e.n, e.p.partition >= 0 || e.anchored, true
+	return e.n, e.anchored, true
 }
 
 // handled records version n of k as handled by a record of incarnation q;
