@@ -285,7 +285,7 @@ func (rt *Daemon) refused(err error) {
 	r.failure = err.Error()
 	rt.log.Error("the configuration file cannot be applied yet; it is read again until it can, the running configuration stays meanwhile",
 		zap.String("path", r.Path), zap.Error(err))
-	r.count.Count(metrics.ReloadInvalid)
+	r.count.Count(metrics.ReloadRetrying)
 }
 
 // apply loads the configuration again and applies its reloadable changes,

@@ -436,7 +436,7 @@ func TestReloadRetriesAPassingRefusal(t *testing.T) {
 
 			next := filepath.Join(dir, "new") // not there yet
 			r.write(t, headerYAML(c.ListenAddrs()[0], next, "debug"))
-			testwait.For(t, 10*time.Second, "the change refused", func() bool { return r.count(t, metrics.ReloadInvalid) == 1 })
+			testwait.For(t, 10*time.Second, "the change refused", func() bool { return r.count(t, metrics.ReloadRetrying) == 1 })
 			testwait.For(t, 10*time.Second, "three attempts", func() bool { return r.loads.Load() >= 3 })
 			if r.level.Enabled(zapcore.DebugLevel) {
 				t.Fatal("the refused change applied")
@@ -447,8 +447,11 @@ func TestReloadRetriesAPassingRefusal(t *testing.T) {
 			if !r.level.Enabled(zapcore.DebugLevel) {
 				t.Error("log level not debug after the reload")
 			}
-			if n := r.count(t, metrics.ReloadInvalid); n != 1 {
-				t.Errorf("%d refusals counted, want 1", n)
+			if n := r.count(t, metrics.ReloadRetrying); n != 1 {
+				t.Errorf("%d passing refusals counted, want 1", n)
+			}
+			if n := r.count(t, metrics.ReloadInvalid); n != 0 {
+				t.Errorf("a passing refusal counted as invalid %d times, want 0", n)
 			}
 			if n := r.logs.FilterMessageSnippet("cannot be applied yet").Len(); n != 1 || r.logs.FilterMessageSnippet("refused").Len() != 0 {
 				t.Errorf("%d refusals logged, want 1, for a passing reason: %+v", n, r.logs.FilterMessageSnippet("configuration file").All())
@@ -601,7 +604,7 @@ func TestReloadNow(t *testing.T) {
 		r := startReloading(t, headerYAML(c.ListenAddrs()[0], old, "info"), documentLoader(handler.Default()))
 		next := filepath.Join(dir, "new")
 		r.write(t, headerYAML(c.ListenAddrs()[0], next, "debug"))
-		testwait.For(t, 10*time.Second, "the change refused", func() bool { return r.count(t, metrics.ReloadInvalid) == 1 })
+		testwait.For(t, 10*time.Second, "the change refused", func() bool { return r.count(t, metrics.ReloadRetrying) == 1 })
 		if err := os.WriteFile(next, []byte("Bearer new"), 0o600); err != nil {
 			t.Fatal(err)
 		}

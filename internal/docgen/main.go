@@ -320,15 +320,15 @@ validate, or whose new header files cannot be read, is refused whole and logged 
 every problem; the running configuration stays. ` + "`handler.timeout`" + ` is not among
 them: each receiver sizes its deadline checks from it when it starts. Each change read
 is counted in
-` + "`wowd_config_reloads_total{outcome}`" + ` (` + "`applied`, `restart_needed`, `invalid`" + `).
+` + "`wowd_config_reloads_total{outcome}`" + ` (` + "`applied`, `restart_needed`, `invalid`, `retrying`" + `).
 
 A refusal for what the file says (a key unknown or out of range) stands until the file
 changes again. A refusal for a reason outside it may pass while the file stays as it
 is, and the file is read again after 1s, then twice as long each time up to a minute,
 until it applies or changes: the file or a header file it names cannot be read (a
 secret mounted a moment after the ConfigMap changed), or ` + "`wow.metadata`" + ` cannot be
-read or disagrees with the file. Such a refusal is logged and counted once per
-distinct error, not per attempt. A stop ends a reload under way (a read of
+read or disagrees with the file. Such a refusal is logged and counted as ` + "`retrying`" + `
+(not ` + "`invalid`" + `) once per distinct error, not per attempt. A stop ends a reload under way (a read of
 ` + "`wow.metadata`" + ` included) without applying it.
 
 ` + "`SIGHUP`" + ` makes ` + "`wowd run`" + ` read the file at once, as for a change, even if it did
