@@ -187,6 +187,22 @@ type Blocker interface {
 	Blocking() bool
 }
 
+// Resumer is what a runtime that calls [Blocker] handlers on a bounded pool
+// of goroutines answers for [ResumerKey] in the context of each call (wowd
+// does). Resume runs fn later, on that pool, as more of the same message: a
+// wrapper that waits between two attempts ([WithRetry]'s backoff) gives its
+// goroutine back to the pool meanwhile, instead of holding it while other
+// messages wait for one, and still never calls the handler from a goroutine
+// outside the pool. If the pool stops before fn runs, dropped runs instead,
+// so that whoever waits for fn hears of it.
+type Resumer interface {
+	Resume(fn, dropped func())
+}
+
+// ResumerKey is the context key under which a [Blocker]'s call finds its
+// [Resumer].
+type ResumerKey struct{}
+
 // Closer is implemented by handlers holding resources. Close is called once,
 // after the handler received its last message.
 type Closer interface {

@@ -92,15 +92,18 @@ var ErrClosed = fmt.Errorf("handler closed: %w", context.Canceled)
 //     it; h does.
 //
 // The returned handler is a [Blocker] when h is. Then every attempt of a
-// message runs on the goroutine that called Handle (one of wowd's bounded
-// blocking pool), so that h never runs more calls at once than the pool
-// has goroutines: Handle waits for each attempt's outcome and waits out
-// each backoff there, holding the goroutine as a blocking call does, and
-// returns once the message is acknowledged; or, when the context is
-// canceled or the handler closed, as soon as no h.Handle of it runs (at
-// once during a backoff), the message acknowledged as above. An attempt
-// that h acknowledges after its Handle returned holds the goroutine until
-// then.
+// message runs on a goroutine of the bounded pool Handle was called on
+// (wowd's blocking pool), so that h never runs more calls at once than the
+// pool has goroutines, and each attempt holds its goroutine until h
+// acknowledged it. Between attempts, when the context has a [Resumer] (as
+// wowd's has), Handle returns and the goroutine serves other messages: at
+// the end of the backoff the next attempt waits for a goroutine of the pool
+// as a new message does (a message waiting there when the pool stops is
+// acknowledged with [ErrClosed]). Without one, Handle waits out each backoff
+// on its goroutine, holding it as a blocking call does, and returns once the
+// message is acknowledged. Either way, when the context is canceled or the
+// handler closed, Handle returns as soon as no h.Handle of the message runs
+// (at once during a backoff), the message acknowledged as above.
 //
 // The returned handler is also a [Closer]: Close acknowledges the messages
 // waiting to retry with an error wrapping [ErrClosed], then closes h if it
@@ -175,11 +178,14 @@ type retryCall struct {
 	acked    atomic.Int64 // attempts acknowledged; guards against double acks
 
 	state retryState    // guarded by retrier.mu
-	timer *time.Timer   // guarded by retrier.mu; set while retryWaiting, unless blocking
+	timer *time.Timer   // guarded by retrier.mu; set while retryWaiting, unless blocking without a resumer
 	wait  time.Duration // guarded by retrier.mu; while retryWaiting in place: the backoff
 	// next, when h blocks, receives a value each time an attempt's outcome
 	// was taken (Complete): the call is then done or waiting in place.
 	next chan struct{}
+	// resumer, when h blocks and the context has one, runs the attempts
+	// after a backoff on the pool; nil: they run in place.
+	resumer Resumer
 }
 
 // Blocking reports whether the wrapped handler blocks.
@@ -209,16 +215,19 @@ func (r *retrier) Handle(ctx context.Context, m *Message, ack Ack) {
 		return
 	}
 	c.next = make(chan struct{}, 1)
+	c.resumer, _ = ctx.Value(ResumerKey{}).(Resumer)
 	c.inPlace()
 }
 
 // inPlace makes the attempts of c, for a blocking h, on the goroutine that
-// called Handle: one of wowd's blocking pool, which bounds the calls of h
-// at once. A timer's goroutine would not: during an outage every waiting
-// message would call h on its own. It waits for each attempt's outcome,
-// then out its backoff, and returns once c is done, or at once when its
-// context ends or the retrier closes: then c.canceled or Close acknowledge
-// c if it waits, and the attempt in progress does if there is one.
+// called Handle, or that its Resumer runs the attempts after a backoff on:
+// one of wowd's blocking pool, which bounds the calls of h at once. A
+// timer's goroutine would not: during an outage every waiting message would
+// call h on its own. It waits for each attempt's outcome, then out its
+// backoff (on a timer, handing the goroutine back, when there is a
+// Resumer), and returns once c is done, or at once when its context ends or
+// the retrier closes: then c.canceled or Close acknowledge c if it waits,
+// and the attempt in progress does if there is one.
 func (c *retryCall) inPlace() {
 	r := c.r
 	for {
@@ -232,9 +241,14 @@ func (c *retryCall) inPlace() {
 		}
 		r.mu.Lock()
 		state, wait := c.state, c.wait
+		if state == retryWaiting && c.resumer != nil {
+			// canceled and Close stop this timer as they do a
+			// non-blocking call's.
+			c.timer = time.AfterFunc(wait, c.resume)
+		}
 		r.mu.Unlock()
-		if state != retryWaiting {
-			return // acknowledged
+		if state != retryWaiting || c.resumer != nil {
+			return // acknowledged, or resumed on the pool after the backoff
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -408,6 +422,39 @@ func (c *retryCall) fire() {
 	r.mu.Unlock()
 	defer r.starting.Done()
 	c.try()
+}
+
+// resume runs when the backoff of c, a blocking call with a Resumer, is
+// over: its next attempts wait for a goroutine of the pool. Close waits
+// for them as for an attempt being handed to h (starting); if the pool
+// stops first, or the retrier closed while they waited, c is acknowledged
+// with ErrClosed instead.
+func (c *retryCall) resume() {
+	r := c.r
+	r.mu.Lock()
+	if c.state != retryWaiting { // canceled or closed meanwhile
+		r.mu.Unlock()
+		return
+	}
+	delete(r.waiting, c)
+	c.timer = nil
+	c.state = retryRunning
+	r.starting.Add(1)
+	r.mu.Unlock()
+	c.resumer.Resume(func() {
+		defer r.starting.Done()
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		if closed {
+			c.done(c.withAttempts(ErrClosed))
+			return
+		}
+		c.inPlace()
+	}, func() {
+		defer r.starting.Done()
+		c.done(c.withAttempts(ErrClosed))
+	})
 }
 
 // canceled runs when the context of c is canceled. A waiting call is

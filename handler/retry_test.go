@@ -576,3 +576,117 @@ func TestWithRetryClosedAttemptIsFinal(t *testing.T) {
 		t.Errorf("%d calls, %d retries observed; want 1 and 0", n, obs.count())
 	}
 }
+
+// testPool is a handler.Resumer that queues what it is given, for the test
+// to run or drop, and the context that carries it.
+type testPool struct {
+	mu     sync.Mutex // guards queued
+	queued []func(run bool)
+	added  chan struct{} // a value per Resume
+}
+
+func newTestPool() *testPool { return &testPool{added: make(chan struct{}, 16)} }
+
+func (p *testPool) Resume(fn, dropped func()) {
+	p.mu.Lock()
+	p.queued = append(p.queued, func(run bool) {
+		if run {
+			fn()
+		} else {
+			dropped()
+		}
+	})
+	p.mu.Unlock()
+	p.added <- struct{}{}
+}
+
+// next waits for the next Resume and runs (or drops) it on the caller's
+// goroutine.
+func (p *testPool) next(t *testing.T, run bool) {
+	t.Helper()
+	select {
+	case <-p.added:
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing resumed on the pool")
+	}
+	p.mu.Lock()
+	f := p.queued[0]
+	p.queued = p.queued[1:]
+	p.mu.Unlock()
+	f(run)
+}
+
+type poolCtx struct {
+	context.Context
+	p *testPool
+}
+
+func (c poolCtx) Value(key any) any {
+	if _, ok := key.(handler.ResumerKey); ok {
+		return c.p
+	}
+	return c.Context.Value(key)
+}
+
+// TestWithRetryBlockerResumesOnThePool: when the context of a Blocker's
+// call has a handler.Resumer (wowd's blocking pool), Handle returns during
+// the backoff, giving its goroutine back, and the next attempt runs where
+// the Resumer runs it, never on the timer's goroutine. If the pool stops
+// first, or the retrier closed while the attempt waited for the pool, the
+// message is acknowledged with ErrClosed and the handler not called again.
+func TestWithRetryBlockerResumesOnThePool(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		end   func(t *testing.T, h handler.Handler, p *testPool)
+		want  error // nil: success after the retry
+		calls int32
+	}{
+		{"retried on the pool", func(t *testing.T, _ handler.Handler, p *testPool) { p.next(t, true) }, nil, 2},
+		{"the pool stopped", func(t *testing.T, _ handler.Handler, p *testPool) { p.next(t, false) }, handler.ErrClosed, 1},
+		{"closed while waiting for the pool", func(t *testing.T, h handler.Handler, p *testPool) {
+			select {
+			case <-p.added: // the backoff ended: the attempt waits for the pool
+			case <-time.After(5 * time.Second):
+				t.Fatal("nothing resumed on the pool")
+			}
+			p.added <- struct{}{} // for next, below
+			closed := make(chan error, 1)
+			go func() { closed <- h.(handler.Closer).Close(context.Background()) }()
+			synctest.Wait() // Close waits for the attempt handed over
+			p.next(t, true) // the pool gets to it only now
+			if err := <-closed; err != nil {
+				t.Error(err)
+			}
+		}, handler.ErrClosed, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				inner := &flaky{fails: 1, err: errors.New("down")}
+				h := handler.WithRetry(blockingFlaky{inner}, handler.RetryPolicy{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond})
+				p := newTestPool()
+				ack, ch := outcome(t)
+				returned := make(chan struct{})
+				go func() {
+					defer close(returned)
+					h.Handle(poolCtx{context.Background(), p}, msg, ack)
+				}()
+				select {
+				case <-returned: // at the first failure, before its backoff ended
+				case <-time.After(5 * time.Second):
+					t.Fatal("Handle kept its goroutine during the backoff")
+				}
+				if n := inner.calls.Load(); n != 1 {
+					t.Fatalf("%d calls before the pool ran anything, want 1", n)
+				}
+				tc.end(t, h, p)
+				err := await(t, ch)
+				if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+					t.Errorf("outcome %v, want %v", err, tc.want)
+				}
+				if n := inner.calls.Load(); n != tc.calls {
+					t.Errorf("%d calls, want %d", n, tc.calls)
+				}
+			})
+		})
+	}
+}

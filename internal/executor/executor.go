@@ -121,6 +121,10 @@ type Resume struct {
 // returns.
 func (r Resume) Complete(failed bool) { r.ex.complete(r.mb, failed) }
 
+// Blocking reports whether r's task runs on the blocking pool, where Again
+// runs fn too.
+func (r Resume) Blocking() bool { return r.mb != nil && r.mb.blocking() }
+
 // Again runs fn as more of the pending task, where its group runs tasks:
 // for a blocking group on the blocking pool, waiting for one of its
 // goroutines as a task does (so that work a blocking task does later, a

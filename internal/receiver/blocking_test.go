@@ -192,3 +192,67 @@ func (f *failOnce) calls() map[string]int {
 	defer f.mu.Unlock()
 	return maps.Clone(f.tried)
 }
+
+// TestABlockerInWithRetryFreesThePoolDuringItsBackoff: while a Blocker in
+// handler.WithRetry waits out a backoff, the goroutine of the blocking
+// pool it ran on serves other messages (the try's context has the pool as
+// its handler.Resumer), and its next attempt still runs on the pool. With
+// a pool of one, agg-0's first call fails and waits 1.5 to 3 s: the seven
+// other aggregates waited for that whole backoff behind it, the pool's
+// only goroutine asleep in WithRetry.
+func TestABlockerInWithRetryFreesThePoolDuringItsBackoff(t *testing.T) {
+	ex, h := blockingSetup(t, 1)
+	var (
+		mu       sync.Mutex // guards failedAt, others, retriedAt
+		failedAt time.Time
+		others   []time.Time // the other aggregates' calls
+		retried  time.Time   // agg-0's second call
+		running  atomic.Int32
+		most     atomic.Int32
+	)
+	inner := blockingFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond) // blocks, as a Blocker does
+		running.Add(-1)
+		mu.Lock()
+		now := time.Now()
+		var err error
+		switch {
+		case m.AggregateID != "agg-0":
+			others = append(others, now)
+		case failedAt.IsZero():
+			failedAt = now
+			err = handler.Classed(handler.Transient, errors.New("database down"))
+		default:
+			retried = now
+		}
+		mu.Unlock()
+		ack.Done(err)
+	})
+	hd := handler.WithRetry(inner, handler.RetryPolicy{Initial: 3 * time.Second, Max: 3 * time.Second})
+	r := h.receiver("g-blocking-backoff", hd, 64, func(o *Options) {
+		rt := o.Routes[testTopic]
+		rt.Group = ex.Group(true) // as the daemon routes a handler.Blocker
+		o.Routes = map[string]Route{testTopic: rt}
+	})
+	testwait.For(t, 20*time.Second, "every message handled and committed", func() bool { return h.committedAtEnd("g-blocking-backoff") })
+	stop(t, r)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(others) != 7 || retried.IsZero() {
+		t.Fatalf("%d other aggregates handled, agg-0 retried: %v; want 7 and true", len(others), !retried.IsZero())
+	}
+	if wait := retried.Sub(failedAt); wait < 1400*time.Millisecond {
+		t.Errorf("agg-0 retried %v after its failure, before its backoff (1.5 to 3 s) was over", wait)
+	}
+	for _, at := range others {
+		if at.After(retried) {
+			t.Errorf("another aggregate handled %v after agg-0's failure, after its retry: the pool waited out the backoff", at.Sub(failedAt))
+		}
+	}
+	if m := most.Load(); m > 1 {
+		t.Errorf("the Blocker ran %d calls at once; the blocking pool has 1 goroutine", m)
+	}
+}

@@ -333,6 +333,9 @@ func (j *job) take(token uint64) bool {
 func (j *job) call() {
 	tc := newTry(j.p)
 	tc.vals = j.traceValues()
+	if j.place.Blocking() {
+		tc.pool = j.place
+	}
 	j.try.Store(tc)
 	r, token := j.r, j.arm()
 	if j.p.ctx.Err() != nil {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/executor"
 )
 
 // tryContext is the context a handler gets for one try: its partition's
@@ -21,6 +24,9 @@ import (
 type tryContext struct {
 	p    *partition      // fixed
 	vals context.Context // fixed: answers Value when not nil (the message's trace context, over p.ctx)
+	// pool is fixed: where the message's handler runs, when that is the
+	// executor's blocking pool (handler.Resumer); zero otherwise.
+	pool executor.Resume
 
 	mu    sync.Mutex // guards done, err, funcs and nextID
 	done  chan struct{}
@@ -67,8 +73,13 @@ func (c *tryContext) Err() error {
 }
 
 // Value returns the partition context's value for key, or the message's
-// span context (package tracing).
+// span context (package tracing), or, for a Blocker, its handler.Resumer:
+// the blocking pool, where handler.WithRetry makes its attempts after a
+// backoff without holding a goroutine of the pool while it waits.
 func (c *tryContext) Value(key any) any {
+	if _, ok := key.(handler.ResumerKey); ok && c.pool != (executor.Resume{}) {
+		return poolResumer(c.pool)
+	}
 	if c.vals != nil {
 		return c.vals.Value(key)
 	}
@@ -120,3 +131,10 @@ func (c *tryContext) end(err error) {
 		go af.f()
 	}
 }
+
+// poolResumer is the handler.Resumer of a Blocker's try: more of the
+// message runs on the executor's blocking pool (Resume.Again).
+type poolResumer executor.Resume
+
+// Resume implements handler.Resumer.
+func (r poolResumer) Resume(fn, dropped func()) { executor.Resume(r).Again(fn, dropped) }
