@@ -267,9 +267,16 @@ func MakePlan(ctx context.Context, adm *kadm.Client, groups Groups, receivers []
 	case target.Earliest:
 		listed, err = adm.ListStartOffsets(ctx, topics...)
 	case target.Latest:
-		listed, err = adm.ListEndOffsets(ctx, topics...)
+		// The end of what is committed (the last stable offset): the
+		// receivers read committed records only, and a transaction open
+		// now is not there yet for them. The log's end (its high
+		// watermark) would skip its records once it commits.
+		listed, err = adm.ListCommittedOffsets(ctx, topics...)
 	default:
 		listed, err = adm.ListOffsetsAfterMilli(ctx, target.At.UnixMilli(), topics...)
+		if err == nil {
+			listed, err = belowOpen(ctx, adm, listed, topics)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("listing the offsets for %s: %w", target, err)
@@ -318,6 +325,27 @@ func MakePlan(ctx context.Context, adm *kadm.Client, groups Groups, receivers []
 	}
 	plan.Missing = slices.Sorted(maps.Keys(missing))
 	return plan, nil
+}
+
+// belowOpen holds the offsets listed for a time to the last stable offset
+// of their partitions: what a read-committed lookup returns. The lookup by
+// time reads uncommitted records, and finds a record of a transaction
+// still open, or, past every record, the log's end: committed there, the
+// group would skip the open transaction's records once it commits.
+func belowOpen(ctx context.Context, adm *kadm.Client, listed kadm.ListedOffsets, topics []string) (kadm.ListedOffsets, error) {
+	stable, err := adm.ListCommittedOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("the last stable offsets: %w", err)
+	}
+	for t, parts := range listed {
+		for p, lo := range parts {
+			if so, ok := stable.Lookup(t, p); ok && lo.Err == nil && so.Err == nil && so.Offset < lo.Offset {
+				lo.Offset = so.Offset
+				parts[p] = lo
+			}
+		}
+	}
+	return listed, nil
 }
 
 // Execute commits plan, after checking again that its groups have no
