@@ -34,11 +34,14 @@ file again at once, changed or not.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			hup, stopHup := hangups() // from here on, SIGHUP does not end wowd
 			defer stopHup()
+			// Before the load: a change of the file from here on, before
+			// it is watched, is applied once wowd runs.
+			read, _ := os.ReadFile(a.configPath(cmd))
 			cfg, _, err := a.load(cmd)
 			if err != nil {
 				return err
 			}
-			return a.serve(cmd, cfg, hup, nil)
+			return a.serve(cmd, cfg, read, hup, nil)
 		},
 	}
 	a.configFlag(cmd, "", "configuration file")
@@ -52,9 +55,10 @@ file again at once, changed or not.`,
 // hup is from hangups, called before the configuration was read (which
 // can take a while: wow.metadata), so that a SIGHUP meanwhile does not end
 // wowd; one received then reads the file again once the runtime runs.
-// extra runs after the runtime started (dev mode's demo traffic) and
+// read is what the file held before cfg was loaded from it (see
+// daemon.Reload), nil when unknown. extra runs after the runtime started (dev mode's demo traffic) and
 // returns a function that undoes it.
-func (a *app) serve(cmd *cobra.Command, cfg *config.Config, hup <-chan os.Signal, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
+func (a *app) serve(cmd *cobra.Command, cfg *config.Config, read []byte, hup <-chan os.Signal, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
 	log, level, err := a.logger(cfg)
 	if err != nil {
 		return err
@@ -75,7 +79,7 @@ func (a *app) serve(cmd *cobra.Command, cfg *config.Config, hup <-chan os.Signal
 	// embedded broker's address, --demo, --partitions).
 	if path := a.configPath(cmd); path != "" && extra == nil {
 		src := a.sources(cmd)
-		err := rt.WatchConfig(daemon.Reload{Path: path, Level: level, Load: a.reloadLoader(path, src)})
+		err := rt.WatchConfig(daemon.Reload{Path: path, Read: read, Level: level, Load: a.reloadLoader(path, src)})
 		if err != nil {
 			log.Warn("changes of the configuration file will need a restart", zap.Error(err))
 		}
@@ -166,7 +170,7 @@ after it stops.`,
 			defer b.Close()
 			cfg.Kafka.BootstrapServers = []string{b.Addr()}
 			fmt.Fprintf(a.stderr, "wowd dev: embedded broker on %s with %d topics of %d partitions\n", b.Addr(), len(topics), cfg.Dev.Partitions)
-			return a.serve(cmd, cfg, hup, func(ctx context.Context, log *zap.Logger) (func(), error) {
+			return a.serve(cmd, cfg, nil, hup, func(ctx context.Context, log *zap.Logger) (func(), error) {
 				if !cfg.Dev.Demo {
 					return nil, nil
 				}

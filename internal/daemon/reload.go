@@ -24,6 +24,12 @@ import (
 type Reload struct {
 	// Path is the configuration file.
 	Path string
+	// Read is what the file held before the running configuration was
+	// loaded from it; nil when unknown. The watcher reads the file as it
+	// starts, and applies it as a change unless it still holds Read: a
+	// change made during start-up, before the file was watched, is not
+	// missed.
+	Read []byte
 	// Load reads it again, over the same environment and --set arguments
 	// as at start, and validates it. It gives up when ctx is done: Stop
 	// began.
@@ -64,7 +70,7 @@ type reloader struct {
 	Reload
 	watcher *fsnotify.Watcher
 	count   *metrics.Reloads
-	last    []byte         // the contents last handled: applied, or refused for what they say
+	last    []byte         // the contents last handled: applied, or refused for what they say; at first Reload.Read
 	real    string         // the file the path led to when last looked at
 	applied *config.Config // the running configuration, reloadable keys as last applied
 	wait    time.Duration  // the pause before the next retry of a passing refusal; 0: none due
@@ -109,10 +115,6 @@ func (r *reloader) close() {
 // once per distinct error. ReloadNow reads the file at once, changed or
 // not. Call it before Start.
 func (rt *Daemon) WatchConfig(r Reload) error {
-	data, err := os.ReadFile(r.Path)
-	if err != nil {
-		return fmt.Errorf("watching the configuration: %w", err)
-	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watching the configuration: %w", err)
@@ -123,14 +125,20 @@ func (rt *Daemon) WatchConfig(r Reload) error {
 		_ = w.Close()
 		return fmt.Errorf("watching the configuration: %w", err)
 	}
-	real, _ := filepath.EvalSymlinks(r.Path) // read above: it exists
+	// Watched from here on; a change made before is found by the read as
+	// the watcher starts (watch), which compares the file with r.Read.
+	real, err := filepath.EvalSymlinks(r.Path)
+	if err != nil {
+		_ = w.Close()
+		return fmt.Errorf("watching the configuration: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rt.reload = &reloader{
 		Reload:  r,
 		real:    real,
 		watcher: w,
 		count:   rt.metrics.Reloads(),
-		last:    data,
+		last:    r.Read,
 		applied: rt.cfg,
 		done:    make(chan struct{}),
 		now:     make(chan struct{}, 1),
@@ -152,6 +160,9 @@ func (rt *Daemon) watch() {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	// The file may have changed since the running configuration was read
+	// from it, before it was watched: read as for a change.
+	rt.read(false, retry)
 	for {
 		select {
 		case <-r.ctx.Done():

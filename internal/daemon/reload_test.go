@@ -104,7 +104,7 @@ func TestReloadUnderARunningDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.WatchConfig(Reload{Path: path, Level: level,
+	if err := rt.WatchConfig(Reload{Path: path, Read: []byte(reloadYAML(broker, srv.URL, 1, "info", 2)), Level: level,
 		Load: func(context.Context) (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +248,49 @@ func TestReloadThroughASwappedLink(t *testing.T) {
 	}
 }
 
+// TestReloadSeesAChangeDuringStartUp: a change of the file after the
+// configuration was loaded from it and before it was watched (start-up
+// takes a while: wow.metadata, the handlers, the receivers) applies once
+// the daemon runs, whether what the file held at the load is known (as
+// `wowd run` passes it) or not; it was taken for the running
+// configuration, and the daemon kept running what the file no longer said.
+func TestReloadSeesAChangeDuringStartUp(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	for _, known := range []bool{true, false} {
+		t.Run(fmt.Sprintf("read known %v", known), func(t *testing.T) {
+			c := newCluster(t)
+			reg := handler.Default()
+			r := &reloading{path: filepath.Join(t.TempDir(), "wowd.yaml"), level: zap.NewAtomicLevelAt(zapcore.InfoLevel)}
+			yaml := reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1)
+			r.write(t, yaml)
+			cfg, err := config.Load(r.path, reg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.write(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "debug", 1))
+			if r.rt, err = New(cfg, reg, zap.NewNop(), "test"); err != nil {
+				t.Fatal(err)
+			}
+			var read []byte
+			if known {
+				read = []byte(yaml)
+			}
+			err = r.rt.WatchConfig(Reload{Path: r.path, Read: read, Level: r.level,
+				Load: func(context.Context) (*config.Config, error) { return config.Load(r.path, reg, nil) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.rt.Start(context.Background())
+			defer r.stop(t, 20*time.Second, nil)
+			testwait.For(t, 10*time.Second, "the change made during start-up applied",
+				func() bool { return r.count(t, metrics.ReloadApplied) == 1 })
+			if !r.level.Enabled(zapcore.DebugLevel) {
+				t.Error("log level not debug, as the file says")
+			}
+		})
+	}
+}
+
 // headerYAML is a configuration whose http sink sends the header
 // Authorization read from the file token, logging at level.
 func headerYAML(broker, token, level string) string {
@@ -303,7 +346,7 @@ func startReloading(t *testing.T, yaml string, load func(ctx context.Context, pa
 	if r.rt, err = New(cfg, reg, zap.New(core), "test"); err != nil {
 		t.Fatal(err)
 	}
-	err = r.rt.WatchConfig(Reload{Path: r.path, Level: r.level, Load: func(ctx context.Context) (*config.Config, error) {
+	err = r.rt.WatchConfig(Reload{Path: r.path, Read: []byte(yaml), Level: r.level, Load: func(ctx context.Context) (*config.Config, error) {
 		r.loads.Add(1)
 		return load(ctx, r.path)
 	}})
