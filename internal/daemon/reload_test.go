@@ -514,6 +514,37 @@ func TestReloadRetriesAPassingRefusal(t *testing.T) {
 	})
 }
 
+// TestReloadBesideANewEnvironmentHeader: a change of headers-from-env,
+// which needs a restart, naming a variable wowd's environment does not set,
+// is reported as needing a restart, and the reloadable keys of the same
+// file apply. The sink read the environment again on reload, so the whole
+// reload was refused and retried until wowd stopped (the environment of a
+// running process does not change), counted as retrying.
+func TestReloadBesideANewEnvironmentHeader(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	c := newCluster(t)
+	r := startReloading(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1), documentLoader(handler.Default()))
+	yaml := strings.Replace(reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 2, "debug", 1),
+		"        max-concurrency: 2\n", "        max-concurrency: 2\n        headers-from-env: {X-Token: WOWD_TEST_NOT_SET_ANYWHERE}\n", 1)
+	r.write(t, yaml)
+	testwait.For(t, 10*time.Second, "the change read", func() bool {
+		return r.count(t, metrics.ReloadRestartNeeded) > 0 || r.count(t, metrics.ReloadRetrying) > 0
+	})
+	if n := r.count(t, metrics.ReloadRestartNeeded); n != 1 {
+		t.Errorf("%d reloads needing a restart counted, want 1 (retrying: %d)", n, r.count(t, metrics.ReloadRetrying))
+	}
+	if !r.level.Enabled(zapcore.DebugLevel) {
+		t.Error("the new log level not applied beside a key needing a restart")
+	}
+	if n := r.logs.FilterMessage("configuration reloaded").FilterField(zap.Strings("applied", []string{
+		"wow.dispatchers.sink.handler.max-concurrency", "wow.log.level"})).Len(); n != 1 {
+		t.Errorf("%d reloads applying max-concurrency and the log level logged, want 1", n)
+	}
+	if n := r.logs.FilterMessageSnippet("need a restart").FilterField(zap.Strings("keys", []string{"wow.dispatchers.sink.handler.headers-from-env.X-Token"})).Len(); n != 1 {
+		t.Errorf("%d warnings naming headers-from-env, want 1: %+v", n, r.logs.FilterMessageSnippet("configuration").All())
+	}
+}
+
 // TestStopDoesNotWaitForASlowReload: Stop during a reload whose Load is
 // slow and does not give up (a custom Load, a file system that hangs)
 // returns within its deadline, and the reload, when its Load returns at

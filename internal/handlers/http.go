@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -152,9 +153,13 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	static, live, err := newLive(cfg, deps.Timeout, log)
+	static, errs := staticHeaders(cfg)
+	live, err := newLive(cfg, deps.Timeout, log)
 	if err != nil {
-		return nil, err
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...) // every problem of both, at once
 	}
 	tr, err := newTransport(cfg, deps.Dial)
 	if err != nil {

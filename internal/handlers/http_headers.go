@@ -22,10 +22,10 @@ const (
 	maxHeaderFile = 16 << 10
 )
 
-// resolveHeaders returns the static headers of a sink (headers and
-// headers-from-env, read now) and its headers-from-file, read once now.
-// Errors name the header and its source, never its value.
-func resolveHeaders(cfg HTTPConfig, log *zap.Logger) (http.Header, []*fileHeader, error) {
+// staticHeaders returns the static headers of a sink, headers and
+// headers-from-env read now, or why they cannot be. Errors name the header
+// and its source, never its value (as fileHeaders' do).
+func staticHeaders(cfg HTTPConfig) (http.Header, []error) {
 	static := make(http.Header, len(cfg.Headers)+len(cfg.HeadersFromEnv))
 	for k, v := range cfg.Headers {
 		static.Set(k, v)
@@ -45,7 +45,16 @@ func resolveHeaders(cfg HTTPConfig, log *zap.Logger) (http.Header, []*fileHeader
 		}
 		static.Set(k, v)
 	}
-	var files []*fileHeader
+	return static, errs
+}
+
+// fileHeaders returns headers-from-file, each file read once now, or why
+// they cannot be.
+func fileHeaders(cfg HTTPConfig, log *zap.Logger) ([]*fileHeader, []error) {
+	var (
+		files []*fileHeader
+		errs  []error
+	)
 	for _, k := range slices.Sorted(maps.Keys(cfg.HeadersFromFile)) {
 		f := &fileHeader{name: http.CanonicalHeaderKey(k), path: cfg.HeadersFromFile[k], every: fileCheckEvery, log: log}
 		if err := f.load(time.Now()); err != nil {
@@ -54,10 +63,7 @@ func resolveHeaders(cfg HTTPConfig, log *zap.Logger) (http.Header, []*fileHeader
 		}
 		files = append(files, f)
 	}
-	if len(errs) > 0 {
-		return nil, nil, errors.Join(errs...)
-	}
-	return static, files, nil
+	return files, errs
 }
 
 // headerValue trims raw and checks it can be sent as a header value. Its

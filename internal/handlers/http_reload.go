@@ -1,8 +1,8 @@
 package handlers
 
 import (
+	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,12 +32,13 @@ type httpLive struct {
 	tryTimeout     time.Duration // the dispatcher's handler.timeout, which request-timeout must fit (not reloaded)
 }
 
-// newLive resolves the headers of cfg (reading the environment variables
-// and files it names) and returns the static ones and the live settings.
-func newLive(cfg HTTPConfig, tryTimeout time.Duration, log *zap.Logger) (http.Header, *httpLive, error) {
-	static, files, err := resolveHeaders(cfg, log)
-	if err != nil {
-		return nil, nil, err
+// newLive returns the live settings of cfg, reading the header files it
+// names (headers-from-file). The static headers are not among them: a
+// reload leaves them as the sink was built.
+func newLive(cfg HTTPConfig, tryTimeout time.Duration, log *zap.Logger) (*httpLive, error) {
+	files, errs := fileHeaders(cfg, log)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	l := &httpLive{
 		maxConcurrency: cfg.MaxConcurrency,
@@ -50,7 +51,7 @@ func newLive(cfg HTTPConfig, tryTimeout time.Duration, log *zap.Logger) (http.He
 	if cfg.RateLimit > 0 {
 		l.limit = newLimiter(cfg.RateLimit, cfg.RateBurst)
 	}
-	return static, l, nil
+	return l, nil
 }
 
 // Reconfigure checks cfg, the sink's configuration read again (a
@@ -75,7 +76,10 @@ func (s *httpSink) Reconfigure(cfg any) (apply func(), err error) {
 	if err := c.FitTry(old.tryTimeout); err != nil {
 		return nil, err
 	}
-	_, l, err := newLive(*c, old.tryTimeout, s.log)
+	// Only the header files: headers-from-env, read at start, needs a
+	// restart, and a variable it names anew that is not set must not
+	// refuse the reloadable keys (the daemon reports it for a restart).
+	l, err := newLive(*c, old.tryTimeout, s.log)
 	if err != nil {
 		return nil, err
 	}
