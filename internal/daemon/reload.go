@@ -354,6 +354,9 @@ func (rt *Daemon) apply() (*metrics.ReloadOutcome, error) {
 			continue
 		}
 		done[name] = true
+		if err := fitsRunningTry(r.Path, name, cfg, rt.cfg); err != nil {
+			return nil, err
+		}
 		commit, err := h.Reconfigure(cfg.Dispatchers[name].Handler.Decoded)
 		if err != nil {
 			return nil, fmt.Errorf("wow.dispatchers.%s.handler: %w", name, err)
@@ -389,6 +392,27 @@ func (rt *Daemon) apply() (*metrics.ReloadOutcome, error) {
 	}
 	o := metrics.ReloadApplied
 	return &o, nil
+}
+
+// fitsRunningTry reports, as a refusal for what the file at path says,
+// whether the time limits of dispatcher name's handler in cfg do not fit
+// in a try of the handler.timeout it runs with, that of start, which
+// takes a restart to change. Validated, cfg's fit its own handler.timeout:
+// a file raising both would otherwise be refused by the handler as for a
+// passing reason, and read again every minute until wowd stopped.
+func fitsRunningTry(path, name string, cfg, start *config.Config) error {
+	tb, ok := cfg.Dispatchers[name].Handler.Decoded.(interface{ FitTry(time.Duration) error })
+	running := start.Dispatchers[name].Handler.Timeout
+	if !ok || running <= 0 {
+		return nil
+	}
+	if err := tb.FitTry(running); err != nil {
+		return &config.Errors{File: path, List: []config.Error{{
+			Path: "wow.dispatchers." + name + ".handler",
+			Msg:  fmt.Sprintf("%v; a new handler.timeout applies at a restart only", err),
+		}}}
+	}
+	return nil
 }
 
 // dispatcherOf returns the dispatcher whose handler key path is: the

@@ -545,6 +545,43 @@ func TestReloadBesideANewEnvironmentHeader(t *testing.T) {
 	}
 }
 
+// TestReloadRefusesATimeoutThatFitsOnlyAfterARestart: a file raising the
+// dispatcher's handler.timeout (which needs a restart) and the sink's
+// request-timeout past the running handler.timeout is refused for what it
+// says: counted as invalid, logged once, and not read again while it stays
+// as it is. It was refused as for a passing reason: counted as retrying and
+// read again every minute until wowd stopped, though nothing outside the
+// file could let it apply.
+func TestReloadRefusesATimeoutThatFitsOnlyAfterARestart(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	defer func(d time.Duration) { reloadRetryMin = d }(reloadRetryMin)
+	reloadRetryMin = 10 * time.Millisecond
+	c := newCluster(t)
+	yaml := func(level, timeouts string) string {
+		return strings.Replace(reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, level, 1),
+			"        max-concurrency: 1\n", "        max-concurrency: 1\n"+timeouts, 1)
+	}
+	r := startReloading(t, yaml("info", "        timeout: 30s\n        request-timeout: 10s\n"), documentLoader(handler.Default()))
+	r.write(t, yaml("debug", "        timeout: 60s\n        request-timeout: 40s\n"))
+	testwait.For(t, 10*time.Second, "the change refused", func() bool {
+		return r.count(t, metrics.ReloadInvalid) > 0 || r.count(t, metrics.ReloadRetrying) > 0
+	})
+	time.Sleep(30 * reloadRetryMin)
+	if n := r.count(t, metrics.ReloadInvalid); n != 1 {
+		t.Errorf("%d refusals for what the file says counted, want 1 (retrying: %d)", n, r.count(t, metrics.ReloadRetrying))
+	}
+	if n := r.loads.Load(); n != 1 {
+		t.Errorf("the refused file read %d times, want once", n)
+	}
+	if r.level.Enabled(zapcore.DebugLevel) {
+		t.Error("the log level of the refused file applied")
+	}
+	refused := r.logs.FilterMessageSnippet("refused").All()
+	if len(refused) != 1 || !strings.Contains(fmt.Sprint(refused[0].ContextMap()["error"]), "request-timeout") {
+		t.Errorf("refusals logged: %+v, want one naming request-timeout", refused)
+	}
+}
+
 // TestStopDoesNotWaitForASlowReload: Stop during a reload whose Load is
 // slow and does not give up (a custom Load, a file system that hangs)
 // returns within its deadline, and the reload, when its Load returns at

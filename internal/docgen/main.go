@@ -322,7 +322,8 @@ them: each receiver sizes its deadline checks from it when it starts. Each chang
 is counted in
 ` + "`wowd_config_reloads_total{outcome}`" + ` (` + "`applied`, `restart_needed`, `invalid`, `retrying`" + `).
 
-A refusal for what the file says (a key unknown or out of range) stands until the file
+A refusal for what the file says (a key unknown or out of range, a request-timeout that
+does not fit the handler.timeout wowd started with) stands until the file
 changes again. A refusal for a reason outside it may pass while the file stays as it
 is, and the file is read again after 1s, then twice as long each time up to a minute,
 until it applies or changes: the file or a header file it names cannot be read (a
