@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -375,7 +376,7 @@ func (rt *Daemon) apply() (*metrics.ReloadOutcome, error) {
 		commit()
 	}
 	r.mu.Unlock()
-	r.applied = cfg
+	r.applied = running(cfg, r.applied, rt.cfg)
 	if len(applied) > 0 {
 		rt.log.Info("configuration reloaded", zap.String("path", r.Path), zap.Strings("applied", applied))
 	}
@@ -392,6 +393,24 @@ func (rt *Daemon) apply() (*metrics.ReloadOutcome, error) {
 	}
 	o := metrics.ReloadApplied
 	return &o, nil
+}
+
+// running returns the running configuration once cfg's reloadable keys
+// were applied over prev, the one before: cfg, but a dispatcher whose
+// handler, built from start, cannot take cfg's (removed, or of another
+// type: a change for a restart) keeps its entry of prev, the settings its
+// handler still runs with. Were it taken from cfg, a later file putting
+// the dispatcher back with new reloadable values would compare with a
+// configuration lacking it, and they would not apply.
+func running(cfg, prev, start *config.Config) *config.Config {
+	out := *cfg
+	out.Dispatchers = maps.Clone(cfg.Dispatchers)
+	for name, d := range start.Dispatchers {
+		if now, ok := cfg.Dispatchers[name]; !ok || now.Handler.Type != d.Handler.Type {
+			out.Dispatchers[name] = prev.Dispatchers[name]
+		}
+	}
+	return &out
 }
 
 // fitsRunningTry reports, as a refusal for what the file at path says,

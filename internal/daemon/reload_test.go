@@ -582,6 +582,29 @@ func TestReloadRefusesATimeoutThatFitsOnlyAfterARestart(t *testing.T) {
 	}
 }
 
+// TestReloadAppliesToADispatcherPutBack: a file that renames a dispatcher
+// (a change for a restart), then one that puts it back with a new
+// max-concurrency, applies the new value to its running sink. The running
+// configuration was taken to lack the dispatcher after the first, so the
+// second was logged as changing no key and the sink kept its limit.
+func TestReloadAppliesToADispatcherPutBack(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	c := newCluster(t)
+	yaml := reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1)
+	r := startReloading(t, yaml, nil)
+	r.write(t, strings.Replace(yaml, "    sink:\n", "    sink2:\n", 1))
+	testwait.For(t, 10*time.Second, "the rename reported", func() bool { return r.count(t, metrics.ReloadRestartNeeded) == 1 })
+	r.write(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 3, "info", 1))
+	testwait.For(t, 10*time.Second, "the dispatcher put back read", func() bool { return r.loads.Load() == 2 })
+	testwait.For(t, 10*time.Second, "its new max-concurrency applied", func() bool {
+		return r.logs.FilterMessage("configuration reloaded").FilterField(zap.Strings("applied", []string{
+			"wow.dispatchers.sink.handler.max-concurrency"})).Len() == 1
+	})
+	if n := r.count(t, metrics.ReloadApplied); n != 1 {
+		t.Errorf("%d reloads applied counted, want 1", n)
+	}
+}
+
 // TestStopDoesNotWaitForASlowReload: Stop during a reload whose Load is
 // slow and does not give up (a custom Load, a file system that hangs)
 // returns within its deadline, and the reload, when its Load returns at
