@@ -271,16 +271,13 @@ line, env WOW_..., or --set.`,
 	return cmd
 }
 
-// reloadLoader returns what a reload of the file at path reads: the
-// document with src, not the files it names. The daemon reads those itself
-// and rides out their rotation (a certificate and key written one after the
-// other); a reload refused for one would wait for its retry.
-func (a *app) reloadLoader(path string, src config.Sources) func(context.Context) (*config.Config, error) {
-	return func(ctx context.Context) (*config.Config, error) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
-		}
+// reloadLoader returns what a reload of the file at path reads from its
+// contents, data: the document with src, not the files it names. The
+// daemon reads those itself and rides out their rotation (a certificate
+// and key written one after the other); a reload refused for one would
+// wait for its retry.
+func (a *app) reloadLoader(path string, src config.Sources) func(context.Context, []byte) (*config.Config, error) {
+	return func(ctx context.Context, data []byte) (*config.Config, error) {
 		cfg, _, err := config.ParseSourcesContext(ctx, data, path, a.reg, src)
 		return cfg, err
 	}

@@ -202,13 +202,14 @@ func TestReloadReadsTheDocumentOnly(t *testing.T) {
       handler: {type: log}
 `)
 	a := &app{reg: handler.Default()}
-	if _, err := a.reloadLoader(path, config.Sources{})(context.Background()); err != nil {
-		t.Fatalf("reload refused: %v", err)
-	}
-	if err := os.WriteFile(path, []byte("wow: {dispatch: {workers: -1}}"), 0o600); err != nil {
+	data, err := os.ReadFile(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.reloadLoader(path, config.Sources{})(context.Background()); err == nil {
+	if _, err := a.reloadLoader(path, config.Sources{})(context.Background(), data); err != nil {
+		t.Fatalf("reload refused: %v", err)
+	}
+	if _, err := a.reloadLoader(path, config.Sources{})(context.Background(), []byte("wow: {dispatch: {workers: -1}}")); err == nil {
 		t.Fatal("a reload of an invalid document was not refused")
 	}
 }

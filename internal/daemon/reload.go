@@ -31,10 +31,13 @@ type Reload struct {
 	// change made during start-up, before the file was watched, is not
 	// missed.
 	Read []byte
-	// Load reads it again, over the same environment and --set arguments
-	// as at start, and validates it. It gives up when ctx is done: Stop
-	// began.
-	Load func(ctx context.Context) (*config.Config, error)
+	// Load reads data, the file's contents as the watcher just read them,
+	// over the same environment and --set arguments as at start, and
+	// validates it. It gives up when ctx is done: Stop began. It reads
+	// data, not the file again: what is applied is what the watcher takes
+	// for handled (a file written again meanwhile, then back as it was,
+	// would be taken for applied otherwise).
+	Load func(ctx context.Context, data []byte) (*config.Config, error)
 	// Level is the logger's level, set in place when wow.log.level
 	// changes.
 	Level zap.AtomicLevel
@@ -264,7 +267,7 @@ func (rt *Daemon) reloadFile(force bool) (passing bool) {
 	if !force && bytes.Equal(data, r.last) {
 		return false // touched, or written again as it was: refused or applied already
 	}
-	outcome, err := rt.apply()
+	outcome, err := rt.apply(data)
 	if err != nil {
 		if r.ctx.Err() != nil {
 			rt.log.Info("the configuration reload under way is abandoned: stopping", zap.String("path", r.Path))
@@ -300,11 +303,12 @@ func (rt *Daemon) refused(err error) {
 	r.count.Count(metrics.ReloadRetrying)
 }
 
-// apply loads the configuration again and applies its reloadable changes,
-// all or none. It returns nil when no key changed.
-func (rt *Daemon) apply() (*metrics.ReloadOutcome, error) {
+// apply loads the configuration again from data, the file's contents, and
+// applies its reloadable changes, all or none. It returns nil when no key
+// changed.
+func (rt *Daemon) apply(data []byte) (*metrics.ReloadOutcome, error) {
 	r := rt.reload
-	cfg, err := r.Load(r.ctx)
+	cfg, err := r.Load(r.ctx, data)
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,7 @@ func TestReloadUnderARunningDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := rt.WatchConfig(Reload{Path: path, Read: []byte(reloadYAML(broker, srv.URL, 1, "info", 2)), Level: level,
-		Load: func(context.Context) (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
+		Load: func(context.Context, []byte) (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
 		t.Fatal(err)
 	}
 	rt.Start(context.Background())
@@ -235,7 +235,7 @@ func TestReloadThroughASwappedLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := rt.WatchConfig(Reload{Path: path, Level: level,
-		Load: func(context.Context) (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
+		Load: func(context.Context, []byte) (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
 		t.Fatal(err)
 	}
 	rt.Start(context.Background())
@@ -276,7 +276,7 @@ func TestReloadSeesAChangeDuringStartUp(t *testing.T) {
 				read = []byte(yaml)
 			}
 			err = r.rt.WatchConfig(Reload{Path: r.path, Read: read, Level: r.level,
-				Load: func(context.Context) (*config.Config, error) { return config.Load(r.path, reg, nil) }})
+				Load: func(context.Context, []byte) (*config.Config, error) { return config.Load(r.path, reg, nil) }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,11 +329,13 @@ type reloading struct {
 // startReloading writes yaml to a file and starts a daemon on it watching
 // the file, reading it again with load (config.Load when nil). The daemon
 // stops at the end of the test, unless the test stopped it.
-func startReloading(t *testing.T, yaml string, load func(ctx context.Context, path string) (*config.Config, error)) *reloading {
+func startReloading(t *testing.T, yaml string, load func(ctx context.Context, path string, data []byte) (*config.Config, error)) *reloading {
 	t.Helper()
 	reg := handler.Default()
 	if load == nil {
-		load = func(_ context.Context, path string) (*config.Config, error) { return config.Load(path, reg, nil) }
+		load = func(_ context.Context, path string, _ []byte) (*config.Config, error) {
+			return config.Load(path, reg, nil)
+		}
 	}
 	r := &reloading{path: filepath.Join(t.TempDir(), "wowd.yaml"), level: zap.NewAtomicLevelAt(zapcore.InfoLevel)}
 	r.write(t, yaml)
@@ -346,9 +348,9 @@ func startReloading(t *testing.T, yaml string, load func(ctx context.Context, pa
 	if r.rt, err = New(cfg, reg, zap.New(core), "test"); err != nil {
 		t.Fatal(err)
 	}
-	err = r.rt.WatchConfig(Reload{Path: r.path, Read: []byte(yaml), Level: r.level, Load: func(ctx context.Context) (*config.Config, error) {
+	err = r.rt.WatchConfig(Reload{Path: r.path, Read: []byte(yaml), Level: r.level, Load: func(ctx context.Context, data []byte) (*config.Config, error) {
 		r.loads.Add(1)
-		return load(ctx, r.path)
+		return load(ctx, r.path, data)
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -430,12 +432,8 @@ func reloadCount(t *testing.T, rt *Daemon, o metrics.ReloadOutcome) int {
 // documentLoader reads the file as `wowd run` does when it changes: the
 // document, not the files it names, giving up on wow.metadata when ctx is
 // done.
-func documentLoader(reg *handler.Registry) func(ctx context.Context, path string) (*config.Config, error) {
-	return func(ctx context.Context, path string) (*config.Config, error) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
+func documentLoader(reg *handler.Registry) func(ctx context.Context, path string, data []byte) (*config.Config, error) {
+	return func(ctx context.Context, path string, data []byte) (*config.Config, error) {
 		cfg, _, err := config.ParseSourcesContext(ctx, data, path, reg, config.Sources{})
 		return cfg, err
 	}
@@ -454,7 +452,7 @@ func TestReloadRetriesAPassingRefusal(t *testing.T) {
 	reg := handler.Default()
 	for _, tc := range []struct {
 		name string
-		load func(ctx context.Context, path string) (*config.Config, error)
+		load func(ctx context.Context, path string, data []byte) (*config.Config, error)
 	}{
 		// As `wowd run` reads it again: the document, not the files it
 		// names; the sink reads its header files.
@@ -605,6 +603,33 @@ func TestReloadAppliesToADispatcherPutBack(t *testing.T) {
 	}
 }
 
+// TestReloadAppliesWhatItRead: the file written again while a reload
+// loads it, then back as the reload read it before the next read (an editor
+// saving twice, a tool writing a file then correcting it), ends with what
+// the file says applied. The reload applied what Load read of the file,
+// the second version, and took the first for handled: the file's last
+// version compared equal to it and was never applied.
+func TestReloadAppliesWhatItRead(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	c := newCluster(t)
+	yaml := func(level string) string { return reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, level, 1) }
+	load := documentLoader(handler.Default())
+	var r *reloading
+	r = startReloading(t, yaml("info"), func(ctx context.Context, path string, data []byte) (*config.Config, error) {
+		if r.loads.Load() == 1 { // written again meanwhile, then back once loaded
+			r.write(t, yaml("error"))
+			defer r.write(t, yaml("debug"))
+		}
+		return load(ctx, path, data)
+	})
+	r.write(t, yaml("debug"))
+	testwait.For(t, 10*time.Second, "the change applied", func() bool { return r.count(t, metrics.ReloadApplied) >= 1 })
+	time.Sleep(20 * reloadSettle) // the last write settled and read
+	if got := r.level.Level(); got != zapcore.DebugLevel {
+		t.Errorf("log level %v, the file says debug", got)
+	}
+}
+
 // TestStopDoesNotWaitForASlowReload: Stop during a reload whose Load is
 // slow and does not give up (a custom Load, a file system that hangs)
 // returns within its deadline, and the reload, when its Load returns at
@@ -614,7 +639,7 @@ func TestStopDoesNotWaitForASlowReload(t *testing.T) {
 	c := newCluster(t)
 	yaml := reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
-	r := startReloading(t, yaml, func(_ context.Context, path string) (*config.Config, error) {
+	r := startReloading(t, yaml, func(_ context.Context, path string, _ []byte) (*config.Config, error) {
 		entered <- struct{}{}
 		<-release // not ctx
 		return config.Load(path, nil, nil)
@@ -699,7 +724,7 @@ func TestReloadNow(t *testing.T) {
 		c := newCluster(t)
 		var loads atomic.Int32
 		r := startReloading(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1),
-			func(_ context.Context, path string) (*config.Config, error) {
+			func(_ context.Context, path string, _ []byte) (*config.Config, error) {
 				if loads.Add(1) == 1 {
 					return nil, &config.Errors{File: path, List: []config.Error{{Path: "wow.log.level", Msg: "refused by the test"}}}
 				}
