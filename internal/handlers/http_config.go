@@ -26,7 +26,7 @@ type HTTPConfig struct {
 	RateBurst       int               `config:"rate-burst" reload:"true" desc:"Requests that may go at once after a quiet period, when rate-limit is set."`
 	Headers         map[string]string `config:"headers" secret:"true" desc:"Static headers added to every request."`
 	HeadersFromEnv  map[string]string `config:"headers-from-env" desc:"Headers whose values are read from environment variables at start, by header name (Authorization: WOWD_SINK_TOKEN); values are trimmed."`
-	HeadersFromFile map[string]string `config:"headers-from-file" reload:"true" desc:"Headers whose values are read from files, by header name (Authorization: /run/secrets/token); values are trimmed and read again when the file changes."`
+	HeadersFromFile map[string]string `config:"headers-from-file" reload:"true" desc:"Headers whose values are read from files, by header name (Authorization: /run/secrets/token); values are trimmed and read again when the file changes; a file that cannot be used keeps the previous value and is read again every second until it can."`
 	ContentType     string            `config:"content-type" desc:"Content-Type of a request whose record has no content-type header."`
 	H2C             bool              `config:"h2c" desc:"Speak HTTP/2 without TLS (h2c, prior knowledge) to an http URL, whose server must accept it; otherwise http URLs get HTTP/1.1 (https URLs get HTTP/2 when the server offers it)."`
 	TLS             HTTPTLSConfig     `config:"tls"`

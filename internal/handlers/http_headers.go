@@ -83,17 +83,22 @@ func headerValue(raw string) (string, error) {
 // token that is rotated. The file is read when the sink is built; after
 // that, a request checks it at most once per every and reads it again when
 // it changed (another file, modification time or size). A file that cannot
-// be read, or holds no valid value, leaves the previous value in use.
+// be read, or holds no valid value, leaves the previous value in use, and
+// is read again at every check until it can be used: a fix need not change
+// what the check compares (a mode fixed by chmod, a value rewritten in
+// place within the same second), and the warning is logged once per
+// distinct error.
 type fileHeader struct {
 	name  string // canonical header name
 	path  string
 	every time.Duration
 	log   *zap.Logger
 
-	mu   sync.Mutex  // guards cur, info and next
-	cur  string      // the value in use
-	info os.FileInfo // of the file last read (or tried)
-	next time.Time   // when to check the file again
+	mu     sync.Mutex  // guards cur, info, next and failed
+	cur    string      // the value in use
+	info   os.FileInfo // of the file last read
+	next   time.Time   // when to check the file again
+	failed string      // why the file's last read could not be used; "": it could
 }
 
 // load reads the file, reporting why it cannot be used.
@@ -118,17 +123,19 @@ func (f *fileHeader) get(now time.Time) string {
 	}
 	f.next = now.Add(f.every)
 	info, err := os.Stat(f.path)
-	if err != nil || sameVersion(f.info, info) {
+	if err != nil || f.failed == "" && sameVersion(f.info, info) {
 		return f.cur // a missing file is reported once it is back, or never
 	}
 	v, read, err := readHeaderFile(f.path)
 	if err != nil {
-		f.info = info // tried: wait for the next change
-		f.log.Warn("header file changed but cannot be used; keeping the previous value",
-			zap.String("header", f.name), zap.String("path", f.path), zap.Error(err))
+		if err.Error() != f.failed {
+			f.failed = err.Error()
+			f.log.Warn("header file changed but cannot be used; keeping the previous value",
+				zap.String("header", f.name), zap.String("path", f.path), zap.Error(err))
+		}
 		return f.cur
 	}
-	f.cur, f.info = v, read
+	f.cur, f.info, f.failed = v, read, ""
 	f.log.Debug("header file read again", zap.String("header", f.name), zap.String("path", f.path))
 	return f.cur
 }

@@ -160,6 +160,47 @@ func TestHTTPHeaderFromFileIsReadAgainWhenItChanges(t *testing.T) {
 	}
 }
 
+// TestHTTPFileHeaderFixedInPlaceIsReadAgain: a header file whose new
+// version could not be used is read again at each check until it can, so
+// a fix that leaves its size and modification time as they were (written
+// in place within the same second; a mode fixed by chmod) is taken up,
+// and the warning is logged once, not at every check. Before, a failed
+// version was remembered as tried and the fix never read.
+func TestHTTPFileHeaderFixedInPlaceIsReadAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	mtime := time.Now().Add(-time.Hour).Truncate(time.Second)
+	write := func(v string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(v), 0o600); err != nil { // in place: the same file
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("Bearer one")
+	core, logs := observer.New(zapcore.WarnLevel)
+	f := &fileHeader{name: "Authorization", path: path, every: time.Second, log: zap.New(core)}
+	now := time.Now()
+	if err := f.load(now); err != nil {
+		t.Fatal(err)
+	}
+	mtime = mtime.Add(time.Second)
+	write("Bearer \x01ne") // the same size
+	for i := 1; i <= 3; i++ {
+		if got := f.get(now.Add(time.Duration(i) * time.Second)); got != "Bearer one" {
+			t.Fatalf("with an unusable version: %q", got)
+		}
+	}
+	if n := logs.Len(); n != 1 {
+		t.Errorf("%d warnings for one unusable version, want 1", n)
+	}
+	write("Bearer two") // fixed in place: same size, same modification time
+	if got := f.get(now.Add(4 * time.Second)); got != "Bearer two" {
+		t.Fatalf("after the fix: %q, want the fixed value", got)
+	}
+}
+
 func TestHTTPFileHeaderChecksAtMostOncePerInterval(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(path, []byte("one"), 0o600); err != nil {

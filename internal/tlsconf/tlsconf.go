@@ -47,17 +47,18 @@ type Reloader struct {
 	log   *zap.Logger
 	now   func() time.Time
 
-	mu    sync.Mutex  // guards cur, seen and next
-	cur   *tls.Config // built from the files last read successfully
-	seen  [3]os.FileInfo
-	next  time.Time // when to look at the files again
-	stats Stats
+	mu     sync.Mutex  // guards cur, seen, next, failed and stats
+	cur    *tls.Config // built from the files last read successfully
+	seen   [3]os.FileInfo
+	next   time.Time // when to look at the files again
+	failed string    // why the files last read could not be used; "": they could
+	stats  Stats
 }
 
 // Stats counts what a Reloader did with changed files.
 type Stats struct {
 	Reloads  int // times changed files were read and put in use
-	Failures int // times changed files could not be used
+	Failures int // distinct reasons changed files could not be used, in a row of tries
 }
 
 // New reads the files and returns a Reloader serving them. Files that
@@ -109,7 +110,11 @@ func (r *Reloader) Stats() Stats {
 var nextProtos = []string{"h2", "http/1.1"}
 
 // current returns the configuration in use, reading the files again if it
-// is time to look and one of them changed.
+// is time to look and one of them changed, or changed files could not be
+// used the last time: they are read at every look until they can, since
+// the fix need not change what the look compares (a key rewritten in place
+// within the same second and at the same size as the certificate before
+// it, a mode fixed by chmod). Each distinct reason is logged once.
 func (r *Reloader) current() *tls.Config {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -119,17 +124,20 @@ func (r *Reloader) current() *tls.Config {
 	}
 	r.next = now.Add(r.every)
 	seen := r.stat()
-	if sameVersions(r.seen, seen) {
+	if r.failed == "" && sameVersions(r.seen, seen) {
 		return r.cur
 	}
-	r.seen = seen // tried: a failure waits for the next change
+	r.seen = seen
 	cfg, err := build(r.files)
 	if err != nil {
-		r.stats.Failures++
-		r.log.Warn("TLS files changed but cannot be used; keeping the previous certificate", zap.Error(err))
+		if err.Error() != r.failed {
+			r.failed = err.Error()
+			r.stats.Failures++
+			r.log.Warn("TLS files changed but cannot be used; keeping the previous certificate", zap.Error(err))
+		}
 		return r.cur
 	}
-	r.cur = cfg
+	r.cur, r.failed = cfg, ""
 	r.stats.Reloads++
 	r.log.Info("TLS files read again", zap.String("cert_file", r.files.CertFile), zap.String("expires", expiry(cfg)))
 	return r.cur

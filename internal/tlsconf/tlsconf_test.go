@@ -161,6 +161,55 @@ func TestRotationWithoutRestart(t *testing.T) {
 	}
 }
 
+// TestAFixThatLooksUnchangedIsRead: files that changed but could not be
+// used are read again at every look until they can, though the fix leaves
+// what a look compares as it was. Here a rotation writes the new
+// certificate first and its key later, in place, at the same size and
+// modification time as the old key (a file system with coarse times, a
+// tool that keeps them): the key's write looked like no change, and the
+// old certificate stayed in use until a later change, past its expiry if
+// none came. The failure is counted (and logged) once, not at every look.
+func TestAFixThatLooksUnchangedIsRead(t *testing.T) {
+	f, files := newFixture(t, nil)
+	r := open(t, files)
+	addr := serve(t, r)
+	client := f.ClientConfig(nil)
+	if name, err := dial(addr, client); err != nil || name != "server-1" {
+		t.Fatalf("before rotation: %q, %v", name, err)
+	}
+	oldKey, err := os.Stat(f.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM := f.CA.Server(t, "server-2")
+	if err := os.WriteFile(f.CertFile, certPEM, 0o600); err != nil { // in place; its key is not there yet
+		t.Fatal(err)
+	}
+	eventually(t, "the certificate without its key refused", func() bool {
+		_, _ = dial(addr, client)
+		return r.Stats().Failures > 0
+	})
+	if name, err := dial(addr, client); err != nil || name != "server-1" {
+		t.Fatalf("while the key is missing: %q, %v; want server-1 still", name, err)
+	}
+	if int64(len(keyPEM)) != oldKey.Size() {
+		t.Fatalf("the new key has %d bytes, the old %d: the fixture cannot make the key's write look unchanged", len(keyPEM), oldKey.Size())
+	}
+	if err := os.WriteFile(f.KeyFile, keyPEM, 0o600); err != nil { // in place: the same file
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(f.KeyFile, oldKey.ModTime(), oldKey.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the certificate served once its key is there", func() bool {
+		name, err := dial(addr, client)
+		return err == nil && name == "server-2"
+	})
+	if s := r.Stats(); s.Failures != 1 || s.Reloads != 1 {
+		t.Errorf("stats %+v, want 1 failure (counted once, not per look) and 1 reload", s)
+	}
+}
+
 func TestClientCertificateRequired(t *testing.T) {
 	clientCA := tlstest.NewCA(t, "client-ca")
 	f, files := newFixture(t, clientCA)
