@@ -67,8 +67,8 @@ var (
 )
 
 // reloader watches the configuration file. Its goroutine, started by
-// Start and stopped by Stop, is the only one to touch last, real, applied,
-// wait, force and failure while it runs; started and done belong to Start
+// Start and stopped by Stop, is the only one to touch last, real, realDir,
+// applied, wait, force and failure while it runs; started and done belong to Start
 // and Stop; now is ReloadNow's.
 type reloader struct {
 	Reload
@@ -76,6 +76,7 @@ type reloader struct {
 	count   *metrics.Reloads
 	last    []byte         // the contents last handled: applied, or refused for what they say; at first Reload.Read
 	real    string         // the file the path led to when last looked at
+	realDir string         // real's directory, watched too when it is not the path's; "": not watched
 	applied *config.Config // the running configuration, reloadable keys as last applied
 	wait    time.Duration  // the pause before the next retry of a passing refusal; 0: none due
 	failure string         // the passing refusal last logged; "" since the last handled read
@@ -139,7 +140,6 @@ func (rt *Daemon) WatchConfig(r Reload) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	rt.reload = &reloader{
 		Reload:  r,
-		real:    real,
 		watcher: w,
 		count:   rt.metrics.Reloads(),
 		last:    r.Read,
@@ -149,6 +149,7 @@ func (rt *Daemon) WatchConfig(r Reload) error {
 		ctx:     ctx,
 		cancel:  cancel,
 	}
+	rt.reload.follow(real, rt.log)
 	return nil
 }
 
@@ -175,7 +176,7 @@ func (rt *Daemon) watch() {
 			if !ok {
 				return
 			}
-			if r.concerns(ev) {
+			if r.concerns(ev, rt.log) {
 				settle.Reset(reloadSettle)
 			}
 		case err, ok := <-r.watcher.Errors:
@@ -235,21 +236,49 @@ func (rt *Daemon) ReloadNow() bool {
 	return true
 }
 
-// concerns reports whether ev, an event in the file's directory, may have
-// changed the file: an event of the file itself, or one after which its
-// path leads to another file (a Kubernetes ConfigMap volume swaps a link
-// to a directory). Other files of the directory, such as a log written
-// there, are not the configuration's business.
-func (r *reloader) concerns(ev fsnotify.Event) bool {
-	if filepath.Clean(ev.Name) == filepath.Clean(r.Path) {
+// concerns reports whether ev, an event in the file's directory or in that
+// of the file its path links to, may have changed the file: an event of
+// the path or of the file it leads to, or one after which its path leads
+// to another file (a Kubernetes ConfigMap volume swaps a link to a
+// directory). Other files of the directories, such as a log written there,
+// are not the configuration's business.
+func (r *reloader) concerns(ev fsnotify.Event, log *zap.Logger) bool {
+	if name := filepath.Clean(ev.Name); name == filepath.Clean(r.Path) || name == filepath.Clean(r.real) {
 		return true
 	}
 	real, err := filepath.EvalSymlinks(r.Path)
 	if err != nil || real == r.real {
 		return false
 	}
-	r.real = real
+	r.follow(real, log)
 	return true
+}
+
+// follow records real as the file the path leads to, and watches its
+// directory too when that is not the path's own: a file a link points at
+// from another directory, edited in place, changes only there. The
+// directory watched for the file before, if any, is let go (a Kubernetes
+// ConfigMap's previous version directory is gone by then anyway).
+func (r *reloader) follow(real string, log *zap.Logger) {
+	r.real = real
+	dir, _ := filepath.Abs(filepath.Dir(real))
+	own, _ := filepath.Abs(filepath.Dir(r.Path))
+	if dir == r.realDir {
+		return
+	}
+	if r.realDir != "" {
+		_ = r.watcher.Remove(r.realDir) // may be gone
+		r.realDir = ""
+	}
+	if dir == own {
+		return
+	}
+	if err := r.watcher.Add(dir); err != nil {
+		log.Warn("watching the directory of the file the configuration path links to; changes made there in place need a SIGHUP",
+			zap.String("path", r.Path), zap.String("file", real), zap.Error(err))
+		return
+	}
+	r.realDir = dir
 }
 
 // reloadFile reads the configuration file and applies what changed. It

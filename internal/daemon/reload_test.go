@@ -248,6 +248,83 @@ func TestReloadThroughASwappedLink(t *testing.T) {
 	}
 }
 
+// TestReloadThroughALinkToAnotherDirectory: a configuration path that is
+// a link to a file in another directory (a file kept under /opt, linked
+// from /etc) is reloaded when that file is edited in place, an event only
+// its own directory sees; and again after the link is pointed at a file in
+// a third directory, and that one is edited. Only the path's directory was
+// watched: such an edit was never applied.
+func TestReloadThroughALinkToAnotherDirectory(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	c := newCluster(t)
+	yaml := func(level string) []byte {
+		return []byte(reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, level, 1))
+	}
+	edit := func(file, level string) { // in place, as an editor writing through does
+		t.Helper()
+		f, err := os.OpenFile(file, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(yaml(level)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept, other, linkDir := t.TempDir(), t.TempDir(), t.TempDir()
+	target := filepath.Join(kept, "wowd.yaml")
+	if err := os.WriteFile(target, yaml("info"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(linkDir, "wowd.yaml")
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	reg := handler.Default()
+	cfg, err := config.Load(path, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
+	core, _ := zapobserver.New(level)
+	rt, err := New(cfg, reg, zap.New(core), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.WatchConfig(Reload{Path: path, Read: yaml("info"), Level: level,
+		Load: func(_ context.Context, data []byte) (*config.Config, error) {
+			return config.Parse(data, path, reg, nil)
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	rt.Start(context.Background())
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := rt.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	edit(target, "error")
+	testwait.For(t, 10*time.Second, "the edit of the linked file applied", func() bool { return level.Level() == zapcore.ErrorLevel })
+
+	moved := filepath.Join(other, "wowd.yaml")
+	if err := os.WriteFile(moved, yaml("warn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, path+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "the file the link points at now applied", func() bool { return level.Level() == zapcore.WarnLevel })
+	edit(moved, "debug")
+	testwait.For(t, 10*time.Second, "the edit of the newly linked file applied", func() bool { return level.Level() == zapcore.DebugLevel })
+}
+
 // TestReloadSeesAChangeDuringStartUp: a change of the file after the
 // configuration was loaded from it and before it was watched (start-up
 // takes a while: wow.metadata, the handlers, the receivers) applies once
