@@ -231,7 +231,9 @@ func (r *retrier) Handle(ctx context.Context, m *Message, ack Ack) {
 func (c *retryCall) inPlace() {
 	r := c.r
 	for {
-		c.try()
+		if !c.try() {
+			return // acknowledged without an attempt: its context had ended
+		}
 		select {
 		case <-c.next:
 		case <-c.ctx.Done():
@@ -314,14 +316,18 @@ func (r *retrier) Close(ctx context.Context) error {
 	return nil
 }
 
-// try makes the next attempt of the running call c.
-func (c *retryCall) try() {
+// try makes the next attempt of the running call c. It reports false when
+// c's context had ended: c is then acknowledged, without an attempt, and
+// no outcome is to be waited for (inPlace does not wait for Done, which a
+// context that reports Err may close a moment later, or, if it breaks the
+// contract, never).
+func (c *retryCall) try() bool {
 	if err := c.ctx.Err(); err != nil {
 		c.r.mu.Lock()
 		c.state = retryDone
 		c.r.mu.Unlock()
 		c.finish(c.withAttempts(err))
-		return
+		return false
 	}
 	n := c.attempts.Add(1)
 	// Attempts after the first run on a timer's goroutine (unless h
@@ -335,9 +341,10 @@ func (c *retryCall) try() {
 	}()
 	if c.r.numbered != nil {
 		c.r.numbered.HandleAttempt(c.ctx, c.m, int(n), ack.New(c, uint64(n)))
-		return
+		return true
 	}
 	c.r.h.Handle(c.ctx, c.m, ack.New(c, uint64(n)))
+	return true
 }
 
 // Complete implements ack.Completer: the outcome of attempt token.

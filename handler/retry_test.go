@@ -690,3 +690,47 @@ func TestWithRetryBlockerResumesOnThePool(t *testing.T) {
 		})
 	}
 }
+
+// endingCtx reports no error at its first Err, context.Canceled after, and
+// never closes Done: a context whose Err and Done disagree, as wowd's try
+// context briefly did while its partition closed.
+type endingCtx struct {
+	context.Context
+	calls atomic.Int32
+}
+
+func (c *endingCtx) Err() error {
+	if c.calls.Add(1) == 1 {
+		return nil
+	}
+	return context.Canceled
+}
+
+func (c *endingCtx) Done() <-chan struct{} { return make(chan struct{}) }
+
+// TestWithRetryBlockerEndsWhenItsContextReportsAnError: a Blocker's Handle
+// whose context ends between Handle's first look and its attempt returns,
+// the message acknowledged with the context's error and no attempt made,
+// without waiting for Done: it waited for Done, which the context never
+// closed, holding its goroutine of the blocking pool for good.
+func TestWithRetryBlockerEndsWhenItsContextReportsAnError(t *testing.T) {
+	inner := &flaky{}
+	h := handler.WithRetry(blockingFlaky{inner}, handler.RetryPolicy{})
+	ack, ch := outcome(t)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		h.Handle(&endingCtx{Context: context.Background()}, msg, ack)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Handle still waits, its context's Err reporting context.Canceled")
+	}
+	if err := await(t, ch); !errors.Is(err, context.Canceled) {
+		t.Errorf("outcome %v, want context.Canceled", err)
+	}
+	if n := inner.calls.Load(); n != 0 {
+		t.Errorf("%d attempts, want none", n)
+	}
+}

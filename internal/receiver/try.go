@@ -51,23 +51,35 @@ func (c *tryContext) Deadline() (time.Time, bool) { return c.p.ctx.Deadline() }
 // Done returns a channel closed when the try ends.
 func (c *tryContext) Done() <-chan struct{} {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.done == nil {
 		c.done = make(chan struct{})
 		if c.err != nil {
 			close(c.done)
 		}
 	}
-	return c.done
+	done, running := c.done, c.err == nil
+	c.mu.Unlock()
+	if running {
+		c.Err() // ends it if its partition has gone already
+	}
+	return done
 }
 
-// Err returns why the try ended, or nil while it runs.
+// Err returns why the try ended, or nil while it runs. A try whose
+// partition's context ended is ended here with it, so that Done is closed
+// whenever Err reports an error, as a context's must: closePartition ends
+// the tries of the jobs it finds, a moment after it cancels the partition,
+// but a job that finishes meanwhile (its handler saw Err and acknowledged)
+// is no longer there to be found, and a handler that saw Err and then
+// waited for Done (handler.WithRetry did) would wait forever.
 func (c *tryContext) Err() error {
 	c.mu.Lock()
 	err := c.err
 	c.mu.Unlock()
 	if err == nil {
-		err = c.p.ctx.Err() // closing: the partition's end reaches the try a moment later
+		if err = c.p.ctx.Err(); err != nil {
+			c.end(err)
+		}
 	}
 	return err
 }
