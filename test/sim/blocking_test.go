@@ -27,6 +27,20 @@ const (
 // Not from the run's rng: the other choices of a seed stay as they were.
 func blockingFor(seed uint64) bool { return mix(seed, 88)%4 == 0 }
 
+// blockingRetryFor reports whether, in a blocking run without the HTTP sink
+// (which has WithRetry inside), the members' handler is wrapped in
+// handler.WithRetry, as the audit example plugin is: half of them. Its
+// retries then wait for the pool after each backoff (handler.Resumer), a
+// path to the handler the pool's bound must hold on too.
+func blockingRetryFor(seed uint64, w *world) bool {
+	return w.blocking && w.sink == nil && (*blockingRetryFlag || mix(seed, 90)%2 == 0)
+}
+
+// blockingRetryPolicy is the members' WithRetry in a blocking retry run: a
+// transient failure is tried again twice, after 10 to 40 ms, before the
+// receiver holds the message.
+var blockingRetryPolicy = handler.RetryPolicy{MaxAttempts: 3, Initial: 20 * time.Millisecond, Max: 40 * time.Millisecond}
+
 // blockingProbe is a member's handler in a blocking run: it counts the
 // calls of Handle under way across the member and blocks each for
 // blockingCall before handing the try on.
@@ -44,4 +58,24 @@ func (p *blockingProbe) Handle(ctx context.Context, m *handler.Message, ack hand
 	time.Sleep(blockingCall)
 	p.running.Add(-1)
 	p.h.Handle(ctx, m, ack)
+}
+
+// Blocking marks the probe a handler.Blocker, so that handler.WithRetry
+// around it makes its attempts on the pool.
+func (p *blockingProbe) Blocking() bool { return true }
+
+// tryClock notes when each try of the receiver's began (by its context,
+// which handler.WithRetry hands to each of its attempts), so that the
+// handler judges an attempt's success late from the try's start, as the
+// receiver does, not from the attempt's: WithRetry's second attempt of a
+// try may succeed past the try's deadline sooner than handlerTimeout after
+// it was called, and the receiver then ignores it and tries again.
+type tryClock struct {
+	w *world
+	h handler.Handler
+}
+
+func (c tryClock) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
+	c.w.tryStart.Store(ctx, time.Now())
+	c.h.Handle(ctx, m, ack)
 }

@@ -53,7 +53,10 @@
 // 30 to 80 requests a second with a burst of 1 to 4. In a quarter of the
 // seeds, drawn apart again, the members' route is a blocking one (a
 // handler.Blocker's), whose calls run on the executor's blocking pool of
-// three goroutines and each block for 2 ms (blocking_test.go). In a third
+// three goroutines and each block for 2 ms (blocking_test.go); in half of
+// those without the HTTP sink the handler is wrapped in handler.WithRetry
+// (three attempts, 10 to 40 ms apart), whose attempts after a backoff wait
+// for the pool again (-blockingretry runs every seed so). In a third
 // of the seeds, drawn apart once more, every record is a Wow event stream
 // (aggregate key, version seq+1, as the ingest's messages are) and the
 // members' receivers decode them and check their versions, parking an
@@ -129,7 +132,8 @@
 //     past the sink's request-timeout sees its context end;
 //   - with a blocking route: never more calls of the handler at once than
 //     the blocking pool has goroutines, whatever path the call came by (a
-//     first try, a held message's retry, a parked aggregate's redrive);
+//     first try, a held message's retry, a parked aggregate's redrive,
+//     a retry of handler.WithRetry after its backoff);
 //   - with the version check: no false gap: an aggregate parked at a
 //     version gap (version n after last handled L) misses each of the
 //     versions L+1..n-1 for real: none has a record in the partition

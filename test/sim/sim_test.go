@@ -53,8 +53,12 @@ var (
 	// versionsFlag runs every seed in the version-check mode (a third of
 	// the seeds otherwise; see version_test.go), the rest of its draws
 	// unchanged.
-	versionsFlag = flag.Bool("versioncheck", false, "run every seed in the version-check mode (Wow event streams, the receivers' version check, on-gap park where the run parks)")
-	stallsFlag   = flag.Bool("stalls", false, "run every seed with a third of the commit-failure actions turned into commit stalls (coordinators that answer no commit for 1-15 s); without it the CI seeds run without and then with stalls, other seeds without")
+	// blockingRetryFlag runs every seed on the blocking route, its handler
+	// in handler.WithRetry (an eighth of the seeds otherwise; without the
+	// HTTP sink).
+	blockingRetryFlag = flag.Bool("blockingretry", false, "run every seed on the blocking route with the handler in handler.WithRetry, without the HTTP sink")
+	versionsFlag      = flag.Bool("versioncheck", false, "run every seed in the version-check mode (Wow event streams, the receivers' version check, on-gap park where the run parks)")
+	stallsFlag        = flag.Bool("stalls", false, "run every seed with a third of the commit-failure actions turned into commit stalls (coordinators that answer no commit for 1-15 s); without it the CI seeds run without and then with stalls, other seeds without")
 )
 
 // ciSeeds run in every `go test`: enough to cover every behaviour and fault
@@ -305,11 +309,15 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	w.c = c
 	w.topicID = c.TopicInfo(topic).TopicID
 	w.watchCommits()
-	w.blocking = blockingFor(seed)
-	if w.sink = sinkFor(seed); w.sink != nil {
+	w.blocking = blockingFor(seed) || *blockingRetryFlag
+	if w.sink = sinkFor(seed); *blockingRetryFlag {
+		w.sink = nil
+	}
+	if w.sink != nil {
 		stopSink := startSinkServer(t, w)
 		defer stopSink() // after the members stopped: what their sinks still send gets an answer
 	}
+	w.blockingRetry = blockingRetryFor(seed, w)
 	// The ingest's keys; the mixed ones get their first records straight
 	// to the topic before any member starts.
 	newIngestModel(t, w, seed)
@@ -749,6 +757,9 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 	}
 	if w.blocking {
 		h = &blockingProbe{w: w, member: id, h: h, running: new(atomic.Int32)}
+		if w.blockingRetry {
+			h = tryClock{w: w, h: handler.WithRetry(h, blockingRetryPolicy)}
+		}
 	}
 	r, err := receiver.New(receiver.Options{
 		Dispatcher: "projection", Context: "sim", Service: "sim", GroupID: group,
@@ -1128,8 +1139,8 @@ func check(t *testing.T, w *world, members []*member) {
 		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
 			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v, %s",
-		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels, w.blocking, w.versionSummaryLocked())
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v), %s",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.versionSummaryLocked())
 }
 
 // dupCounts counts a run's duplicates (handlings of a record after its

@@ -75,6 +75,13 @@ type world struct {
 	// blocking: the members' route runs on the executor's blocking pool
 	// (blocking_test.go).
 	blocking bool
+	// blockingRetry: in a blocking run, the members' handler is wrapped in
+	// handler.WithRetry, whose retries wait for the pool after each
+	// backoff (blocking_test.go).
+	blockingRetry bool
+	// tryStart holds, in a blocking retry run, when each try (by its
+	// context) was handed to the handler (tryClock).
+	tryStart sync.Map
 	// versionCheck: every record is a Wow event stream, and the members'
 	// receivers decode them and check their aggregate versions, parking an
 	// aggregate at a gap when the run parks (version_test.go).
@@ -750,6 +757,9 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	w.mu.Unlock()
 
 	called := time.Now()
+	if t, ok := w.tryStart.Load(ctx); ok {
+		called = t.(time.Time) // an attempt of handler.WithRetry: its try began then
+	}
 	b, d := choose(w.seed, at, attempt)
 	switch b {
 	case ackSync:
