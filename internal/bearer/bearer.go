@@ -30,17 +30,21 @@ const tokenCheckEvery = time.Second
 // it changed (another file, modification time or size), so a token can be
 // rotated by replacing the file, as Kubernetes does with a Secret volume. A
 // changed file that cannot be read, or is empty, leaves the previous token
-// in use. The token is never logged.
+// in use, and is read again at every look until it can be used: a fix need
+// not change what the look compares (a mode fixed by chmod, a token
+// rewritten in place within the same second), and the warning is logged
+// once per distinct error. The token is never logged.
 type File struct {
 	path  string
 	what  string // whose token, for the log: "ingest", "admin"
 	every time.Duration
 	log   *zap.Logger
 
-	mu   sync.Mutex
-	sum  [sha256.Size]byte // of the token in use
-	info os.FileInfo       // of the file last read (or tried)
-	next time.Time         // when to look at the file again
+	mu     sync.Mutex
+	sum    [sha256.Size]byte // of the token in use
+	info   os.FileInfo       // of the file last read
+	next   time.Time         // when to look at the file again
+	failed string            // why the file's last read could not be used; "": it could
 }
 
 // Open reads the token file at path; what names whose token it is in the
@@ -69,17 +73,19 @@ func (t *File) current(now time.Time) [sha256.Size]byte {
 	}
 	t.next = now.Add(t.every)
 	info, err := os.Stat(t.path)
-	if err != nil || sameVersion(t.info, info) {
+	if err != nil || t.failed == "" && sameVersion(t.info, info) {
 		return t.sum
 	}
 	sum, read, err := readToken(t.path)
 	if err != nil {
-		t.info = info // tried: wait for the next change
-		t.log.Warn(t.what+" token file changed but cannot be used; keeping the previous token",
-			zap.String("path", t.path), zap.Error(err))
+		if err.Error() != t.failed {
+			t.failed = err.Error()
+			t.log.Warn(t.what+" token file changed but cannot be used; keeping the previous token",
+				zap.String("path", t.path), zap.Error(err))
+		}
 		return t.sum
 	}
-	t.sum, t.info = sum, read
+	t.sum, t.info, t.failed = sum, read, ""
 	t.log.Info(t.what+" token file read again", zap.String("path", t.path))
 	return t.sum
 }

@@ -113,3 +113,50 @@ func TestOpenRefuses(t *testing.T) {
 		t.Error("missing: opened")
 	}
 }
+
+// TestATokenFixedInPlaceIsReadAgain: a token file whose new version could
+// not be used (here two words, an editor's slip) is read again at each
+// look until it can, so a fix that leaves its size and modification time
+// as they were (written in place within the same second; a mode fixed by
+// chmod) is taken up: the rotated token is accepted and the old one
+// refused. Before, the failed version was remembered as tried and the fix
+// never read: the new token was answered 401 and the old one, meant to be
+// revoked, kept working until a restart. The warning is logged once.
+func TestATokenFixedInPlaceIsReadAgain(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	mtime := time.Now().Add(-time.Hour).Truncate(time.Second)
+	write := func(v string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(v), 0o600); err != nil { // in place: the same file
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(file, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("t0ken-one")
+	core, logs := observer.New(zapcore.WarnLevel)
+	tok, err := Open(file, "test", zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	mtime = mtime.Add(time.Second)
+	write("t0ken two") // the same size
+	for i := 1; i <= 3; i++ {
+		if !tok.allows(request("Bearer t0ken-one"), now.Add(time.Duration(i)*2*time.Second)) {
+			t.Fatal("an unusable version dropped the token in use")
+		}
+	}
+	write("t0ken-two") // the fix: same size, same modification time
+	later := now.Add(10 * time.Second)
+	if !tok.allows(request("Bearer t0ken-two"), later) {
+		t.Error("the fixed token is refused")
+	}
+	if tok.allows(request("Bearer t0ken-one"), later.Add(2*time.Second)) {
+		t.Error("the rotated-out token is still accepted")
+	}
+	if n := logs.FilterMessageSnippet("cannot be used").Len(); n != 1 {
+		t.Errorf("want one warning for the unusable version, got %d: %v", n, logs.All())
+	}
+}
