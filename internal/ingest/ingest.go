@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
@@ -327,6 +328,15 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			status = http.StatusRequestEntityTooLarge
 		}
 		in.reply(w, status, response{Error: fmt.Sprintf("reading the message: %v", err)})
+		return
+	}
+	// JSON text is UTF-8 (RFC 8259), as Wow writes and reads it: Jackson
+	// refuses other bytes, and Wow's default decode-failure handler stops
+	// the receive stream at such a record. Nor would the copy be what is
+	// handled here: marking it writes U+FFFD for the stray bytes of keys
+	// and header values, which may merge two keys.
+	if !utf8.Valid(body) {
+		in.reply(w, http.StatusBadRequest, response{Error: "the message is not valid UTF-8, as JSON text and Wow messages are"})
 		return
 	}
 	var m wow.Message
