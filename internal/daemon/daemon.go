@@ -203,6 +203,8 @@ func (rt *Daemon) buildIngest() error {
 		Metrics:     rt.metrics.Ingest(),
 		MaxInFlight: cfg.Ingest.MaxInFlight,
 		Sizes:       sizes,
+		// Validated: without either, the listener is loopback.
+		LoopbackOnly: cfg.Ingest.TokenFile == "" && cfg.Ingest.TLS.ClientCAFile == "",
 	}
 	if n := cfg.Ingest.RateLimit; n > 0 {
 		burst := cfg.Ingest.RateBurst

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -107,11 +108,18 @@ type Ingest struct {
 	// endpoint's listener (wow.ingest.rate-limit); more are answered 429
 	// with Retry-After before their body is read.
 	Rate *rate.Limiter
+	// LoopbackOnly says that nothing authenticates a request (no token
+	// file, no client certificates: allowed only on a loopback listener).
+	// A request addressed to another host than a loopback one is then
+	// refused (403), so that a web page cannot reach the endpoint through
+	// a DNS name rebound to 127.0.0.1.
+	LoopbackOnly bool
 
+	cop         *http.CrossOriginProtection
 	now         func() time.Time // time.Now; tests set another clock
 	bodyTimeout time.Duration    // defaultBodyTimeout when 0; tests set a shorter one
 
-	mu       sync.Mutex    // guards stopping, requests, idle and quit
+	mu       sync.Mutex    // guards stopping, requests, idle, quit and cop
 	stopping bool          // refusing new requests
 	requests int           // requests under way
 	idle     chan struct{} // closed when requests drops to zero while draining
@@ -151,6 +159,41 @@ func (in *Ingest) enter() (quit <-chan struct{}, e entry) {
 	}
 	in.requests++
 	return in.quit, entered
+}
+
+// forbidden says why a request a browser may have sent for a web page is
+// refused, or "" when it is not. A page can POST to the endpoint across
+// origins without a preflight (text/plain, no Authorization), or from its
+// own origin through a DNS name rebound to 127.0.0.1; without a token
+// (LoopbackOnly) nothing else would stop it. Those a Wow service sends
+// carry no Origin and, on loopback, name a loopback host.
+func (in *Ingest) forbidden(req *http.Request) string {
+	if in.LoopbackOnly && !loopbackHost(req.Host) {
+		return "without wow.ingest.token-file the ingest endpoint answers only requests addressed to a loopback host (127.0.0.1, ::1, localhost)"
+	}
+	in.mu.Lock()
+	if in.cop == nil {
+		in.cop = http.NewCrossOriginProtection()
+	}
+	cop := in.cop
+	in.mu.Unlock()
+	if cop.Check(req) != nil {
+		return "cross-origin requests from a browser are refused"
+	}
+	return ""
+}
+
+// loopbackHost reports whether a Host header names this machine.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // limited reports whether the request is over the rate limit and, if so,
@@ -259,7 +302,7 @@ func outcome(status int) metrics.IngestOutcome {
 	switch {
 	case status == http.StatusAccepted:
 		return metrics.IngestAccepted
-	case status == http.StatusUnauthorized:
+	case status == http.StatusUnauthorized, status == http.StatusForbidden:
 		return metrics.IngestUnauthorized
 	case status == http.StatusRequestEntityTooLarge:
 		return metrics.IngestTooLarge
@@ -292,6 +335,10 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if in.Token != nil && !in.Token.Allows(req) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="wowd ingest"`)
 		in.reply(w, http.StatusUnauthorized, response{Error: "a bearer token is required (Authorization: Bearer <token>); this one is missing or wrong"})
+		return
+	}
+	if why := in.forbidden(req); why != "" {
+		in.replyAs(w, http.StatusForbidden, metrics.IngestUnauthorized, response{Error: why})
 		return
 	}
 	if req.Method != http.MethodPost {

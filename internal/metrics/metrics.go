@@ -134,7 +134,7 @@ type IngestOutcome uint8
 // Ingest outcomes.
 const (
 	IngestAccepted     IngestOutcome = iota // 202: admitted and published
-	IngestUnauthorized                      // 401: no bearer token, or a wrong one (wow.ingest.token-file); nothing published
+	IngestUnauthorized                      // 401: no bearer token, or a wrong one (wow.ingest.token-file); 403: a browser's cross-origin request, or without a token one not addressed to a loopback host; nothing published
 	IngestRejected                          // another 4xx: not a POST, an unknown kind, not a Wow message of a configured aggregate
 	IngestUnavailable                       // 503: stopping, or admitted nowhere
 	IngestFailed                            // 502: handled here, but the publish failed
