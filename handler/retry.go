@@ -414,20 +414,29 @@ func (c *retryCall) stopTimer() {
 	}
 }
 
-// fire runs when the backoff of c is over.
-func (c *retryCall) fire() {
+// endWait moves c, waiting out its backoff, to running, and counts its
+// next attempt as being handed to h (starting: the caller calls Done). It
+// reports false if c no longer waits (canceled or closed meanwhile).
+func (c *retryCall) endWait() bool {
 	r := c.r
 	r.mu.Lock()
-	if c.state != retryWaiting { // canceled or closed meanwhile
-		r.mu.Unlock()
-		return
+	defer r.mu.Unlock()
+	if c.state != retryWaiting {
+		return false
 	}
 	delete(r.waiting, c)
 	c.timer = nil
 	c.state = retryRunning
 	r.starting.Add(1)
-	r.mu.Unlock()
-	defer r.starting.Done()
+	return true
+}
+
+// fire runs when the backoff of c is over.
+func (c *retryCall) fire() {
+	if !c.endWait() {
+		return
+	}
+	defer c.r.starting.Done()
 	c.try()
 }
 
@@ -437,17 +446,10 @@ func (c *retryCall) fire() {
 // stops first, or the retrier closed while they waited, c is acknowledged
 // with ErrClosed instead.
 func (c *retryCall) resume() {
-	r := c.r
-	r.mu.Lock()
-	if c.state != retryWaiting { // canceled or closed meanwhile
-		r.mu.Unlock()
+	if !c.endWait() {
 		return
 	}
-	delete(r.waiting, c)
-	c.timer = nil
-	c.state = retryRunning
-	r.starting.Add(1)
-	r.mu.Unlock()
+	r := c.r
 	c.resumer.Resume(func() {
 		defer r.starting.Done()
 		r.mu.Lock()
