@@ -223,6 +223,17 @@ func TestReloadThroughASwappedLink(t *testing.T) {
 	if err := os.Symlink(filepath.Join("..data", "wowd.yaml"), path); err != nil {
 		t.Fatal(err)
 	}
+	level := watching(t, path, nil)
+	version("..v2", "error")
+	testwait.For(t, 10*time.Second, "the level of the new version", func() bool { return level.Level() == zapcore.ErrorLevel })
+}
+
+// watching starts a daemon configured from the file at path (read: what
+// it held, nil when unknown), watching it as `wowd run` does, and stops it
+// at the end of the test. It returns the daemon's log level, which a
+// reload of wow.log.level sets.
+func watching(t *testing.T, path string, read []byte) zap.AtomicLevel {
+	t.Helper()
 	reg := handler.Default()
 	cfg, err := config.Load(path, reg, nil)
 	if err != nil {
@@ -234,18 +245,21 @@ func TestReloadThroughASwappedLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.WatchConfig(Reload{Path: path, Level: level,
-		Load: func(context.Context, []byte) (*config.Config, error) { return config.Load(path, reg, nil) }}); err != nil {
+	if err := rt.WatchConfig(Reload{Path: path, Read: read, Level: level,
+		Load: func(_ context.Context, data []byte) (*config.Config, error) {
+			return config.Parse(data, path, reg, nil)
+		}}); err != nil {
 		t.Fatal(err)
 	}
 	rt.Start(context.Background())
-	version("..v2", "error")
-	testwait.For(t, 10*time.Second, "the level of the new version", func() bool { return level.Level() == zapcore.ErrorLevel })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := rt.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := rt.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return level
 }
 
 // TestReloadThroughALinkToAnotherDirectory: a configuration path that is
@@ -282,31 +296,7 @@ func TestReloadThroughALinkToAnotherDirectory(t *testing.T) {
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
 	}
-	reg := handler.Default()
-	cfg, err := config.Load(path, reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
-	core, _ := zapobserver.New(level)
-	rt, err := New(cfg, reg, zap.New(core), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.WatchConfig(Reload{Path: path, Read: yaml("info"), Level: level,
-		Load: func(_ context.Context, data []byte) (*config.Config, error) {
-			return config.Parse(data, path, reg, nil)
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	rt.Start(context.Background())
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := rt.Stop(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	level := watching(t, path, yaml("info"))
 	edit(target, "error")
 	testwait.For(t, 10*time.Second, "the edit of the linked file applied", func() bool { return level.Level() == zapcore.ErrorLevel })
 
