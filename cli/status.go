@@ -92,6 +92,12 @@ func (a *app) status(o statusOptions) error {
 		return configError(fmt.Errorf("--interval %s: want more than 0", o.every))
 	case o.stuckAfter <= 0:
 		return configError(fmt.Errorf("--stuck-after %s: want more than 0", o.stuckAfter))
+	case o.timeout <= 0:
+		// http.Client takes 0 and below as no limit: a listener that
+		// accepts and never answers would hold the probe for good.
+		return configError(fmt.Errorf("--timeout %s: want more than 0", o.timeout))
+	case o.count < 0:
+		return configError(fmt.Errorf("--count %d: want 0 (until interrupted) or more", o.count))
 	}
 	base, err := url.Parse(strings.TrimSuffix(o.admin, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {

@@ -134,3 +134,24 @@ func TestStatusCommandTokenAndWatch(t *testing.T) {
 		t.Errorf("--watch did not stop after --count")
 	}
 }
+
+// TestStatusRefusesUnboundedRequests: --timeout 0 or below turned the time
+// limit of a status request off (http.Client takes them as none), so a
+// probe against a listener that accepts and never answers hung for good,
+// and --count below 0 watched for good; both were taken silently, exit 0.
+func TestStatusRefusesUnboundedRequests(t *testing.T) {
+	srv, requests := statusServer(t, sampleStatus(0), "")
+	for _, args := range [][]string{
+		{"--timeout", "0s"},
+		{"--timeout", "-1s"},
+		{"--count", "-1"}, // with --watch, it watched for good
+	} {
+		code, _, errOut := runStatus(t, nil, append([]string{"--admin", srv.URL}, args...)...)
+		if code != ExitConfig || !strings.Contains(errOut, args[len(args)-2]) {
+			t.Errorf("%v: exit %d, want %d naming %s\n%s", args, code, ExitConfig, args[len(args)-2], errOut)
+		}
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("%d status requests made with flags refused", n)
+	}
+}
