@@ -118,7 +118,7 @@ func (a *app) status(o statusOptions) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	for n := 1; ; n++ {
-		err := a.statusOnce(ctx, client, target.String(), token, o)
+		err := a.statusOnce(ctx, client, target, token, o)
 		if !o.watch || (o.count > 0 && n >= o.count) {
 			return err
 		}
@@ -133,8 +133,8 @@ func (a *app) status(o statusOptions) error {
 }
 
 // statusOnce reads and shows one status.
-func (a *app) statusOnce(ctx context.Context, client *http.Client, target, token string, o statusOptions) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+func (a *app) statusOnce(ctx context.Context, client *http.Client, target *url.URL, token string, o statusOptions) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
 	if err != nil {
 		return err
 	}
@@ -151,11 +151,19 @@ func (a *app) statusOnce(ctx context.Context, client *http.Client, target, token
 		return fmt.Errorf("reading the status: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		// The admin API answers {"error": …}; another server (a wrong
+		// --admin) answers what it does: its first line names it.
 		var e struct {
 			Error string `json:"error"`
 		}
-		_ = json.Unmarshal(body, &e)
-		return fmt.Errorf("reading the status: %s: %s", termSafe(resp.Status), termSafe(e.Error))
+		if json.Unmarshal(body, &e) != nil || e.Error == "" {
+			e.Error, _, _ = strings.Cut(strings.TrimSpace(string(body)), "\n")
+		}
+		msg := fmt.Sprintf("reading the status: GET %s: %s", termSafe(target.Redacted()), termSafe(resp.Status))
+		if e.Error != "" {
+			msg += ": " + termSafe(oneLine(e.Error, 200))
+		}
+		return errors.New(msg)
 	}
 	var st admin.Status
 	if err := json.Unmarshal(body, &st); err != nil {

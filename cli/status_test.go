@@ -155,3 +155,21 @@ func TestStatusRefusesUnboundedRequests(t *testing.T) {
 		t.Errorf("%d status requests made with flags refused", n)
 	}
 }
+
+// TestStatusErrorNamesTheURL: an --admin URL that is not the admin
+// listener's (the page's URL /admin/, another listener) answered
+// "reading the status: 404 Not Found: ", naming neither what was asked nor
+// what came back.
+func TestStatusErrorNamesTheURL(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	code, _, errOut := runStatus(t, nil, "--admin", srv.URL+"/admin/")
+	if code != ExitFailure {
+		t.Errorf("exit %d, want %d", code, ExitFailure)
+	}
+	for _, want := range []string{srv.URL + "/admin/admin/v1/status", "404 page not found"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("the error lacks %q:\n%s", want, errOut)
+		}
+	}
+}
