@@ -27,8 +27,8 @@ type decoder struct {
 	reg  *handler.Registry
 	pos  map[string]position // key path (or list item) → where it is in the file
 	env  map[string]string   // key path → the variable that set it
-	set  map[string]string   // key path → the --set pair that set it
-	made map[string]string   // key path → the --set pair that added it to the document
+	set  map[string]string   // key path → the key of the --set pair that set it (its value may be a secret)
+	made map[string]string   // key path → the key of the --set pair that added it to the document
 	sets []setting           // the --set pairs, written into the document
 	bad  map[string]bool     // key paths whose value could not be decoded
 	errs []Error

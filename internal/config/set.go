@@ -11,7 +11,7 @@ import (
 
 // setting is one key=value of a --set argument.
 type setting struct {
-	arg   string    // the pair as written, for messages
+	key   string    // the key as written, for messages: never the value, which may be a secret
 	path  []segment // the key, split at its unescaped dots
 	value *yaml.Node
 }
@@ -36,7 +36,13 @@ func parseSets(args []string) ([]setting, []Error) {
 		for _, pair := range splitUnescaped(arg, ',', true) {
 			s, err := parseSet(pair)
 			if err != nil {
-				errs = append(errs, Error{Path: "--set " + pair, Msg: err.Error()})
+				// Named by its key: the value may be a secret. A pair
+				// without = has no key apart from it.
+				name := pair
+				if key, _, ok := cutUnescaped(pair, '='); ok {
+					name = key
+				}
+				errs = append(errs, Error{Path: "--set " + name, Msg: err.Error()})
 				continue
 			}
 			out = append(out, s)
@@ -50,7 +56,7 @@ func parseSet(pair string) (setting, error) {
 	if !ok || key == "" {
 		return setting{}, fmt.Errorf("want key=value")
 	}
-	s := setting{arg: pair}
+	s := setting{key: key}
 	for _, el := range splitUnescaped(key, '.', false) {
 		seg, err := parseSegment(el)
 		if err != nil {
@@ -179,7 +185,7 @@ func (d *decoder) applySets(root *yaml.Node, sets []setting) {
 				want = yaml.SequenceNode
 			}
 			if !hasKey(n, seg.key) {
-				d.made[path.String()] = s.arg // problems inside it come from s
+				d.made[path.String()] = s.key // problems inside it come from s
 			}
 			n = setChild(n, seg.key, final && len(seg.indexes) == 0, want, s.value)
 			for j, idx := range seg.indexes {
@@ -192,7 +198,7 @@ func (d *decoder) applySets(root *yaml.Node, sets []setting) {
 				n = setItem(n, idx, final && lastIndex, want, s.value)
 			}
 		}
-		d.set[path.String()] = s.arg
+		d.set[path.String()] = s.key
 	}
 }
 

@@ -125,11 +125,11 @@ func TestSetErrors(t *testing.T) {
 	}
 	want := []string{
 		`wowd.yaml:5:5: wow.dispatch.workerz: unknown key (did you mean "workers"?)`,
-		`wow.log.levle: unknown key (did you mean "level"?) (set by --set wow.log.levle=debug)`,
-		`wow.dispatchers.Cart.handler.request-timout: unknown key (did you mean "request-timeout"?) (set by --set wow.dispatchers.Cart.handler.request-timout=1s)`,
-		`--set log.level=debug: keys start with wow. (wow.log.level)`,
+		`wow.log.levle: unknown key (did you mean "level"?) (set by --set wow.log.levle)`,
+		`wow.dispatchers.Cart.handler.request-timout: unknown key (did you mean "request-timeout"?) (set by --set wow.dispatchers.Cart.handler.request-timout)`,
+		`--set log.level: keys start with wow. (wow.log.level)`,
 		`--set wow.kafka.client-id: want key=value`,
-		`wow.dispatch.throughput: "many" is not an integer (set by --set wow.dispatch.throughput=many)`,
+		`wow.dispatch.throughput: "many" is not an integer (set by --set wow.dispatch.throughput)`,
 		`wow.shutdown.timeout: WOW_SHUTDOWN_TIMEOUT: "soon" is not a duration`,
 	}
 	msg := err.Error()
@@ -246,7 +246,7 @@ func TestSetThroughAnAlias(t *testing.T) {
 // added name that pair, though they concern keys it did not set.
 func TestSetAddsAMapping(t *testing.T) {
 	_, _, err := parseSources(t, layeredYAML, config.Sources{Set: []string{"wow.dispatchers.New.handler.type=discard"}})
-	want := `wow.dispatchers.New.topics: required: at least one of command, event, state (set by --set wow.dispatchers.New.handler.type=discard)`
+	want := `wow.dispatchers.New.topics: required: at least one of command, event, state (set by --set wow.dispatchers.New.handler.type)`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %v\nwant %s", err, want)
 	}
@@ -275,5 +275,36 @@ func TestWriteOriginsMaskedMap(t *testing.T) {
 	}
 	if got := o.Of("wow.dispatchers.Cart.handler.headers"); got != "--set" {
 		t.Errorf("Of(headers) = %q, want --set", got)
+	}
+}
+
+// TestSetErrorsKeepValuesOut: a problem with a key set by --set named the
+// whole pair, so `--set wow.kafka.sasl.password=$PW` printed the password
+// on stderr (into a CI log) when the mechanism was not set, and so did a
+// mistyped secret key or an unclosed brace. The environment's problems name
+// the variable, not its value; --set's now name the key.
+func TestSetErrorsKeepValuesOut(t *testing.T) {
+	_, _, err := parseSources(t, layeredYAML, config.Sources{Set: []string{
+		"wow.kafka.sasl.password=s3cret-1",
+		"wow.kafka.sasl.pasword=s3cret-2",
+		"wow.dispatchers.Cart.handler.headrs.Authorization=s3cret-3",
+		"wow.kafka.sasl.password-file={s3cret-4",
+	}})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "s3cret") {
+		t.Errorf("a --set value is printed:\n%s", msg)
+	}
+	for _, w := range []string{
+		`(set by --set wow.kafka.sasl.password)`,
+		`wow.kafka.sasl.pasword: unknown key (did you mean "password"?) (set by --set wow.kafka.sasl.pasword)`,
+		`(set by --set wow.dispatchers.Cart.handler.headrs.Authorization)`,
+		`--set wow.kafka.sasl.password-file: a list is written {a,b}: missing }`,
+	} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("missing %q in:\n%s", w, msg)
+		}
 	}
 }

@@ -234,7 +234,8 @@ several pairs in one argument separated by commas (` + "`a=1,b=2`" + `); a list 
 (` + "`wow.dispatchers.cart.handler.headers.X-Tenant=acme`" + `); ` + "`null`" + ` to remove a key
 of the file, leaving its default; a backslash before a comma, a dot or a brace that
 is part of a key or value. A ` + "`--set`" + ` key is checked as strictly as the file: one
-that does not exist is an error naming the argument and the closest key.
+that does not exist is an error naming the argument and the closest key. Errors name
+a ` + "`--set`" + ` pair by its key, never its value, which may be a secret.
 
 ` + "`wowd config print`" + ` follows each value with a comment saying where it came from:
 ` + "`# default`" + `, ` + "`# FILE:LINE`" + `, ` + "`# env WOW_LOG_LEVEL`" + ` or ` + "`# --set`" + ` (` + "`--plain`" + `
