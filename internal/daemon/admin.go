@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/wowd/wowd/internal/admin"
 	"github.com/wowd/wowd/internal/bearer"
@@ -100,8 +101,9 @@ func (p adminParked) List(context.Context) ([]admin.ParkedAggregate, error) {
 func (p adminParked) ParksByHand() bool { return true }
 
 // Park asks for aggregate id of dispatcher d to be parked in every topic
-// the dispatcher consumes; the owner of its partition parks it in its
-// mailbox's order.
+// the dispatcher consumes that exists; the owner of its partition parks
+// it in its mailbox's order. With none of them existing nothing is asked,
+// and it says so rather than answer as if the aggregate would park.
 func (p adminParked) Park(ctx context.Context, d, id string) error {
 	disp, ok := p.rt.cfg.Dispatchers[d]
 	if !ok {
@@ -110,13 +112,20 @@ func (p adminParked) Park(ctx context.Context, d, id string) error {
 	if disp.FailurePolicy() != config.OnFailurePark {
 		return fmt.Errorf("dispatcher %s does not park (on-failure: %s): %w", d, disp.FailurePolicy(), admin.ErrNotSupported)
 	}
+	n := 0
 	for _, r := range p.rt.receivers {
 		if r.Dispatcher() != d {
 			continue
 		}
-		if _, err := r.ParkByHand(ctx, id, admin.Caller(ctx)); err != nil {
+		k, err := r.ParkByHand(ctx, id, admin.Caller(ctx))
+		n += k
+		if err != nil {
 			return err
 		}
+	}
+	if n == 0 {
+		return fmt.Errorf("none of the topics of dispatcher %s exists (%s): nothing to park %q in: %w",
+			d, strings.Join(topicsOf(p.rt.cfg, disp), ", "), id, admin.ErrNotFound)
 	}
 	return nil
 }

@@ -360,17 +360,27 @@ func GroupID(cfg *config.Config, dispatcher, alias string) string {
 func Topics(cfg *config.Config) []string {
 	set := map[string]bool{}
 	for _, d := range cfg.Dispatchers {
-		for _, c := range d.Contexts {
-			bc := cfg.Contexts[c]
-			for _, agg := range aggregates(d, bc) {
-				for _, k := range d.Topics {
-					kind, _ := handler.ParseKind(k) // validated with the configuration
-					set[wow.Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, kind)] = true
-				}
-			}
+		for _, t := range topicsOf(cfg, d) {
+			set[t] = true
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
+}
+
+// topicsOf returns the topics dispatcher d consumes, sorted.
+func topicsOf(cfg *config.Config, d config.Dispatcher) []string {
+	var out []string
+	for _, c := range d.Contexts {
+		bc := cfg.Contexts[c]
+		for _, agg := range aggregates(d, bc) {
+			for _, k := range d.Topics {
+				kind, _ := handler.ParseKind(k) // validated with the configuration
+				out = append(out, wow.Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, kind))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // aggregates returns the aggregates of bc that d consumes.
