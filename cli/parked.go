@@ -68,6 +68,11 @@ to act; it does so in the aggregate's order, now or when it next owns it.
 					return err
 				}
 				defer p.close()
+				if topic != "" && !slices.Contains(p.topics, topic) {
+					// It would match nothing: an empty list, or "not parked".
+					return configError(fmt.Errorf("--topic %q: dispatcher %s consumes no such topic (its topics: %s)",
+						topic, dispatcher, strings.Join(p.topics, ", ")))
+				}
 				p.aggregate, p.topic = aggregate, topic
 				ctx, cancel := context.WithTimeout(cmd.Context(), parkedTimeout)
 				defer cancel()
@@ -95,6 +100,7 @@ type parkedOps struct {
 	dispatcher string
 	deadLetter bool // the dispatcher's dead letters are enabled: skip and discard need them
 	stateTopic string
+	topics     []string // the dispatcher's topics, sorted
 	opts       []kgo.Opt
 	cl         *kgo.Client
 	adm        *kadm.Client
@@ -127,7 +133,7 @@ func (a *app) parkedOps(cmd *cobra.Command, dispatcher string) (*parkedOps, erro
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &parkedOps{a: a, service: cfg.Service, deadLetter: d.DeadLetter.Enabled, dispatcher: dispatcher, stateTopic: park.StateTopic(cfg.Service, dispatcher), opts: opts, cl: cl, adm: kadm.NewClient(cl)}, nil
+	return &parkedOps{a: a, service: cfg.Service, deadLetter: d.DeadLetter.Enabled, dispatcher: dispatcher, stateTopic: park.StateTopic(cfg.Service, dispatcher), topics: daemon.DispatcherTopics(cfg, d), opts: opts, cl: cl, adm: kadm.NewClient(cl)}, nil
 }
 
 func (p *parkedOps) close() { p.cl.Close() }

@@ -125,7 +125,7 @@ func (p adminParked) Park(ctx context.Context, d, id string) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("none of the topics of dispatcher %s exists (%s): nothing to park %q in: %w",
-			d, strings.Join(topicsOf(p.rt.cfg, disp), ", "), id, admin.ErrNotFound)
+			d, strings.Join(DispatcherTopics(p.rt.cfg, disp), ", "), id, admin.ErrNotFound)
 	}
 	return nil
 }

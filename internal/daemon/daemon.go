@@ -360,15 +360,15 @@ func GroupID(cfg *config.Config, dispatcher, alias string) string {
 func Topics(cfg *config.Config) []string {
 	set := map[string]bool{}
 	for _, d := range cfg.Dispatchers {
-		for _, t := range topicsOf(cfg, d) {
+		for _, t := range DispatcherTopics(cfg, d) {
 			set[t] = true
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
 }
 
-// topicsOf returns the topics dispatcher d consumes, sorted.
-func topicsOf(cfg *config.Config, d config.Dispatcher) []string {
+// DispatcherTopics returns the topics dispatcher d consumes, sorted.
+func DispatcherTopics(cfg *config.Config, d config.Dispatcher) []string {
 	var out []string
 	for _, c := range d.Contexts {
 		bc := cfg.Contexts[c]
