@@ -41,12 +41,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/internal/bearer"
+	"github.com/wowd/wowd/internal/loopback"
 )
 
 // Options configure a Server.
@@ -201,10 +201,10 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			}
 		case s.o.ClientCerts && r.TLS != nil && len(r.TLS.VerifiedChains) > 0:
 			// Authenticated by its certificate in the handshake.
-		case !loopbackHost(r.Host):
+		case !loopback.Host(r.Host):
 			s.refuse(w, r, http.StatusForbidden, "without wow.admin.token-file the admin listener answers only requests addressed to a loopback host (127.0.0.1, ::1, localhost)")
 			return
-		case mutating && !loopbackRemote(r.RemoteAddr):
+		case mutating && !loopback.Remote(r.RemoteAddr):
 			s.refuse(w, r, http.StatusForbidden, "without wow.admin.token-file only loopback clients may change anything")
 			return
 		}
@@ -225,27 +225,4 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, code int, msg st
 		w.Header().Set("WWW-Authenticate", `Bearer realm="wowd admin"`)
 	}
 	writeError(w, code, msg)
-}
-
-// loopbackHost reports whether a Host header names this machine.
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// loopbackRemote reports whether a remote address is on this machine.
-func loopbackRemote(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/bearer"
+	"github.com/wowd/wowd/internal/loopback"
 	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/receiver"
 	"github.com/wowd/wowd/internal/topicsize"
@@ -168,7 +168,7 @@ func (in *Ingest) enter() (quit <-chan struct{}, e entry) {
 // (LoopbackOnly) nothing else would stop it. Those a Wow service sends
 // carry no Origin and, on loopback, name a loopback host.
 func (in *Ingest) forbidden(req *http.Request) string {
-	if in.LoopbackOnly && !loopbackHost(req.Host) {
+	if in.LoopbackOnly && !loopback.Host(req.Host) {
 		return "without wow.ingest.token-file the ingest endpoint answers only requests addressed to a loopback host (127.0.0.1, ::1, localhost)"
 	}
 	in.mu.Lock()
@@ -181,19 +181,6 @@ func (in *Ingest) forbidden(req *http.Request) string {
 		return "cross-origin requests from a browser are refused"
 	}
 	return ""
-}
-
-// loopbackHost reports whether a Host header names this machine.
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // limited reports whether the request is over the rate limit and, if so,
