@@ -685,14 +685,17 @@ func TestAdminListener(t *testing.T) {
 }
 
 // TestWriteYAMLRedactsURLPasswords: a password written into a URL (a
-// handler's url) is printed as xxxxx; the user and the rest of the URL are
-// kept, and a URL without one is printed as written.
+// handler's url) is printed as xxxxx, and the value of each query
+// parameter as the mask (a token in the query was printed in the clear);
+// the user, the parameters' names and the rest of the URL are kept, and a
+// URL without either is printed as written.
 func TestWriteYAMLRedactsURLPasswords(t *testing.T) {
 	reg := testRegistry()
 	const y = "wow:\n  service: s\n  kafka:\n    bootstrap-servers: [k:9092]\n  contexts:\n    c:\n      aggregates: [a]\n" +
 		"  dispatchers:\n" +
 		"    d:\n      topics: [event]\n      handler: {type: http, url: 'https://sink:pw-in-url-41d2@sink.example:8443/wow?x=1'}\n" +
-		"    e:\n      topics: [event]\n      handler: {type: http, url: 'https://user@sink.example/plain'}\n"
+		"    e:\n      topics: [event]\n      handler: {type: http, url: 'https://user@sink.example/plain'}\n" +
+		"    f:\n      topics: [event]\n      handler: {type: http, url: 'https://sink.example/hook?token=tok-in-query-77f1&env=prod&flag'}\n"
 	c, err := config.Parse([]byte(y), "test.yaml", reg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -702,10 +705,11 @@ func TestWriteYAMLRedactsURLPasswords(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := out.String()
-	if strings.Contains(text, "pw-in-url-41d2") {
-		t.Errorf("output shows the URL's password:\n%s", text)
+	if strings.Contains(text, "pw-in-url-41d2") || strings.Contains(text, "tok-in-query-77f1") {
+		t.Errorf("output shows the URL's password or query token:\n%s", text)
 	}
-	for _, want := range []string{"url: https://sink:xxxxx@sink.example:8443/wow?x=1", "url: https://user@sink.example/plain"} {
+	for _, want := range []string{"url: https://sink:xxxxx@sink.example:8443/wow?x=******", "url: https://user@sink.example/plain",
+		"url: https://sink.example/hook?token=******&env=******&flag"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}

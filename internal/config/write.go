@@ -56,13 +56,30 @@ func (c *Config) tree(reg *handler.Registry, mask bool) (*yaml.Node, error) {
 }
 
 // redactURLs replaces the password of every URL in the tree (a handler's
-// url, wow.metadata: http://user:password@host/…) with xxxxx: a credential
-// written into a URL is a secret like any other.
+// url, wow.metadata: http://user:password@host/…) with xxxxx, and the value
+// of each parameter of its query (…?token=…) with the mask: a credential
+// written into a URL is a secret like any other, and which parameters are
+// credentials only the endpoint knows. The parameters' names stay.
 func redactURLs(n *yaml.Node) {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.Contains(n.Value, "@") {
-		if u, err := url.Parse(n.Value); err == nil && u.User != nil {
-			if _, ok := u.User.Password(); ok {
-				n.Value = u.Redacted()
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.Contains(n.Value, "://") {
+		if u, err := url.Parse(n.Value); err == nil && u.Scheme != "" && u.Host != "" {
+			changed := false
+			if _, ok := u.User.Password(); ok { // nil User: none
+				u.User = url.UserPassword(u.User.Username(), "xxxxx")
+				changed = true
+			}
+			if u.RawQuery != "" {
+				params := strings.Split(u.RawQuery, "&")
+				for i, p := range params {
+					if name, _, ok := strings.Cut(p, "="); ok {
+						params[i] = name + "=" + mask
+					}
+				}
+				u.RawQuery = strings.Join(params, "&")
+				changed = true
+			}
+			if changed {
+				n.Value = u.String()
 			}
 		}
 	}
