@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wowd/wowd/internal/admin"
+	"github.com/wowd/wowd/internal/redact"
 )
 
 // statusOptions are the flags of wowd status.
@@ -159,7 +160,7 @@ func (a *app) statusOnce(ctx context.Context, client *http.Client, target *url.U
 		if json.Unmarshal(body, &e) != nil || e.Error == "" {
 			e.Error, _, _ = strings.Cut(strings.TrimSpace(string(body)), "\n")
 		}
-		msg := fmt.Sprintf("reading the status: GET %s: %s", termSafe(target.Redacted()), termSafe(resp.Status))
+		msg := fmt.Sprintf("reading the status: GET %s: %s", termSafe(redact.URL(target.String())), termSafe(resp.Status))
 		if e.Error != "" {
 			msg += ": " + termSafe(oneLine(e.Error, 200))
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,10 +13,11 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/handlerconfig"
+	"github.com/wowd/wowd/internal/redact"
 )
 
 // mask replaces the value of every secret that is set.
-const mask = "******"
+const mask = redact.Mask
 
 // WriteYAML writes the effective configuration as YAML under `wow`, in the
 // order of the file's reference, with map entries sorted by name. Secrets
@@ -55,33 +55,12 @@ func (c *Config) tree(reg *handler.Registry, mask bool) (*yaml.Node, error) {
 	return root, nil
 }
 
-// redactURLs replaces the password of every URL in the tree (a handler's
-// url, wow.metadata: http://user:password@host/…) with xxxxx, and the value
-// of each parameter of its query (…?token=…) with the mask: a credential
-// written into a URL is a secret like any other, and which parameters are
-// credentials only the endpoint knows. The parameters' names stay.
+// redactURLs masks the credentials of every URL in the tree (a handler's
+// url, wow.metadata): its password and the values of its query
+// (redact.URL).
 func redactURLs(n *yaml.Node) {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.Contains(n.Value, "://") {
-		if u, err := url.Parse(n.Value); err == nil && u.Scheme != "" && u.Host != "" {
-			changed := false
-			if _, ok := u.User.Password(); ok { // nil User: none
-				u.User = url.UserPassword(u.User.Username(), "xxxxx")
-				changed = true
-			}
-			if u.RawQuery != "" {
-				params := strings.Split(u.RawQuery, "&")
-				for i, p := range params {
-					if name, _, ok := strings.Cut(p, "="); ok {
-						params[i] = name + "=" + mask
-					}
-				}
-				u.RawQuery = strings.Join(params, "&")
-				changed = true
-			}
-			if changed {
-				n.Value = u.String()
-			}
-		}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		n.Value = redact.URL(n.Value)
 	}
 	for _, c := range n.Content {
 		redactURLs(c)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/redact"
 	"github.com/wowd/wowd/internal/ring"
 )
 
@@ -52,7 +53,7 @@ type httpSink struct {
 
 	cfg      HTTPConfig
 	target   *http.Request // a request to cfg.URL, parsed once: newRequest copies its URL and Host
-	redacted string        // url without its password, for errors
+	redacted string        // url without its password and query values, for errors
 	static   http.Header   // headers and headers-from-env, resolved
 	client   *http.Client
 	live     atomic.Pointer[httpLive] // the settings a reload may change (http_reload.go)
@@ -172,7 +173,7 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 	s := &httpSink{
 		cfg:      cfg,
 		target:   target,
-		redacted: u.Redacted(),
+		redacted: redact.URL(u.String()),
 		static:   static,
 		client: &http.Client{
 			Transport:     redirectGuard{next: tr},

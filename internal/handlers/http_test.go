@@ -230,18 +230,20 @@ func TestHTTPPermanentStatus(t *testing.T) {
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = io.WriteString(w, strings.Repeat("z", 1000))
 	})
-	url := "http://user:hunter2@" + strings.TrimPrefix(srv.URL, "http://") + "/x"
+	// A password and a token in the query: neither may show in the error,
+	// which is logged and kept in the dead letter.
+	url := "http://user:hunter2@" + strings.TrimPrefix(srv.URL, "http://") + "/x?token=tok-8c1e"
 	h := build(t, "http", sinkConfig(url, nil), handler.Deps{})
 	acks := newAcks(t)
 	h.Handle(context.Background(), testMessage(1), acks.ack(1))
 	err := acks.wait(t, 1)
 	wantClass(t, err, handler.Permanent)
 	msg := err.Error()
-	if !strings.Contains(msg, "POST http://user:xxxxx@127.0.0.1:") || !strings.Contains(msg, "status 404") {
+	if !strings.Contains(msg, "POST http://user:xxxxx@127.0.0.1:") || !strings.Contains(msg, "/x?token=******:") || !strings.Contains(msg, "status 404") {
 		t.Errorf("error %q", msg)
 	}
-	if strings.Contains(msg, "hunter2") {
-		t.Errorf("error %q shows the password", msg)
+	if strings.Contains(msg, "hunter2") || strings.Contains(msg, "tok-8c1e") {
+		t.Errorf("error %q shows the password or the query's token", msg)
 	}
 	if z := strings.Count(msg, "z"); z > maxErrorBody || z == 0 {
 		t.Errorf("error quotes %d bytes of the body", z)

@@ -10,11 +10,12 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/wowd/wowd/internal/redact"
 )
 
 // Metadata is Wow's wow-metadata.json: the bounded contexts of a service and
@@ -195,16 +196,8 @@ func LoadMetadata(ctx context.Context, source string, timeout time.Duration) (*M
 	return nil, fmt.Errorf("wow metadata %s: %w", redacted(source), err)
 }
 
-// redacted is source with the password of a URL's user information
-// replaced, for messages.
-func redacted(source string) string {
-	if u, err := url.Parse(source); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			return u.Redacted()
-		}
-	}
-	return source
-}
+// redacted is source with the credentials of a URL masked, for messages.
+func redacted(source string) string { return redact.URL(source) }
 
 func isURL(source string) bool {
 	s := strings.ToLower(source)
