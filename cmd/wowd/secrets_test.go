@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/wowd/wowd/internal/proctest"
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // TestSecretsStayOutOfLogs runs `wowd run` at debug level with every secret
@@ -146,6 +147,14 @@ wow:
 			if code := ingest(ingestToken); code != http.StatusAccepted {
 				t.Fatalf("the ingest token: %d, want 202", code)
 			}
+			// Handled here at once, or, when the receiver has not read the
+			// parked state yet (just after start), given up to Kafka and
+			// handled from there by the partition's owner, this process.
+			testwait.For(t, 15*time.Second, "a failed try and its retry at the sink", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return n >= 2
+			})
 			mu.Lock()
 			got, calls := seen, n
 			mu.Unlock()
