@@ -1395,8 +1395,12 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park
 }
 
 // ParkByHand asks, in the state topic, for the aggregate id to be parked in
-// every topic the receiver consumes, by by; the owner of its partition
-// parks it in its mailbox's order. It returns how many it asked for.
+// every topic the receiver consumes that exists, by by; the owner of its
+// partition parks it in its mailbox's order. It returns how many it asked
+// for. A topic that could not be listed for another reason than not
+// existing (not authorized, no leader) is an error, and then nothing is
+// asked: answering as if the aggregate would park while one of its topics
+// went on handling its messages would mislead the operator.
 func (r *Receiver) ParkByHand(ctx context.Context, id, by string) (int, error) {
 	if r.park == nil {
 		return 0, nil
@@ -1404,6 +1408,15 @@ func (r *Receiver) ParkByHand(ctx context.Context, id, by string) (int, error) {
 	listed, err := kadm.NewClient(r.cl).ListTopics(ctx, r.topics...)
 	if err != nil {
 		return 0, fmt.Errorf("listing the topics of %s: %w", id, err)
+	}
+	var errs []error
+	for _, t := range r.topics {
+		if td, ok := listed[t]; ok && td.Err != nil && !errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+			errs = append(errs, fmt.Errorf("listing topic %s: %w", t, td.Err))
+		}
+	}
+	if len(errs) > 0 {
+		return 0, fmt.Errorf("nothing asked for %s: %w", id, errors.Join(errs...))
 	}
 	n := 0
 	for _, t := range r.topics {

@@ -8,13 +8,19 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -372,4 +378,63 @@ func TestSkipOfAnAggregateParkedByHandDeadLettersNothing(t *testing.T) {
 			t.Errorf("%d dead letters, want none (no message of agg-0 failed)", len(dl))
 		}
 	})
+}
+
+// A park by hand with one of the receiver's topics listed with an error
+// other than its absence (its leader moving) asks for nothing and says
+// why. That topic was skipped, the others asked, and the admin API
+// answered 202: the page said the aggregate would park while its messages
+// went on being handled in that topic.
+func TestParkByHandRefusesATopicItCannotList(t *testing.T) {
+	const group = "g-park-hand-unlisted"
+	h := newHarness(t, 1)
+	produce(t, h.c, testTopic, 1, 1)
+	// ParkByHand lists through the client's cached metadata: kept for
+	// 10 ms instead of 5 s, the listing below is the broker's answer.
+	r := h.receiver(group, newParkSink(func(string, uint64) bool { return false }), 16, parking, func(o *Options) {
+		o.ClientOpts = append(o.ClientOpts, kgo.MetadataMinAge(10*time.Millisecond))
+	})
+	defer stop(t, r)
+	testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
+
+	var leaderless atomic.Bool
+	h.c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		h.c.KeepControl()
+		req := kreq.(*kmsg.MetadataRequest)
+		if !leaderless.Load() || !slices.ContainsFunc(req.Topics, func(rt kmsg.MetadataRequestTopic) bool {
+			return rt.Topic != nil && *rt.Topic == testTopic
+		}) {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.MetadataResponse)
+		host, port, _ := net.SplitHostPort(h.c.ListenAddrs()[0])
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host = 0, host
+		if p, err := strconv.Atoi(port); err == nil {
+			b.Port = int32(p)
+		}
+		resp.Brokers, resp.ControllerID = append(resp.Brokers, b), 0
+		for _, rt := range req.Topics {
+			st := kmsg.NewMetadataResponseTopic()
+			st.Topic = kmsg.StringPtr(*rt.Topic)
+			st.ErrorCode = kerr.LeaderNotAvailable.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	leaderless.Store(true)
+	time.Sleep(20 * time.Millisecond) // the cached metadata is older than its minimum age
+	n, err := r.ParkByHand(context.Background(), "agg-0", "test")
+	leaderless.Store(false)
+	time.Sleep(20 * time.Millisecond)
+	if n != 0 || !errors.Is(err, kerr.LeaderNotAvailable) || !strings.Contains(err.Error(), testTopic) {
+		t.Fatalf("ParkByHand with %s's leader not available: %d, %v; want nothing asked and the error naming the topic", testTopic, n, err)
+	}
+	if st := h.parkedState("agg-0"); st != nil {
+		t.Fatalf("agg-0 asked to park anyway: %+v", st)
+	}
+	// Once the topic lists again, the same call asks.
+	if n, err := r.ParkByHand(context.Background(), "agg-0", "test"); n != 1 || err != nil {
+		t.Fatalf("ParkByHand: %d, %v", n, err)
+	}
 }
