@@ -112,20 +112,28 @@ func (p adminParked) Park(ctx context.Context, d, id string) error {
 	if disp.FailurePolicy() != config.OnFailurePark {
 		return fmt.Errorf("dispatcher %s does not park (on-failure: %s): %w", d, disp.FailurePolicy(), admin.ErrNotSupported)
 	}
+	// Every receiver's topics are listed before anything is asked: one
+	// that cannot be listed asks for nothing anywhere.
+	var plans []receiver.HandPark
 	n := 0
 	for _, r := range p.rt.receivers {
 		if r.Dispatcher() != d {
 			continue
 		}
-		k, err := r.ParkByHand(ctx, id, admin.Caller(ctx))
-		n += k
+		plan, err := r.PlanParkByHand(ctx, id)
 		if err != nil {
 			return err
 		}
+		plans, n = append(plans, plan), n+plan.Topics()
 	}
 	if n == 0 {
 		return fmt.Errorf("none of the topics of dispatcher %s exists (%s): nothing to park %q in: %w",
 			d, strings.Join(DispatcherTopics(p.rt.cfg, disp), ", "), id, admin.ErrNotFound)
+	}
+	for _, plan := range plans {
+		if _, err := plan.Ask(ctx, admin.Caller(ctx)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

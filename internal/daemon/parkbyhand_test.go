@@ -4,14 +4,22 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/park"
 )
 
 // TestAdminParkByHandWithoutTopicsIsNotFound: park by hand writes a
@@ -61,4 +69,100 @@ wow:
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "wow.example.cart.event") {
 		t.Fatalf("park by hand with no topic of the dispatcher: %d %s, want 404 naming its topics", resp.StatusCode, body)
 	}
+}
+
+// TestAdminParkByHandAsksNothingWhenATopicCannotBeListed: a dispatcher
+// over two contexts has a receiver each; with one context's topic listed
+// with an error (its leader moving), a park by hand answered 202 after
+// asking on the other context's topic alone. It answers 500 naming the
+// topic now, and asks on neither.
+func TestAdminParkByHandAsksNothingWhenATopicCannotBeListed(t *testing.T) {
+	const cartTopic, invoiceTopic = "wow.example.cart.event", "wow.billing.invoice.event"
+	c := newCluster(t, kfake.SeedTopics(1, cartTopic, invoiceTopic))
+	c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		// Only a listing of the invoice topic alone: the billing client's
+		// own requests (its topic and the state topic) are answered as
+		// they are, so that it starts.
+		req := kreq.(*kmsg.MetadataRequest)
+		if len(req.Topics) != 1 || req.Topics[0].Topic == nil || *req.Topics[0].Topic != invoiceTopic {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.MetadataResponse)
+		host, port, _ := net.SplitHostPort(c.ListenAddrs()[0])
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host = 0, host
+		if p, err := strconv.Atoi(port); err == nil {
+			b.Port = int32(p)
+		}
+		resp.Brokers, resp.ControllerID = append(resp.Brokers, b), 0
+		for _, rt := range req.Topics {
+			st := kmsg.NewMetadataResponseTopic()
+			st.Topic = kmsg.StringPtr(*rt.Topic)
+			st.ErrorCode = kerr.LeaderNotAvailable.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	var reg handler.Registry
+	reg.Register(handler.Spec{Name: "ok", New: func(any, handler.Deps) (handler.Handler, error) {
+		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil
+	}})
+	cfg, err := config.Parse(fmt.Appendf(nil, `
+wow:
+  service: carts
+  kafka:
+    bootstrap-servers: [%s]
+  contexts:
+    example-service:
+      alias: example
+      aggregates: [cart]
+    billing-service:
+      alias: billing
+      aggregates: [invoice]
+  dispatchers:
+    projection:
+      topics: [event]
+      contexts: [example-service, billing-service] # the cart receiver first: it asked before the other failed
+      handler: {type: ok}
+  metrics:
+    listen: 127.0.0.1:0
+  admin:
+    listen: 127.0.0.1:0
+`, c.ListenAddrs()[0]), "test.yaml", &reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(cfg, &reg, zaptest.NewLogger(t), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Start(context.Background())
+	defer stopRT(t, rt)
+	if n := len(rt.receivers); n != 2 {
+		t.Fatalf("%d receivers, want one per context", n)
+	}
+	resp, err := http.Post("http://"+rt.AdminAddr()+"/admin/v1/dispatchers/projection/aggregates/cart-1/park", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), invoiceTopic) {
+		t.Fatalf("park by hand with %s not listable: %d %s, want 500 naming it", invoiceTopic, resp.StatusCode, body)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), park.StateTopic("carts", "projection"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			t.Errorf("%d requests in the state topic's partition %d, want none asked", o.Offset, o.Partition)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/internal/executor"
@@ -1397,39 +1398,82 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park
 // ParkByHand asks, in the state topic, for the aggregate id to be parked in
 // every topic the receiver consumes that exists, by by; the owner of its
 // partition parks it in its mailbox's order. It returns how many it asked
-// for. A topic that could not be listed for another reason than not
-// existing (not authorized, no leader) is an error, and then nothing is
-// asked: answering as if the aggregate would park while one of its topics
-// went on handling its messages would mislead the operator.
+// for. It is PlanParkByHand and then its Ask.
 func (r *Receiver) ParkByHand(ctx context.Context, id, by string) (int, error) {
-	if r.park == nil {
-		return 0, nil
-	}
-	listed, err := kadm.NewClient(r.cl).ListTopics(ctx, r.topics...)
+	plan, err := r.PlanParkByHand(ctx, id)
 	if err != nil {
-		return 0, fmt.Errorf("listing the topics of %s: %w", id, err)
+		return 0, err
+	}
+	return plan.Ask(ctx, by)
+}
+
+// HandPark is what a park by hand asks for on one receiver: a state per
+// topic that exists, at the partition the aggregate's key hashes to.
+type HandPark struct {
+	r      *Receiver
+	states []park.State
+}
+
+// PlanParkByHand lists the receiver's topics and returns the requests a
+// park by hand of id would write, without writing them. A topic that could
+// not be listed for another reason than not existing (not authorized, no
+// leader) is an error: answering as if the aggregate would park while one
+// of its topics went on handling its messages would mislead the operator.
+// A caller parking on several receivers plans on all of them first, so
+// that such an error asks for nothing anywhere.
+func (r *Receiver) PlanParkByHand(ctx context.Context, id string) (HandPark, error) {
+	if r.park == nil {
+		return HandPark{}, nil
+	}
+	// A metadata request of its own, not kadm's listing, which answers
+	// from the client's cache (up to 5 s old): partitions added since
+	// would move the aggregate's key.
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	for _, t := range r.topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, r.cl)
+	if err != nil {
+		return HandPark{}, fmt.Errorf("listing the topics of %s: %w", id, err)
+	}
+	listed := make(map[string]kmsg.MetadataResponseTopic, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			listed[*t.Topic] = t
+		}
 	}
 	var errs []error
+	plan := HandPark{r: r}
 	for _, t := range r.topics {
-		if td, ok := listed[t]; ok && td.Err != nil && !errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
-			errs = append(errs, fmt.Errorf("listing topic %s: %w", t, td.Err))
+		td, ok := listed[t]
+		terr := kerr.ErrorForCode(td.ErrorCode)
+		switch {
+		case ok && terr != nil && !errors.Is(terr, kerr.UnknownTopicOrPartition):
+			errs = append(errs, fmt.Errorf("listing topic %s: %w", t, terr))
+		case !ok || terr != nil || len(td.Partitions) == 0:
+		default:
+			p := kgo.StickyKeyPartitioner(nil).ForTopic(t).Partition(&kgo.Record{Key: []byte(id)}, len(td.Partitions))
+			plan.states = append(plan.states, park.State{Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: t, Partition: int32(p), Aggregate: id})
 		}
 	}
 	if len(errs) > 0 {
-		return 0, fmt.Errorf("nothing asked for %s: %w", id, errors.Join(errs...))
+		return HandPark{}, fmt.Errorf("nothing asked for %s: %w", id, errors.Join(errs...))
 	}
-	n := 0
-	for _, t := range r.topics {
-		td, ok := listed[t]
-		if !ok || td.Err != nil || len(td.Partitions) == 0 {
-			continue
+	return plan, nil
+}
+
+// Topics is how many topics the plan asks on.
+func (p HandPark) Topics() int { return len(p.states) }
+
+// Ask writes the plan's requests, by by, and returns how many it wrote.
+func (p HandPark) Ask(ctx context.Context, by string) (int, error) {
+	for i := range p.states {
+		if err := park.Ask(ctx, p.r.cl, p.r.o.Park.StateTopic, &p.states[i], park.Park, by); err != nil {
+			return i, err
 		}
-		p := kgo.StickyKeyPartitioner(nil).ForTopic(t).Partition(&kgo.Record{Key: []byte(id)}, len(td.Partitions))
-		st := park.State{Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: t, Partition: int32(p), Aggregate: id}
-		if err := park.Ask(ctx, r.cl, r.o.Park.StateTopic, &st, park.Park, by); err != nil {
-			return n, err
-		}
-		n++
 	}
-	return n, nil
+	return len(p.states), nil
 }

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -389,11 +388,7 @@ func TestParkByHandRefusesATopicItCannotList(t *testing.T) {
 	const group = "g-park-hand-unlisted"
 	h := newHarness(t, 1)
 	produce(t, h.c, testTopic, 1, 1)
-	// ParkByHand lists through the client's cached metadata: kept for
-	// 10 ms instead of 5 s, the listing below is the broker's answer.
-	r := h.receiver(group, newParkSink(func(string, uint64) bool { return false }), 16, parking, func(o *Options) {
-		o.ClientOpts = append(o.ClientOpts, kgo.MetadataMinAge(10*time.Millisecond))
-	})
+	r := h.receiver(group, newParkSink(func(string, uint64) bool { return false }), 16, parking)
 	defer stop(t, r)
 	testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
 
@@ -423,10 +418,8 @@ func TestParkByHandRefusesATopicItCannotList(t *testing.T) {
 		return resp, nil, true
 	})
 	leaderless.Store(true)
-	time.Sleep(20 * time.Millisecond) // the cached metadata is older than its minimum age
 	n, err := r.ParkByHand(context.Background(), "agg-0", "test")
 	leaderless.Store(false)
-	time.Sleep(20 * time.Millisecond)
 	if n != 0 || !errors.Is(err, kerr.LeaderNotAvailable) || !strings.Contains(err.Error(), testTopic) {
 		t.Fatalf("ParkByHand with %s's leader not available: %d, %v; want nothing asked and the error naming the topic", testTopic, n, err)
 	}
