@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -73,6 +74,8 @@ var (
 type reloader struct {
 	Reload
 	watcher *fsnotify.Watcher
+	events  <-chan fsnotify.Event // the watcher's (a test's stand-in)
+	errs    <-chan error          // the watcher's (a test's stand-in)
 	count   *metrics.Reloads
 	last    []byte         // the contents last handled: applied, or refused for what they say; at first Reload.Read
 	real    string         // the file the path led to when last looked at
@@ -141,6 +144,8 @@ func (rt *Daemon) WatchConfig(r Reload) error {
 	rt.reload = &reloader{
 		Reload:  r,
 		watcher: w,
+		events:  w.Events,
+		errs:    w.Errors,
 		count:   rt.metrics.Reloads(),
 		last:    r.Read,
 		applied: rt.cfg,
@@ -172,16 +177,24 @@ func (rt *Daemon) watch() {
 		select {
 		case <-r.ctx.Done():
 			return
-		case ev, ok := <-r.watcher.Events:
+		case ev, ok := <-r.events:
 			if !ok {
 				return
 			}
 			if r.concerns(ev, rt.log) {
 				settle.Reset(reloadSettle)
 			}
-		case err, ok := <-r.watcher.Errors:
+		case err, ok := <-r.errs:
 			if !ok {
 				return
+			}
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				// The kernel's queue overflowed: a change of the file may
+				// be among the events lost. Read it as for a change (its
+				// contents are compared with those last handled).
+				rt.log.Warn("watching the configuration file: events were lost, reading it again", zap.String("path", r.Path), zap.Error(err))
+				settle.Reset(reloadSettle)
+				continue
 			}
 			rt.log.Warn("watching the configuration file", zap.String("path", r.Path), zap.Error(err))
 		case <-settle.C:

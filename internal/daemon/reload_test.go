@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
@@ -860,4 +861,50 @@ func TestReloadNow(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestReloadReadsAfterLostEvents: when the kernel's queue of file events
+// overflows, the change of the file may be among those lost. The overflow
+// was only logged, and the change waited for the next one or a SIGHUP; the
+// file is read again now. The watcher's events are replaced by a channel
+// that never delivers, so the change is seen through the overflow only.
+func TestReloadReadsAfterLostEvents(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	c := newCluster(t)
+	reg := handler.Default()
+	r := &reloading{path: filepath.Join(t.TempDir(), "wowd.yaml"), level: zap.NewAtomicLevelAt(zapcore.InfoLevel)}
+	r.write(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "info", 1))
+	cfg, err := config.Load(r.path, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.rt, err = New(cfg, reg, zap.NewNop(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	// Read unknown: the watcher's first read loads the file (and finds
+	// nothing to change), so the test knows when it is done.
+	var loads atomic.Int32
+	err = r.rt.WatchConfig(Reload{Path: r.path, Level: r.level, Load: func(_ context.Context, b []byte) (*config.Config, error) {
+		defer loads.Add(1)
+		return config.Parse(b, r.path, reg, nil)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error)
+	r.rt.reload.events, r.rt.reload.errs = make(chan fsnotify.Event), errs
+	r.rt.Start(context.Background())
+	defer r.stop(t, 20*time.Second, nil)
+	testwait.For(t, 10*time.Second, "the first read", func() bool { return loads.Load() == 1 })
+	r.write(t, reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, "debug", 1))
+	time.Sleep(10 * reloadSettle)
+	if n := r.count(t, metrics.ReloadApplied); n != 0 || loads.Load() != 1 {
+		t.Fatalf("%d reloads applied, %d loads, with no event seen", n, loads.Load())
+	}
+	errs <- fmt.Errorf("reading events: %w", fsnotify.ErrEventOverflow)
+	testwait.For(t, 10*time.Second, "the change applied after the overflow",
+		func() bool { return r.count(t, metrics.ReloadApplied) == 1 })
+	if !r.level.Enabled(zapcore.DebugLevel) {
+		t.Error("log level not debug, as the file says")
+	}
 }

@@ -305,7 +305,8 @@ func reloadSection() string {
 ` + "`wowd run`" + ` watches its configuration file (its directory, so a file replaced by an
 editor or a Kubernetes ConfigMap update counts, and, when the path is a link to a file
 in another directory, that directory too, so an edit of that file in place counts; a
-change made while wowd starts counts as well) and, once the file has been still
+change made while wowd starts counts as well, and so does an overflow of the kernel's
+queue of file events, which may have lost one) and, once the file has been still
 for 200ms, reads it again over the same environment and ` + "`--set`" + ` arguments. These
 keys apply without a restart:
 
