@@ -118,11 +118,18 @@ func (a *app) status(o statusOptions) error {
 	defer client.CloseIdleConnections()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var last error // the code of the last status shown
 	for n := 1; ; n++ {
 		err := a.statusOnce(ctx, client, target, token, o)
+		if n > 1 && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Interrupted while reading the next: --watch ends with the
+			// code of the last status shown, not as a failure to read.
+			return last
+		}
 		if !o.watch || (o.count > 0 && n >= o.count) {
 			return err
 		}
+		last = err
 		t := time.NewTimer(o.every)
 		select {
 		case <-ctx.Done():

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,5 +172,36 @@ func TestStatusErrorNamesTheURL(t *testing.T) {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("the error lacks %q:\n%s", want, errOut)
 		}
+	}
+}
+
+// TestStatusWatchInterruptedMidRequest: Ctrl-C while --watch was reading
+// the next status made it exit 1 with "context canceled", as if the status
+// could not be read; it exits with the code of the last status shown, as
+// an interrupt between two reads does. The server sends the process
+// SIGINT when the second request arrives, and holds it.
+func TestStatusWatchInterruptedMidRequest(t *testing.T) {
+	var n atomic.Int32
+	body, err := json.Marshal(sampleStatus(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			_, _ = w.Write(body)
+			return
+		}
+		if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+			t.Error(err)
+		}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	code, out, errOut := runStatus(t, nil, "--admin", srv.URL, "--watch", "--interval", "10ms")
+	if code != 0 || n.Load() != 2 || strings.Count(out, "carts on pod-1") != 1 || errOut != "" {
+		t.Errorf("--watch interrupted while reading its second status: exit %d after %d requests, want 0 (the first was healthy)\n%s%s", code, n.Load(), out, errOut)
 	}
 }
