@@ -383,7 +383,14 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusUnprocessableEntity, response{Error: fmt.Sprintf("aggregate %s of context %s is not configured", m.AggregateName, m.ContextName)})
 		return
 	}
-	marked, err := markLocalFirst(body)
+	top, err := topLevel(body)
+	if err == nil {
+		err = kindFits(kind, top)
+	}
+	var marked []byte
+	if err == nil {
+		marked, err = markTop(top)
+	}
 	if err != nil {
 		in.reply(w, http.StatusBadRequest, response{Error: err.Error()})
 		return
@@ -566,10 +573,43 @@ func (in *Ingest) fits(ctx context.Context, topic, key string, marked []byte, ro
 // keeping every other value as written (compacted: without whitespace
 // between tokens; the top-level keys and the header's in sorted order).
 func markLocalFirst(value []byte) ([]byte, error) {
+	top, err := topLevel(value)
+	if err != nil {
+		return nil, err
+	}
+	return markTop(top)
+}
+
+// topLevel is the message's top-level fields, their values as sent.
+func topLevel(value []byte) (map[string]json.RawMessage, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(value, &top); err != nil {
 		return nil, fmt.Errorf("marking local_first: %w", err)
 	}
+	return top, nil
+}
+
+// kindFits refuses an event message posted as the other kind of event: a
+// state event (one with "state") to .event, where Wow's event handlers
+// would take it for a domain event stream and handle its events a second
+// time, and a domain event stream (no "state") to .state, which Wow reads
+// as state events and cannot decode without one (its default decode-failure
+// handler stops the receive stream). The decoder reads both kinds alike,
+// so they are told apart here.
+func kindFits(kind wow.Kind, top map[string]json.RawMessage) error {
+	_, state := top["state"]
+	switch {
+	case kind == wow.KindEvent && state:
+		return errors.New(`a state event (it has "state"): POST it to ` + Path + `state; .event topics carry domain event streams`)
+	case kind == wow.KindState && !state:
+		return errors.New(`not a state event (it has no "state"): POST a domain event stream to ` + Path + `event; .state topics carry state events`)
+	}
+	return nil
+}
+
+// markTop is markLocalFirst over the message's top-level fields; it
+// replaces their header.
+func markTop(top map[string]json.RawMessage) ([]byte, error) {
 	header := map[string]string{}
 	if raw, ok := top["header"]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &header); err != nil {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/wowd/wowd/internal/metrics"
 )
 
 // TestMarkLocalFirstKeepsTheMessagesBytes: marking a message local_first
@@ -64,5 +67,43 @@ func TestAMessageNotInUTF8IsRefused(t *testing.T) {
 	in, _ := newIngest(p)
 	if w := send(in, []byte(strings.Replace(message, `"n":1`, `"n":"\u00e9 é \ud83d\ude00"`, 1))); w.Code != http.StatusAccepted {
 		t.Errorf("a message in UTF-8 answered %d (%s)", w.Code, w.Body)
+	}
+}
+
+// TestAnEventOfTheOtherKindIsRefused: the decoder reads a domain event
+// stream and a state event alike, so a state event posted as an event was
+// published to .event, where Wow's event handlers take it for a domain
+// event stream and handle its events a second time; a domain event stream
+// posted as a state went to .state, which Wow cannot decode without the
+// aggregate's state (its default decode-failure handler stops the receive
+// stream). Each is a 400 naming the endpoint to use, nothing published.
+func TestAnEventOfTheOtherKindIsRefused(t *testing.T) {
+	state := strings.Replace(message, `"version":1,`, `"version":1,"firstOperator":"","firstEventTime":1755868563012,"state":{"id":"cart-1"},"tags":{},"deleted":false,`, 1)
+	post := func(kind, body string) (*httptest.ResponseRecorder, *producer, *metrics.Metrics) {
+		p := &producer{}
+		in, m := newIngest(p)
+		w := httptest.NewRecorder()
+		in.ServeHTTP(w, httptest.NewRequest(http.MethodPost, Path+kind, strings.NewReader(body)))
+		return w, p, m
+	}
+	for _, tt := range []struct{ kind, body, want string }{
+		{"event", state, Path + "state"},
+		{"state", message, Path + "event"},
+	} {
+		w, p, m := post(tt.kind, tt.body)
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), tt.want) {
+			t.Errorf("%s of the other kind: answered %d (%s), want 400 naming %s", tt.kind, w.Code, w.Body, tt.want)
+		}
+		if n := p.published(); n != 0 {
+			t.Errorf("%s of the other kind: %d records published", tt.kind, n)
+		}
+		if n := counted(t, m, "rejected"); n != 1 {
+			t.Errorf("%s of the other kind: counted %v as rejected, want 1", tt.kind, n)
+		}
+	}
+	for _, tt := range []struct{ kind, body string }{{"event", message}, {"state", state}} {
+		if w, p, _ := post(tt.kind, tt.body); w.Code != http.StatusAccepted || p.published() != 1 {
+			t.Errorf("%s of its own kind: answered %d (%s), %d published", tt.kind, w.Code, w.Body, p.published())
+		}
 	}
 }
