@@ -326,9 +326,7 @@ func (rt *Daemon) reloadFile(force bool) (passing bool) {
 		return false
 	}
 	r.last = data
-	if outcome != nil {
-		r.count.Count(*outcome)
-	}
+	r.count.Count(*outcome)
 	return false
 }
 
@@ -346,8 +344,8 @@ func (rt *Daemon) refused(err error) {
 }
 
 // apply loads the configuration again from data, the file's contents, and
-// applies its reloadable changes, all or none. It returns nil when no key
-// changed.
+// applies its reloadable changes, all or none, and returns the outcome to
+// count.
 func (rt *Daemon) apply(data []byte) (*metrics.ReloadOutcome, error) {
 	r := rt.reload
 	cfg, err := r.Load(r.ctx, data)
@@ -435,7 +433,8 @@ func (rt *Daemon) apply(data []byte) (*metrics.ReloadOutcome, error) {
 	}
 	if len(applied) == 0 {
 		rt.log.Info("configuration file read again; no key changed", zap.String("path", r.Path))
-		return nil, nil
+		o := metrics.ReloadUnchanged
+		return &o, nil
 	}
 	o := metrics.ReloadApplied
 	return &o, nil

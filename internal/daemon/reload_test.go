@@ -162,6 +162,14 @@ func TestReloadUnderARunningDaemon(t *testing.T) {
 		t.Errorf("level %v, want warn", level.Level())
 	}
 
+	// The restart-only key put back as it runs: no key changed, counted
+	// as unchanged (it was logged and counted nowhere).
+	write(reloadYAML(broker, srv.URL, 4, "warn", 2))
+	testwait.For(t, 10*time.Second, "the revert read", func() bool { return count(metrics.ReloadUnchanged) == 1 })
+	if n := count(metrics.ReloadRestartNeeded); n != 1 {
+		t.Errorf("%d restarts reported after the revert, want the 1 before", n)
+	}
+
 	// A file that does not load: refused, nothing changes.
 	write(strings.Replace(reloadYAML(broker, srv.URL, 1, "error", 2), "max-concurrency", "max-concurency", 1))
 	testwait.For(t, 10*time.Second, "the invalid file refused", func() bool { return count(metrics.ReloadInvalid) == 1 })
