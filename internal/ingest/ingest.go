@@ -584,7 +584,7 @@ func markLocalFirst(value []byte) ([]byte, error) {
 func topLevel(value []byte) (map[string]json.RawMessage, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(value, &top); err != nil {
-		return nil, fmt.Errorf("marking local_first: %w", err)
+		return nil, fmt.Errorf("reading the message's fields: %w", err)
 	}
 	return top, nil
 }
@@ -592,17 +592,21 @@ func topLevel(value []byte) (map[string]json.RawMessage, error) {
 // kindFits refuses an event message posted as the other kind of event: a
 // state event (one with "state") to .event, where Wow's event handlers
 // would take it for a domain event stream and handle its events a second
-// time, and a domain event stream (no "state") to .state, which Wow reads
-// as state events and cannot decode without one (its default decode-failure
-// handler stops the receive stream). The decoder reads both kinds alike,
-// so they are told apart here.
+// time, and to .state anything Wow cannot read as a state event: its
+// deserializer takes "state" as an object and reads "deleted", and fails
+// otherwise (its default decode-failure handler then stops the receive
+// stream). The decoder reads both kinds alike, so they are told apart here.
 func kindFits(kind wow.Kind, top map[string]json.RawMessage) error {
-	_, state := top["state"]
+	state, hasState := top["state"]
 	switch {
-	case kind == wow.KindEvent && state:
+	case kind == wow.KindEvent && hasState:
 		return errors.New(`a state event (it has "state"): POST it to ` + Path + `state; .event topics carry domain event streams`)
-	case kind == wow.KindState && !state:
+	case kind == wow.KindState && !hasState:
 		return errors.New(`not a state event (it has no "state"): POST a domain event stream to ` + Path + `event; .state topics carry state events`)
+	case kind == wow.KindState && !bytes.HasPrefix(bytes.TrimSpace(state), []byte("{")):
+		return errors.New(`a state event's "state" must be the aggregate's state, an object`)
+	case kind == wow.KindState && top["deleted"] == nil:
+		return errors.New(`a state event needs "deleted" (true once the aggregate is deleted)`)
 	}
 	return nil
 }

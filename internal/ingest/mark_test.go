@@ -89,6 +89,10 @@ func TestAnEventOfTheOtherKindIsRefused(t *testing.T) {
 	for _, tt := range []struct{ kind, body, want string }{
 		{"event", state, Path + "state"},
 		{"state", message, Path + "event"},
+		// What Wow's state event deserializer cannot read either.
+		{"state", strings.Replace(state, `"state":{"id":"cart-1"}`, `"state":null`, 1), "an object"},
+		{"state", strings.Replace(state, `"state":{"id":"cart-1"}`, `"state":[]`, 1), "an object"},
+		{"state", strings.Replace(state, `,"deleted":false`, ``, 1), "once the aggregate is deleted"},
 	} {
 		w, p, m := post(tt.kind, tt.body)
 		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), tt.want) {
