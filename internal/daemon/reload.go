@@ -301,6 +301,12 @@ func (r *reloader) follow(real string, log *zap.Logger) {
 // same, unless force.
 func (rt *Daemon) reloadFile(force bool) (passing bool) {
 	r := rt.reload
+	// Where the path leads, looked at again at every read: a link pointed
+	// elsewhere whose events were lost (an overflow), or read for a SIGHUP,
+	// is followed from here on.
+	if real, err := filepath.EvalSymlinks(r.Path); err == nil && real != r.real {
+		r.follow(real, rt.log)
+	}
 	data, err := os.ReadFile(r.Path)
 	if err != nil {
 		rt.refused(fmt.Errorf("reading %s: %w", r.Path, err))

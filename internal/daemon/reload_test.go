@@ -240,8 +240,9 @@ func TestReloadThroughASwappedLink(t *testing.T) {
 // watching starts a daemon configured from the file at path (read: what
 // it held, nil when unknown), watching it as `wowd run` does, and stops it
 // at the end of the test. It returns the daemon's log level, which a
-// reload of wow.log.level sets.
-func watching(t *testing.T, path string, read []byte) zap.AtomicLevel {
+// reload of wow.log.level sets. Each of before runs on the daemon before
+// it starts.
+func watching(t *testing.T, path string, read []byte, before ...func(*Daemon)) zap.AtomicLevel {
 	t.Helper()
 	reg := handler.Default()
 	cfg, err := config.Load(path, reg, nil)
@@ -259,6 +260,9 @@ func watching(t *testing.T, path string, read []byte) zap.AtomicLevel {
 			return config.Parse(data, path, reg, nil)
 		}}); err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range before {
+		f(rt)
 	}
 	rt.Start(context.Background())
 	t.Cleanup(func() {
@@ -915,4 +919,73 @@ func TestReloadReadsAfterLostEvents(t *testing.T) {
 	if !r.level.Enabled(zapcore.DebugLevel) {
 		t.Error("log level not debug, as the file says")
 	}
+}
+
+// TestReloadFollowsALinkMovedDuringLostEvents: the path is a link to a
+// file in another directory; it is pointed at a third directory while the
+// watcher's events are lost (dropped here, as a queue overflow drops
+// them), and the overflow is reported. The read after the overflow applied
+// the new file but kept watching the old directory, so an edit in place of
+// the file the link points at now was never seen.
+func TestReloadFollowsALinkMovedDuringLostEvents(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	c := newCluster(t)
+	yaml := func(level string) []byte {
+		return []byte(reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, level, 1))
+	}
+	kept, other, linkDir := t.TempDir(), t.TempDir(), t.TempDir()
+	target := filepath.Join(kept, "wowd.yaml")
+	if err := os.WriteFile(target, yaml("info"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(linkDir, "wowd.yaml")
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	var lose atomic.Bool
+	errs := make(chan error)
+	level := watching(t, path, yaml("info"), func(rt *Daemon) {
+		events := make(chan fsnotify.Event)
+		real := rt.reload.watcher.Events
+		done := rt.reload.done
+		go func() { // ends when the watcher closes, as the daemon stops
+			for ev := range real {
+				if lose.Load() {
+					continue
+				}
+				select {
+				case events <- ev:
+				case <-done:
+					return
+				}
+			}
+		}()
+		rt.reload.events, rt.reload.errs = events, errs
+	})
+	lose.Store(true)
+	moved := filepath.Join(other, "wowd.yaml")
+	if err := os.WriteFile(moved, yaml("warn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, path+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * reloadSettle) // the events are in, and lost
+	lose.Store(false)
+	errs <- fmt.Errorf("reading events: %w", fsnotify.ErrEventOverflow)
+	testwait.For(t, 10*time.Second, "the file the link points at now applied", func() bool { return level.Level() == zapcore.WarnLevel })
+	f, err := os.OpenFile(moved, os.O_WRONLY|os.O_TRUNC, 0) // edited in place
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(yaml("debug")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "the edit in place of the newly linked file applied", func() bool { return level.Level() == zapcore.DebugLevel })
 }
