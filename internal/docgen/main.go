@@ -324,8 +324,8 @@ validate, or whose new header files cannot be read, is refused whole and logged 
 every problem; the running configuration stays. ` + "`handler.timeout`" + ` is not among
 them: each receiver sizes its deadline checks from it when it starts. Each change read
 is counted in
-` + "`wowd_config_reloads_total{outcome}`" + ` (` + "`applied`, `restart_needed`, `invalid`, `retrying`, and `unchanged`" + ` for a file whose keys all stay as
-they run: a comment edited, a change reverted).
+` + "`wowd_config_reloads_total{outcome}`" + ` (` + "`applied`, `restart_needed`, `invalid`, `retrying`, and `unchanged`" + ` for a file read again, after
+a change or a SIGHUP, whose keys all stay as they run: a comment edited, a change reverted).
 
 A refusal for what the file says (a key unknown or out of range, a request-timeout that
 does not fit the handler.timeout wowd started with) stands until the file

@@ -12,7 +12,7 @@ const (
 	ReloadRestartNeeded                      // some changed keys need a restart: not applied (the reloadable ones were)
 	ReloadInvalid                            // the new file was refused as a whole for what it says: the running configuration stays
 	ReloadRetrying                           // the new file could not be applied for a passing reason: it is read again until it applies
-	ReloadUnchanged                          // the file changed but no key did (a comment, or a change reverted to what runs)
+	ReloadUnchanged                          // the file was read again (a change, or SIGHUP) and no key changed: a comment, a change reverted to what runs
 	numReloadOutcomes
 )
 
@@ -31,7 +31,7 @@ type Reloads struct {
 func (m *Metrics) Reloads() *Reloads {
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "config_reloads_total",
-		Help: "Changes of the configuration file read while running, by outcome (outcome: applied; restart_needed: some changed keys need a restart and were not applied; invalid: the file was refused for what it says and the running configuration stays; retrying: the file could not be applied for a reason outside it, such as a file it names missing or wow.metadata not answering, and is read again until it applies, counted once per distinct error; unchanged: the file changed but no key did, such as a comment edited or a change reverted to what runs).",
+		Help: "Changes of the configuration file read while running, by outcome (outcome: applied; restart_needed: some changed keys need a restart and were not applied; invalid: the file was refused for what it says and the running configuration stays; retrying: the file could not be applied for a reason outside it, such as a file it names missing or wow.metadata not answering, and is read again until it applies, counted once per distinct error; unchanged: the file was read again, after a change or a SIGHUP, and no key changed, such as a comment edited or a change reverted to what runs).",
 	}, []string{"outcome"})
 	m.Registry.MustRegister(vec)
 	r := &Reloads{}

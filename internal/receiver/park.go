@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -1460,7 +1461,13 @@ func (r *Receiver) PlanParkByHand(ctx context.Context, id string) (HandPark, err
 		}
 	}
 	if len(errs) > 0 {
-		return HandPark{}, fmt.Errorf("nothing asked for %s: %w", id, errors.Join(errs...))
+		// One line (errors.Join's would break the admin API's answer),
+		// each error still matched by errors.Is.
+		args := []any{id}
+		for _, err := range errs {
+			args = append(args, err)
+		}
+		return HandPark{}, fmt.Errorf("nothing asked for %s: "+strings.TrimSuffix(strings.Repeat("%w; ", len(errs)), "; "), args...)
 	}
 	return plan, nil
 }
