@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/kfaketest"
 	"github.com/wowd/wowd/internal/park"
 )
 
@@ -79,31 +77,10 @@ wow:
 func TestAdminParkByHandAsksNothingWhenATopicCannotBeListed(t *testing.T) {
 	const cartTopic, invoiceTopic = "wow.example.cart.event", "wow.billing.invoice.event"
 	c := newCluster(t, kfake.SeedTopics(1, cartTopic, invoiceTopic))
-	c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		// Only a listing of the invoice topic alone: the billing client's
-		// own requests (its topic and the state topic) are answered as
-		// they are, so that it starts.
-		req := kreq.(*kmsg.MetadataRequest)
-		if len(req.Topics) != 1 || req.Topics[0].Topic == nil || *req.Topics[0].Topic != invoiceTopic {
-			return nil, nil, false
-		}
-		resp := req.ResponseKind().(*kmsg.MetadataResponse)
-		host, port, _ := net.SplitHostPort(c.ListenAddrs()[0])
-		b := kmsg.NewMetadataResponseBroker()
-		b.NodeID, b.Host = 0, host
-		if p, err := strconv.Atoi(port); err == nil {
-			b.Port = int32(p)
-		}
-		resp.Brokers, resp.ControllerID = append(resp.Brokers, b), 0
-		for _, rt := range req.Topics {
-			st := kmsg.NewMetadataResponseTopic()
-			st.Topic = kmsg.StringPtr(*rt.Topic)
-			st.ErrorCode = kerr.LeaderNotAvailable.Code
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	// Only a listing of the invoice topic alone: the billing client's own
+	// requests (its topic and the state topic) are answered as they are,
+	// so that it starts.
+	kfaketest.Leaderless(c, invoiceTopic, func(req *kmsg.MetadataRequest) bool { return len(req.Topics) == 1 })
 	var reg handler.Registry
 	reg.Register(handler.Spec{Name: "ok", New: func(any, handler.Deps) (handler.Handler, error) {
 		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil

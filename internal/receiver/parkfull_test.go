@@ -8,9 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/kfaketest"
 	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/testwait"
 )
@@ -393,30 +392,7 @@ func TestParkByHandRefusesATopicItCannotList(t *testing.T) {
 	testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd(group) })
 
 	var leaderless atomic.Bool
-	h.c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		h.c.KeepControl()
-		req := kreq.(*kmsg.MetadataRequest)
-		if !leaderless.Load() || !slices.ContainsFunc(req.Topics, func(rt kmsg.MetadataRequestTopic) bool {
-			return rt.Topic != nil && *rt.Topic == testTopic
-		}) {
-			return nil, nil, false
-		}
-		resp := req.ResponseKind().(*kmsg.MetadataResponse)
-		host, port, _ := net.SplitHostPort(h.c.ListenAddrs()[0])
-		b := kmsg.NewMetadataResponseBroker()
-		b.NodeID, b.Host = 0, host
-		if p, err := strconv.Atoi(port); err == nil {
-			b.Port = int32(p)
-		}
-		resp.Brokers, resp.ControllerID = append(resp.Brokers, b), 0
-		for _, rt := range req.Topics {
-			st := kmsg.NewMetadataResponseTopic()
-			st.Topic = kmsg.StringPtr(*rt.Topic)
-			st.ErrorCode = kerr.LeaderNotAvailable.Code
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	kfaketest.Leaderless(h.c, testTopic, func(*kmsg.MetadataRequest) bool { return leaderless.Load() })
 	leaderless.Store(true)
 	n, err := r.ParkByHand(context.Background(), "agg-0", "test")
 	leaderless.Store(false)

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/wowd/wowd/internal/config"
 	_ "github.com/wowd/wowd/internal/handlers" // discard, for the configurations
+	"github.com/wowd/wowd/internal/kfaketest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -348,43 +346,7 @@ func TestTopicErrorsAreNotMissingTopics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, port, err := net.SplitHostPort(c.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	portN, _ := strconv.Atoi(port)
-	c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req := kreq.(*kmsg.MetadataRequest)
-		resp := req.ResponseKind().(*kmsg.MetadataResponse)
-		mentions := false
-		for _, rt := range req.Topics {
-			if rt.Topic != nil && *rt.Topic == cartTopic {
-				mentions = true
-			}
-		}
-		if !mentions {
-			return nil, nil, false
-		}
-		b := kmsg.NewMetadataResponseBroker()
-		b.NodeID, b.Host, b.Port = 0, host, int32(portN)
-		resp.Brokers = append(resp.Brokers, b)
-		resp.ControllerID = 0
-		for _, rt := range req.Topics {
-			st := kmsg.NewMetadataResponseTopic()
-			st.Topic = kmsg.StringPtr(*rt.Topic)
-			if *rt.Topic == cartTopic {
-				st.ErrorCode = kerr.LeaderNotAvailable.Code
-			} else {
-				sp := kmsg.NewMetadataResponseTopicPartition()
-				sp.Partition, sp.Leader = 0, 0
-				sp.Replicas, sp.ISR = []int32{0}, []int32{0}
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	kfaketest.Leaderless(c, cartTopic, nil)
 	// A new client: the first one has the topics' metadata cached.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
