@@ -27,11 +27,7 @@ import (
 // aggregate's messages, once its topic came, were handled.
 func TestAdminParkByHandWithoutTopicsIsNotFound(t *testing.T) {
 	c := newCluster(t) // no topic, none created on a fetch
-	var reg handler.Registry
-	reg.Register(handler.Spec{Name: "ok", New: func(any, handler.Deps) (handler.Handler, error) {
-		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil
-	}})
-	cfg, err := config.Parse(fmt.Appendf(nil, `
+	rt := parkingDaemon(t, fmt.Sprintf(`
 wow:
   service: carts
   kafka:
@@ -48,24 +44,10 @@ wow:
     listen: 127.0.0.1:0
   admin:
     listen: 127.0.0.1:0
-`, c.ListenAddrs()[0]), "test.yaml", &reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(cfg, &reg, zaptest.NewLogger(t), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.Start(context.Background())
-	defer stopRT(t, rt)
-	resp, err := http.Post("http://"+rt.AdminAddr()+"/admin/v1/dispatchers/projection/aggregates/cart-1/park", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "wow.example.cart.event") {
-		t.Fatalf("park by hand with no topic of the dispatcher: %d %s, want 404 naming its topics", resp.StatusCode, body)
+`, c.ListenAddrs()[0]))
+	code, body := parkByHand(t, rt, "projection", "cart-1")
+	if code != http.StatusNotFound || !strings.Contains(body, "wow.example.cart.event") {
+		t.Fatalf("park by hand with no topic of the dispatcher: %d %s, want 404 naming its topics", code, body)
 	}
 }
 
@@ -81,11 +63,7 @@ func TestAdminParkByHandAsksNothingWhenATopicCannotBeListed(t *testing.T) {
 	// requests (its topic and the state topic) are answered as they are,
 	// so that it starts.
 	kfaketest.Leaderless(c, invoiceTopic, func(req *kmsg.MetadataRequest) bool { return len(req.Topics) == 1 })
-	var reg handler.Registry
-	reg.Register(handler.Spec{Name: "ok", New: func(any, handler.Deps) (handler.Handler, error) {
-		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil
-	}})
-	cfg, err := config.Parse(fmt.Appendf(nil, `
+	rt := parkingDaemon(t, fmt.Sprintf(`
 wow:
   service: carts
   kafka:
@@ -106,27 +84,13 @@ wow:
     listen: 127.0.0.1:0
   admin:
     listen: 127.0.0.1:0
-`, c.ListenAddrs()[0]), "test.yaml", &reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(cfg, &reg, zaptest.NewLogger(t), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.Start(context.Background())
-	defer stopRT(t, rt)
+`, c.ListenAddrs()[0]))
 	if n := len(rt.receivers); n != 2 {
 		t.Fatalf("%d receivers, want one per context", n)
 	}
-	resp, err := http.Post("http://"+rt.AdminAddr()+"/admin/v1/dispatchers/projection/aggregates/cart-1/park", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), invoiceTopic) {
-		t.Fatalf("park by hand with %s not listable: %d %s, want 500 naming it", invoiceTopic, resp.StatusCode, body)
+	code, body := parkByHand(t, rt, "projection", "cart-1")
+	if code != http.StatusInternalServerError || !strings.Contains(body, invoiceTopic) {
+		t.Fatalf("park by hand with %s not listable: %d %s, want 500 naming it", invoiceTopic, code, body)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
@@ -142,4 +106,38 @@ wow:
 			t.Errorf("%d requests in the state topic's partition %d, want none asked", o.Offset, o.Partition)
 		}
 	})
+}
+
+// parkingDaemon starts a daemon from the configuration yaml, with the
+// handler type ok (every message handled), stopped at the end of the test.
+func parkingDaemon(t *testing.T, yaml string) *Daemon {
+	t.Helper()
+	var reg handler.Registry
+	reg.Register(handler.Spec{Name: "ok", New: func(any, handler.Deps) (handler.Handler, error) {
+		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil
+	}})
+	cfg, err := config.Parse([]byte(yaml), "test.yaml", &reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(cfg, &reg, zaptest.NewLogger(t), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Start(context.Background())
+	t.Cleanup(func() { stopRT(t, rt) })
+	return rt
+}
+
+// parkByHand asks rt's admin API to park aggregate id of dispatcher d by
+// hand, and returns the answer's status and body.
+func parkByHand(t *testing.T, rt *Daemon, d, id string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+rt.AdminAddr()+"/admin/v1/dispatchers/"+d+"/aggregates/"+id+"/park", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
