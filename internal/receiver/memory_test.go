@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wowd/wowd/handler"
@@ -334,5 +335,37 @@ func TestCopiedRecordsKeepNilAndEmpty(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("record %d not handled", i)
 		}
+	}
+}
+
+// TestFirstFetchIsSizedForEveryBroker: each broker may hold one buffered
+// fetch of the client's, so its fetch limit is its part divided among the
+// brokers. The first fit, in New, ran before the client knew any broker
+// and sized the fetch for one: with three brokers the first round could
+// buffer three times the part. It counts the seed brokers now.
+func TestFirstFetchIsSizedForEveryBroker(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(12, testTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	h := harnessOn(t, c)
+	b, err := memory.New(256<<20, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var known int
+	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { ack.Done(nil) })
+	r := h.newReceiver("g-first-fit", hd, 256, func(o *Options) {
+		o.ClientOpts = append(o.ClientOpts, kgo.FetchMaxBytes(16<<20), kgo.FetchMaxPartitionBytes(1<<20))
+		o.Fetch = b.Join()
+		o.afterClient = func(cl *kgo.Client) { known = len(cl.DiscoveredBrokers()) }
+	})
+	defer stop(t, r)
+	// Half the part (the other half for what the receiver holds), at the
+	// assumed compression, among three brokers.
+	want := int32(b.FetchBytes() / 2 / memory.InitialRatio / 3)
+	if r.fetchMax > want*9/8 {
+		t.Errorf("first fetch limit %d with %d brokers known; want at most %d, sized for 3", r.fetchMax, known, want)
 	}
 }

@@ -969,7 +969,14 @@ func (r *Receiver) fitFetch() {
 	// is left.
 	held := r.heldBytes.Load()
 	r.o.Fetch.Hold(held + max(0, r.o.Fetch.Part()-held)/2)
-	maxBytes, maxPart := r.o.Fetch.Limits(len(r.cl.DiscoveredBrokers()), int(r.shareCap()))
+	// Each broker may hold a fetch of the client's. Before the client's
+	// first metadata (the fit in New) it knows none: its seeds, often
+	// every broker, are the better guess than one.
+	brokers := len(r.cl.DiscoveredBrokers())
+	if seeds, ok := r.cl.OptValue(kgo.SeedBrokers).([]string); ok {
+		brokers = max(brokers, len(seeds))
+	}
+	maxBytes, maxPart := r.o.Fetch.Limits(brokers, int(r.shareCap()))
 	near := func(a, b int32) bool { d := a - b; return d < b/8 && -d < b/8 }
 	if r.fetchMax != 0 && near(maxBytes, r.fetchMax) && near(maxPart, r.fetchPart) {
 		return
