@@ -82,6 +82,10 @@ type Daemon struct {
 	started time.Time
 }
 
+// cgroupRoot is where the cgroup file system is mounted (a test's
+// directory in tests).
+var cgroupRoot = "/sys/fs/cgroup"
+
 // New builds the runtime; nothing connects or listens until Start, except
 // the metrics listener, bound here so a taken port fails early.
 func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version string) (*Daemon, error) {
@@ -97,6 +101,17 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 		version:  version,
 		started:  time.Now(),
 	}
+	// The memory budget before anything that runs (the executor's
+	// goroutines): a refusal has nothing to stop.
+	limit, src, err := memory.Resolve(cfg.Memory.Limit, cgroupRoot)
+	if err != nil {
+		return nil, &ConfigError{Path: "wow.memory.limit", Err: err}
+	}
+	if rt.memory, err = memory.New(limit, cfg.Memory.FetchPercent); err != nil {
+		// The limit may come from the container, not from a key: say so.
+		return nil, &ConfigError{Path: "wow.memory", Err: fmt.Errorf("%w (the limit is %s)", err, src)}
+	}
+	rt.memorySrc = src
 	rt.ex = executor.New(executor.Options{
 		Workers:         cfg.Dispatch.Workers,
 		Throughput:      cfg.Dispatch.Throughput,
@@ -110,16 +125,9 @@ func New(cfg *config.Config, reg *handler.Registry, log *zap.Logger, version str
 			BlockingRunning: s.BlockingRunning, LongestTurn: s.LongestTurn.Seconds(),
 		}
 	})
-	limit, src, err := memory.Resolve(cfg.Memory.Limit, "/sys/fs/cgroup")
-	if err != nil {
-		return nil, &ConfigError{Path: "wow.memory.limit", Err: err}
-	}
-	if rt.memory, err = memory.New(limit, cfg.Memory.FetchPercent); err != nil {
-		return nil, &ConfigError{Path: "wow.memory", Err: err}
-	}
-	rt.memorySrc = src
 	rt.metrics.MemoryLimit(limit)
 	if err := rt.buildTracing(version); err != nil {
+		rt.abort() // the executor runs
 		return nil, err
 	}
 	if err := rt.build(reg); err != nil {

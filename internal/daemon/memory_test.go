@@ -1,10 +1,15 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/handler"
@@ -65,5 +70,89 @@ wow:
 		if got != want {
 			t.Errorf("receiver %d of 3 sized its first fetch to %d bytes; want half of a third of the fetch budget at 16x: %d (all: %v)", i+1, got, want, limits)
 		}
+	}
+}
+
+// TestASmallContainerNamesWhereTheLimitCameFrom: with wow.memory.limit
+// unset the limit is 80% of the container's; below the minimum, wowd
+// refused to start with an error on wow.memory, a key the user never set,
+// and no word of the container. It names the limit's source now.
+func TestASmallContainerNamesWhereTheLimitCameFrom(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "memory.max"), []byte("33554432\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := cgroupRoot
+	cgroupRoot = root
+	defer func() { cgroupRoot = old }()
+	var reg handler.Registry
+	reg.Register((&recorder{}).spec())
+	cfg, err := config.Parse([]byte(`
+wow:
+  service: projector
+  kafka:
+    bootstrap-servers: [127.0.0.1:1]
+  contexts:
+    example-service:
+      alias: example
+      aggregates: [cart]
+  dispatchers:
+    everything:
+      topics: [event]
+      handler: {type: record}
+  metrics:
+    listen: ""
+`), "test.yaml", &reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(cfg, &reg, zap.NewNop(), "test")
+	if err == nil {
+		stopRT(t, rt)
+		t.Fatal("started with 80% of a 32 MiB container, below the minimum")
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "container") || !strings.Contains(err.Error(), "33554432") {
+		t.Errorf("error %v; want a configuration error naming the container's limit", err)
+	}
+}
+
+// TestARefusedTracingSetUpStopsWhatRuns: New made the executor, then
+// refused a tracing set-up it could not build (here an
+// OTEL_RESOURCE_ATTRIBUTES entry without "="), and returned with the
+// executor's goroutines running.
+func TestARefusedTracingSetUpStopsWhatRuns(t *testing.T) {
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "no-equals-sign")
+	before := goleak.IgnoreCurrent() // what earlier tests left winding down
+	var reg handler.Registry
+	reg.Register((&recorder{}).spec())
+	cfg, err := config.Parse([]byte(`
+wow:
+  service: projector
+  kafka:
+    bootstrap-servers: [127.0.0.1:1]
+  contexts:
+    example-service:
+      alias: example
+      aggregates: [cart]
+  dispatchers:
+    everything:
+      topics: [event]
+      handler: {type: record}
+  tracing:
+    enabled: true
+  metrics:
+    listen: ""
+`), "test.yaml", &reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(cfg, &reg, zap.NewNop(), "test")
+	if err == nil {
+		stopRT(t, rt)
+		t.Fatal("started with a resource attribute that does not parse")
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("after New refused the tracing set-up: %v", err)
 	}
 }
