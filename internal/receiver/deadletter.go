@@ -53,7 +53,7 @@ const (
 // or the client refuse. Retriable errors (a broker away, a leader moving)
 // never reach the receiver: the client retries them itself. What does is
 // refused for good unless someone acts (an ACL, a missing topic), so the
-// receiver retries with backoff for about a minute and then gives up, loudly,
+// receiver retries with backoff (13 to 25 s in all) and then gives up, loudly,
 // rather than hold the partition forever.
 const deadLetterAttempts = 8
 
@@ -141,7 +141,19 @@ func (r *Receiver) writeDeadLetter(j *job) {
 			r.log.Warn("record too large for the dead-letter topic; writing its position and reason without its value and headers (its source topic keeps it whole; to dead-letter such records whole, raise the dead-letter topic's max.message.bytes above record_bytes, then restart wowd)",
 				append(at, zap.Error(err))...)
 			j.failure.stub = true
-			r.writeDeadLetter(j)
+			// Not from inside this promise: Produce may block for room in
+			// the client's buffer, which this record fills until its
+			// promise returns. The goroutine ends once the write is
+			// buffered, or with the partition's context or the client.
+			go r.writeDeadLetter(j)
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			// The client fails the records buffered for a partition of
+			// the dead-letter topic with the context of the first of
+			// them: another source partition's, closed meanwhile (its
+			// own is open: the case above). Not a refusal: write again,
+			// without counting an attempt.
+			r.log.Info("dead-letter write ended by another partition's write; writing again", at...)
+			j.after(r.holdBackoff(1), func() { r.writeDeadLetter(j) })
 		default:
 			j.tries++
 			if j.tries >= deadLetterAttempts {
