@@ -222,11 +222,10 @@ func (r *Receiver) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[st
 	}
 	if !r.closing.Load() {
 		// Commit everything owned now, the revoked partitions included:
-		// this is the last chance for the revoked ones. While stopping, no
-		// later than the stop's deadline.
-		ctx, cancel := context.WithCancel(ctx)
-		defer context.AfterFunc(r.stopExpired, cancel)()
-		defer cancel()
+		// this is the last chance for the revoked ones. Not cut short by
+		// the stop's deadline (the drain was): a stop that finds this
+		// revoke's join under way skips its own final commit, so this one
+		// is it, and has commitParts' commitTimeout as the stop's has.
 		if err := r.commitParts(ctx, append(r.active(), gone...)); err != nil {
 			r.log.Warn("commit on revoke", zap.Error(err))
 		}
