@@ -387,6 +387,15 @@ func (c *retryCall) Complete(token uint64, err error) {
 		c.finish(WithAttempts(int(n), fmt.Errorf("%w (last attempt: %w)", ErrClosed, err)))
 		return
 	}
+	if ctxErr := c.ctx.Err(); ctxErr != nil {
+		// Cancelled since the check above: canceled ran then, found the
+		// call running and left it to this outcome. Once c waits (under
+		// r.mu), canceled acknowledges it instead.
+		c.state = retryDone
+		r.mu.Unlock()
+		c.finish(WithAttempts(int(n), fmt.Errorf("%w (last attempt: %w)", ctxErr, err)))
+		return
+	}
 	c.state = retryWaiting
 	r.waiting[c] = struct{}{}
 	if r.blocking {
