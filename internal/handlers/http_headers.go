@@ -123,8 +123,8 @@ func (f *fileHeader) get(now time.Time) string {
 	}
 	f.next = now.Add(f.every)
 	info, err := os.Stat(f.path)
-	if err != nil || f.failed == "" && sameVersion(f.info, info) {
-		return f.cur // a missing file is reported once it is back, or never
+	if err == nil && f.failed == "" && sameVersion(f.info, info) {
+		return f.cur
 	}
 	v, read, err := readHeaderFile(f.path)
 	if err != nil {

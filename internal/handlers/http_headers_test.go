@@ -201,6 +201,39 @@ func TestHTTPFileHeaderFixedInPlaceIsReadAgain(t *testing.T) {
 	}
 }
 
+// TestHTTPFileHeaderRemovedIsReported: a header file removed (a secret
+// unmounted) keeps the value last read, as an unusable version does, and
+// says so once; it was kept silently. Put back, it is read again.
+func TestHTTPFileHeaderRemovedIsReported(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("Bearer one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.WarnLevel)
+	f := &fileHeader{name: "Authorization", path: path, every: time.Second, log: zap.New(core)}
+	now := time.Now()
+	if err := f.load(now); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if got := f.get(now.Add(time.Duration(i) * time.Second)); got != "Bearer one" {
+			t.Fatalf("with the file removed: %q, want the value last read", got)
+		}
+	}
+	if n := logs.FilterMessageSnippet("cannot be used").Len(); n != 1 {
+		t.Errorf("%d warnings for the removed file, want 1", n)
+	}
+	if err := os.WriteFile(path, []byte("Bearer two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(now.Add(4 * time.Second)); got != "Bearer two" {
+		t.Errorf("put back: %q, want the new value", got)
+	}
+}
+
 func TestHTTPFileHeaderChecksAtMostOncePerInterval(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(path, []byte("one"), 0o600); err != nil {
