@@ -687,14 +687,15 @@ func TestAdminListener(t *testing.T) {
 // TestWriteYAMLRedactsURLPasswords: a password written into a URL (a
 // handler's url) is printed as xxxxx, and the value of each query
 // parameter as the mask (a token in the query was printed in the clear);
-// the user, the parameters' names and the rest of the URL are kept, and a
-// URL without either is printed as written.
+// a user name without a password and a parameter without a value are
+// masked too (either may be a token); the user beside a password, the
+// names of parameters with a value and the rest of the URL are kept.
 func TestWriteYAMLRedactsURLPasswords(t *testing.T) {
 	reg := testRegistry()
 	const y = "wow:\n  service: s\n  kafka:\n    bootstrap-servers: [k:9092]\n  contexts:\n    c:\n      aggregates: [a]\n" +
 		"  dispatchers:\n" +
 		"    d:\n      topics: [event]\n      handler: {type: http, url: 'https://sink:pw-in-url-41d2@sink.example:8443/wow?x=1'}\n" +
-		"    e:\n      topics: [event]\n      handler: {type: http, url: 'https://user@sink.example/plain'}\n" +
+		"    e:\n      topics: [event]\n      handler: {type: http, url: 'https://t0ken-as-user-93ac@sink.example/plain'}\n" +
 		"    f:\n      topics: [event]\n      handler: {type: http, url: 'https://sink.example/hook?token=tok-in-query-77f1&env=prod&flag'}\n"
 	c, err := config.Parse([]byte(y), "test.yaml", reg, nil)
 	if err != nil {
@@ -705,11 +706,11 @@ func TestWriteYAMLRedactsURLPasswords(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := out.String()
-	if strings.Contains(text, "pw-in-url-41d2") || strings.Contains(text, "tok-in-query-77f1") {
+	if strings.Contains(text, "pw-in-url-41d2") || strings.Contains(text, "tok-in-query-77f1") || strings.Contains(text, "t0ken-as-user-93ac") {
 		t.Errorf("output shows the URL's password or query token:\n%s", text)
 	}
-	for _, want := range []string{"url: https://sink:xxxxx@sink.example:8443/wow?x=******", "url: https://user@sink.example/plain",
-		"url: https://sink.example/hook?token=******&env=******&flag"} {
+	for _, want := range []string{"url: https://sink:xxxxx@sink.example:8443/wow?x=******", "url: https://xxxxx@sink.example/plain",
+		"url: https://sink.example/hook?token=******&env=******&******"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
