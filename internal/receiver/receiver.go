@@ -227,6 +227,7 @@ type Receiver struct {
 	// only; read by Snapshot through fetchMaxSeen).
 	fetchMax, fetchPart int32
 	fetchMaxSeen        atomic.Int32
+	seeds               int             // the client's seed brokers (set in New)
 	taskBuf             []executor.Task // scratch of the poll loop
 	window              int64
 	batch               int64
@@ -468,6 +469,9 @@ func New(o Options) (*Receiver, error) {
 		maxPart = 1 << 20 // kgo's default
 	}
 	r.o.Fetch.Configure(maxBytes, maxPart)
+	if seeds, ok := cl.OptValue(kgo.SeedBrokers).([]string); ok {
+		r.seeds = len(seeds)
+	}
 	// Now, not in the poll loop: the client fetches as soon as it has
 	// joined, before Start. Until this ran, its limits are the configured
 	// ones: onAssigned waits for it (fitted), and kgo fetches an assigned
@@ -972,10 +976,7 @@ func (r *Receiver) fitFetch() {
 	// Each broker may hold a fetch of the client's. Before the client's
 	// first metadata (the fit in New) it knows none: its seeds, often
 	// every broker, are the better guess than one.
-	brokers := len(r.cl.DiscoveredBrokers())
-	if seeds, ok := r.cl.OptValue(kgo.SeedBrokers).([]string); ok {
-		brokers = max(brokers, len(seeds))
-	}
+	brokers := max(len(r.cl.DiscoveredBrokers()), r.seeds)
 	maxBytes, maxPart := r.o.Fetch.Limits(brokers, int(r.shareCap()))
 	near := func(a, b int32) bool { d := a - b; return d < b/8 && -d < b/8 }
 	if r.fetchMax != 0 && near(maxBytes, r.fetchMax) && near(maxPart, r.fetchPart) {
