@@ -137,6 +137,15 @@ func (v *versions) handled(k parkKey, n int64, q *partition, anchored bool) {
 	if ok && e.validFor(q) && e.n >= n {
 		return
 	}
+	if ok && q.partition >= 0 && e.p.partition < 0 && e.n > n {
+		// A partition's record does not lower what local records go on
+		// trusting: their own chain, which the partition does not trust
+		// (unanchored), is ahead of it. The owner reading the marked
+		// copies of its own ingested messages late would otherwise set
+		// the aggregate back, and the next ingested version would be a
+		// false gap. The partition learns again once it catches up.
+		return
+	}
 	v.last[k] = versionEntry{n: n, p: q, clock: clock, anchored: q.partition >= 0 || anchored}
 }
 

@@ -64,3 +64,33 @@ func TestARedrivenVersionIsItsPartitions(t *testing.T) {
 		t.Errorf("q reads (%d, %v); want 7", last, ok)
 	}
 }
+
+// TestTheOwnersLateCopyDoesNotSetBackALocalChain: v1..v3 of a new
+// aggregate are ingested and handled here (v1 taken as it comes: the
+// chain is not anchored); the owner, behind, then reads v1's marked copy.
+// Its 1 replaced the local 3, and the ingested v4 was a false gap (parked
+// with on-gap: park). Local records keep their 3; the owner, which does
+// not trust it, learns its own versions once it reads past it.
+func TestTheOwnersLateCopyDoesNotSetBackALocalChain(t *testing.T) {
+	v := newVersions(16)
+	k := parkKey{"t", "cart-1"}
+	q, local := newPartition("t", 0), newLocalPartition()
+	for n := int64(1); n <= 3; n++ {
+		v.handled(k, n, local, false)
+	}
+	v.handled(k, 1, q, true) // the owner skips v1's marked copy, learning its version
+	if last, _, ok := v.get(k, local); !ok || last != 3 {
+		t.Fatalf("local reads (%d, %v) after handling 3 itself; want 3: v4 would be a false gap", last, ok)
+	}
+	if _, _, ok := v.get(k, q); ok {
+		t.Error("the owner trusts the local chain it never anchored")
+	}
+	v.handled(k, 4, local, false)
+	v.handled(k, 4, q, true) // caught up: its own, anchored
+	if last, anchored, ok := v.get(k, local); !ok || last != 4 || !anchored {
+		t.Errorf("local reads (%d, %v, %v) once the owner caught up; want its 4, anchored", last, anchored, ok)
+	}
+	if last, _, ok := v.get(k, q); !ok || last != 4 {
+		t.Errorf("the owner reads (%d, %v); want its own 4", last, ok)
+	}
+}
