@@ -354,6 +354,8 @@ func TestBadConfigs(t *testing.T) {
 			":6:5: wow.kafka.revoke-timeout: must be less than wow.kafka.rebalance-timeout (30s), got 30s"}},
 		{"duplicate-alias.yaml", 1, []string{
 			`:9:7: wow.contexts.shop.alias: alias "example" is also the alias of context "example"`}},
+		{"colliding-topics.yaml", 1, []string{
+			`:11:20: wow.contexts.y.aggregates[0]: aggregate "b.c" of context "y" has the topics of aggregate "c" of context "x" (wow.a.b.c.*): their messages could not be told apart`}},
 		{"duplicate-key.yaml", 1, []string{":13:3: wow.service: duplicate key (first at line 2)"}},
 		{"security.yaml", 3, []string{
 			"wow.kafka.tls.key-file: required with wow.kafka.tls.cert-file",

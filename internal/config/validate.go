@@ -264,6 +264,10 @@ func (d *decoder) validateContexts(c *Config) {
 		return
 	}
 	aliases := map[string]string{} // alias → context
+	// alias.aggregate → context and aggregate: aliases and aggregate names
+	// may contain dots, so two of them can make one topic name
+	// (a.b + c, a + b.c), whose messages wowd could not tell apart.
+	topics := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(c.Contexts)) {
 		ctx, path := c.Contexts[name], "wow.contexts."+name
 		d.name(path, name)
@@ -288,6 +292,12 @@ func (d *decoder) validateContexts(c *Config) {
 				if len(topic) > maxTopicLen {
 					d.errorf(ip, "topic name %q is longer than %d characters", topic, maxTopicLen)
 				}
+				stem := ctx.Alias + "." + agg
+				if other, dup := topics[stem]; dup && ctx.Alias != "" {
+					d.errorf(ip, "aggregate %q of context %q has the topics of %s (%s%s.*): their messages could not be told apart",
+						agg, name, other, c.Kafka.TopicPrefix, stem)
+				}
+				topics[stem] = fmt.Sprintf("aggregate %q of context %q", agg, name)
 			}
 			seen[agg] = true
 		}
