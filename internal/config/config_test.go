@@ -311,7 +311,8 @@ func TestBadConfigs(t *testing.T) {
 			`wow.dispatchers.commands-only.aggregates[0]: "order" is not an aggregate of the dispatcher's contexts`,
 			`wow.dispatchers.commands-only.events: needs topics event or state`,
 			`wow.dispatchers.commands-only.format: "json" is not one of wow, raw`}},
-		{"parking.yaml", 7, []string{
+		{"parking.yaml", 8, []string{
+			`wow.dispatchers.gap-unchecked.on-gap: park needs version-check true`,
 			`wow.dispatchers.raw-park.on-failure: park needs format wow`,
 			`wow.dispatchers.raw-park.version-check: needs format wow`,
 			`wow.dispatchers.commands.version-check: needs topics event`,

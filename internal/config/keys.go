@@ -235,7 +235,7 @@ var dispatcherFields = []field[Dispatcher]{
 		desc: "Check the aggregate version of each event stream (format wow) against the last one handled of its aggregate, while the aggregate is active: one not above it is a duplicate, skipped; one past the next is a gap, logged and counted (wowd_version_checks_total), and parked with on-gap park.",
 		ptr:  func(d *Dispatcher) any { return &d.VersionCheck }},
 	{name: "on-gap", def: "log",
-		desc: "What a version gap does (version-check): log (the message is handled) or park (the aggregate parks at the message; needs on-failure park). A redriven message is never parked for a gap; a message taken in through the local-first ingest is not parked where it was ingested but, with park, given up there, and the owner of its partition parks the aggregate at its copy if the gap is one there.",
+		desc: "What a version gap does (version-check): log (the message is handled) or park (the aggregate parks at the message; needs version-check and on-failure park). A redriven message is never parked for a gap; a message taken in through the local-first ingest is not parked where it was ingested but, with park, given up there, and the owner of its partition parks the aggregate at its copy if the gap is one there.",
 		ptr:  func(d *Dispatcher) any { return &d.OnGap }},
 	{name: "max-parked", def: "1000",
 		desc: "Most aggregates a receiver of the dispatcher keeps parked (on-failure park). When another would park, the receiver pauses fetching and says so (wowd_receiver_park_full, a warning) until one is unparked: nothing is dropped.",

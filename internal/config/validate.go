@@ -397,6 +397,9 @@ func (d *decoder) validateDispatchers(c *Config) {
 		if disp.OnGap == "park" && disp.FailurePolicy() != OnFailurePark {
 			d.errorf(path+".on-gap", "park needs on-failure park (now %s)", disp.FailurePolicy())
 		}
+		if disp.OnGap == "park" && !disp.VersionCheck {
+			d.errorf(path+".on-gap", "park needs version-check true: without it no gap is found")
+		}
 		if disp.MaxParked < 1 {
 			d.errorf(path+".max-parked", "must be at least 1")
 		}
