@@ -85,28 +85,7 @@ func TestASmallContainerNamesWhereTheLimitCameFrom(t *testing.T) {
 	old := cgroupRoot
 	cgroupRoot = root
 	defer func() { cgroupRoot = old }()
-	var reg handler.Registry
-	reg.Register((&recorder{}).spec())
-	cfg, err := config.Parse([]byte(`
-wow:
-  service: projector
-  kafka:
-    bootstrap-servers: [127.0.0.1:1]
-  contexts:
-    example-service:
-      alias: example
-      aggregates: [cart]
-  dispatchers:
-    everything:
-      topics: [event]
-      handler: {type: record}
-  metrics:
-    listen: ""
-`), "test.yaml", &reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(cfg, &reg, zap.NewNop(), "test")
+	rt, err := newOneDispatcher(t, "")
 	if err == nil {
 		stopRT(t, rt)
 		t.Fatal("started with 80% of a 32 MiB container, below the minimum")
@@ -124,6 +103,23 @@ wow:
 func TestARefusedTracingSetUpStopsWhatRuns(t *testing.T) {
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "no-equals-sign")
 	before := goleak.IgnoreCurrent() // what earlier tests left winding down
+	rt, err := newOneDispatcher(t, "  tracing:\n    enabled: true\n")
+	if err == nil {
+		stopRT(t, rt)
+		t.Fatal("started with a resource attribute that does not parse")
+	}
+	if !strings.Contains(err.Error(), "OTEL_RESOURCE_ATTRIBUTES") {
+		t.Fatalf("refused for %v; want the tracing set-up's error", err)
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("after New refused the tracing set-up: %v", err)
+	}
+}
+
+// newOneDispatcher is New over a configuration of one dispatcher (handler
+// record) and a broker nobody listens at, with extra appended under wow.
+func newOneDispatcher(t *testing.T, extra string) (*Daemon, error) {
+	t.Helper()
 	var reg handler.Registry
 	reg.Register((&recorder{}).spec())
 	cfg, err := config.Parse([]byte(`
@@ -139,20 +135,11 @@ wow:
     everything:
       topics: [event]
       handler: {type: record}
-  tracing:
-    enabled: true
   metrics:
     listen: ""
-`), "test.yaml", &reg, nil)
+`+extra), "test.yaml", &reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := New(cfg, &reg, zap.NewNop(), "test")
-	if err == nil {
-		stopRT(t, rt)
-		t.Fatal("started with a resource attribute that does not parse")
-	}
-	if err := goleak.Find(before); err != nil {
-		t.Errorf("after New refused the tracing set-up: %v", err)
-	}
+	return New(cfg, &reg, zap.NewNop(), "test")
 }
