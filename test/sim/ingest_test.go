@@ -244,16 +244,6 @@ func (w *world) startIngest(t *testing.T, m *member, log *zap.Logger) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The idempotent producer's ID, now rather than at the first publish:
-	// kgo holds a mutex through that request, and its other sinks wait on
-	// it; a commit stall sleeping the coordinator then (kfake's
-	// SleepControl) froze the bubble's clock, since a goroutine waiting on
-	// a sync.Mutex is not durably blocked, so the stall never ended (seed
-	// 1043 with stalls). A warm-up: an error here is the publish's to
-	// meet again.
-	idCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_, _, _ = cl.ProducerID(idCtx)
-	cancel()
 	m.inCl = cl
 	m.in = &ingest.Ingest{
 		Service:     "sim",
