@@ -383,14 +383,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusUnprocessableEntity, response{Error: fmt.Sprintf("aggregate %s of context %s is not configured", m.AggregateName, m.ContextName)})
 		return
 	}
-	top, err := topLevel(body)
-	if err == nil {
-		err = kindFits(kind, top)
-	}
-	var marked []byte
-	if err == nil {
-		marked, err = markTop(top)
-	}
+	marked, err := markLocalFirst(kind, body)
 	if err != nil {
 		in.reply(w, http.StatusBadRequest, response{Error: err.Error()})
 		return
@@ -569,24 +562,31 @@ func (in *Ingest) fits(ctx context.Context, topic, key string, marked []byte, ro
 	return fmt.Sprintf("the message takes %d bytes published to %s (marked as handled here), over its limit of %d bytes (%s); nothing was handled or published", need, topic, limit, of), nil
 }
 
-// markLocalFirst sets the Wow header local_first to "true" in a message,
-// keeping every other value as written (compacted: without whitespace
-// between tokens; the top-level keys and the header's in sorted order).
-func markLocalFirst(value []byte) ([]byte, error) {
-	top, err := topLevel(value)
-	if err != nil {
-		return nil, err
-	}
-	return markTop(top)
-}
-
-// topLevel is the message's top-level fields, their values as sent.
-func topLevel(value []byte) (map[string]json.RawMessage, error) {
+// markLocalFirst sets the Wow header local_first to "true" in a message of
+// kind, keeping every other value as written (compacted: without
+// whitespace between tokens; the top-level keys and the header's in sorted
+// order), once kindFits found the message fit for its kind.
+func markLocalFirst(kind wow.Kind, value []byte) ([]byte, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(value, &top); err != nil {
 		return nil, fmt.Errorf("reading the message's fields: %w", err)
 	}
-	return top, nil
+	if err := kindFits(kind, top); err != nil {
+		return nil, err
+	}
+	header := map[string]string{}
+	if raw, ok := top["header"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &header); err != nil {
+			return nil, fmt.Errorf("marking local_first: header: %w", err)
+		}
+	}
+	header[wow.HeaderLocalFirst] = "true"
+	raw, err := marshalAsWritten(header)
+	if err != nil {
+		return nil, fmt.Errorf("marking local_first: %w", err)
+	}
+	top["header"] = raw
+	return marshalAsWritten(top)
 }
 
 // kindFits refuses an event message posted as the other kind of event: a
@@ -609,24 +609,6 @@ func kindFits(kind wow.Kind, top map[string]json.RawMessage) error {
 		return errors.New(`a state event needs "deleted" (true once the aggregate is deleted)`)
 	}
 	return nil
-}
-
-// markTop is markLocalFirst over the message's top-level fields; it
-// replaces their header.
-func markTop(top map[string]json.RawMessage) ([]byte, error) {
-	header := map[string]string{}
-	if raw, ok := top["header"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &header); err != nil {
-			return nil, fmt.Errorf("marking local_first: header: %w", err)
-		}
-	}
-	header[wow.HeaderLocalFirst] = "true"
-	raw, err := marshalAsWritten(header)
-	if err != nil {
-		return nil, fmt.Errorf("marking local_first: %w", err)
-	}
-	top["header"] = raw
-	return marshalAsWritten(top)
 }
 
 // marshalAsWritten is json.Marshal without its HTML escaping, which would

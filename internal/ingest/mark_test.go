@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/wowd/wowd/internal/metrics"
+	"github.com/wowd/wowd/internal/wow"
 )
 
 // TestMarkLocalFirstKeepsTheMessagesBytes: marking a message local_first
@@ -18,7 +19,7 @@ import (
 // read other bytes than the caller sent).
 func TestMarkLocalFirstKeepsTheMessagesBytes(t *testing.T) {
 	in := []byte(`{"id":"a<b>&c","header":{"x":"<y>"},"body":[{"name":"n","body":{"html":"<p>&amp;</p>"}}]}`)
-	out, err := markLocalFirst(in)
+	out, err := markLocalFirst(wow.KindEvent, in)
 	if err != nil {
 		t.Fatal(err)
 	}
