@@ -332,7 +332,7 @@ func (rt *Daemon) reloadFile(force bool) (passing bool) {
 		return false
 	}
 	r.last = data
-	r.count.Count(*outcome)
+	r.count.Count(outcome)
 	return false
 }
 
@@ -352,18 +352,18 @@ func (rt *Daemon) refused(err error) {
 // apply loads the configuration again from data, the file's contents, and
 // applies its reloadable changes, all or none, and returns the outcome to
 // count.
-func (rt *Daemon) apply(data []byte) (*metrics.ReloadOutcome, error) {
+func (rt *Daemon) apply(data []byte) (metrics.ReloadOutcome, error) {
 	r := rt.reload
 	cfg, err := r.Load(r.ctx, data)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	// What needs a restart is what differs from the configuration the
 	// daemon started with; what may apply is what differs from the last
 	// applied.
 	fromStart, err := config.Changes(rt.cfg, cfg, rt.reg)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	var restart []string
 	for _, c := range fromStart {
@@ -374,7 +374,7 @@ func (rt *Daemon) apply(data []byte) (*metrics.ReloadOutcome, error) {
 	}
 	changed, err := config.Changes(r.applied, cfg, rt.reg)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	var (
 		applied []string
@@ -389,7 +389,7 @@ func (rt *Daemon) apply(data []byte) (*metrics.ReloadOutcome, error) {
 		if c.Path == "wow.log.level" {
 			l, err := zapcore.ParseLevel(cfg.Log.Level)
 			if err != nil {
-				return nil, fmt.Errorf("wow.log.level: %w", err)
+				return 0, fmt.Errorf("wow.log.level: %w", err)
 			}
 			level = &l
 			applied = append(applied, c.Path)
@@ -406,18 +406,18 @@ func (rt *Daemon) apply(data []byte) (*metrics.ReloadOutcome, error) {
 		}
 		done[name] = true
 		if err := fitsRunningTry(r.Path, name, cfg, rt.cfg); err != nil {
-			return nil, err
+			return 0, err
 		}
 		commit, err := h.Reconfigure(cfg.Dispatchers[name].Handler.Decoded)
 		if err != nil {
-			return nil, fmt.Errorf("wow.dispatchers.%s.handler: %w", name, err)
+			return 0, fmt.Errorf("wow.dispatchers.%s.handler: %w", name, err)
 		}
 		commits = append(commits, commit)
 	}
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
-		return nil, fmt.Errorf("applying the configuration: %w", context.Canceled)
+		return 0, fmt.Errorf("applying the configuration: %w", context.Canceled)
 	}
 	if level != nil {
 		r.Level.SetLevel(*level)
@@ -434,16 +434,13 @@ func (rt *Daemon) apply(data []byte) (*metrics.ReloadOutcome, error) {
 		slices.Sort(restart)
 		rt.log.Warn("configuration changed: these keys need a restart and were not applied",
 			zap.String("path", r.Path), zap.Strings("keys", restart))
-		o := metrics.ReloadRestartNeeded
-		return &o, nil
+		return metrics.ReloadRestartNeeded, nil
 	}
 	if len(applied) == 0 {
 		rt.log.Info("configuration file read again; no key changed", zap.String("path", r.Path))
-		o := metrics.ReloadUnchanged
-		return &o, nil
+		return metrics.ReloadUnchanged, nil
 	}
-	o := metrics.ReloadApplied
-	return &o, nil
+	return metrics.ReloadApplied, nil
 }
 
 // running returns the running configuration once cfg's reloadable keys
