@@ -287,44 +287,15 @@ func TestReloadThroughALinkToAnotherDirectory(t *testing.T) {
 	yaml := func(level string) []byte {
 		return []byte(reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, level, 1))
 	}
-	edit := func(file, level string) { // in place, as an editor writing through does
-		t.Helper()
-		f, err := os.OpenFile(file, os.O_WRONLY|os.O_TRUNC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.Write(yaml(level)); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kept, other, linkDir := t.TempDir(), t.TempDir(), t.TempDir()
-	target := filepath.Join(kept, "wowd.yaml")
-	if err := os.WriteFile(target, yaml("info"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(linkDir, "wowd.yaml")
-	if err := os.Symlink(target, path); err != nil {
-		t.Fatal(err)
-	}
+	kept, other := t.TempDir(), t.TempDir()
+	target, path := linkedConfig(t, kept, yaml("info"))
 	level := watching(t, path, yaml("info"))
-	edit(target, "error")
+	editInPlace(t, target, yaml("error"))
 	testwait.For(t, 10*time.Second, "the edit of the linked file applied", func() bool { return level.Level() == zapcore.ErrorLevel })
 
-	moved := filepath.Join(other, "wowd.yaml")
-	if err := os.WriteFile(moved, yaml("warn"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(moved, path+".tmp"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
-		t.Fatal(err)
-	}
+	moved := relink(t, path, other, yaml("warn"))
 	testwait.For(t, 10*time.Second, "the file the link points at now applied", func() bool { return level.Level() == zapcore.WarnLevel })
-	edit(moved, "debug")
+	editInPlace(t, moved, yaml("debug"))
 	testwait.For(t, 10*time.Second, "the edit of the newly linked file applied", func() bool { return level.Level() == zapcore.DebugLevel })
 }
 
@@ -933,15 +904,8 @@ func TestReloadFollowsALinkMovedDuringLostEvents(t *testing.T) {
 	yaml := func(level string) []byte {
 		return []byte(reloadYAML(c.ListenAddrs()[0], "http://127.0.0.1:1/", 1, level, 1))
 	}
-	kept, other, linkDir := t.TempDir(), t.TempDir(), t.TempDir()
-	target := filepath.Join(kept, "wowd.yaml")
-	if err := os.WriteFile(target, yaml("info"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(linkDir, "wowd.yaml")
-	if err := os.Symlink(target, path); err != nil {
-		t.Fatal(err)
-	}
+	kept, other := t.TempDir(), t.TempDir()
+	_, path := linkedConfig(t, kept, yaml("info"))
 	var lose atomic.Bool
 	errs := make(chan error)
 	level := watching(t, path, yaml("info"), func(rt *Daemon) {
@@ -963,8 +927,36 @@ func TestReloadFollowsALinkMovedDuringLostEvents(t *testing.T) {
 		rt.reload.events, rt.reload.errs = events, errs
 	})
 	lose.Store(true)
-	moved := filepath.Join(other, "wowd.yaml")
-	if err := os.WriteFile(moved, yaml("warn"), 0o600); err != nil {
+	moved := relink(t, path, other, yaml("warn"))
+	time.Sleep(5 * reloadSettle) // the events are in, and lost
+	lose.Store(false)
+	errs <- fmt.Errorf("reading events: %w", fsnotify.ErrEventOverflow)
+	testwait.For(t, 10*time.Second, "the file the link points at now applied", func() bool { return level.Level() == zapcore.WarnLevel })
+	editInPlace(t, moved, yaml("debug"))
+	testwait.For(t, 10*time.Second, "the edit in place of the newly linked file applied", func() bool { return level.Level() == zapcore.DebugLevel })
+}
+
+// linkedConfig writes data to wowd.yaml in dir and links to it from
+// wowd.yaml in a directory of its own; it returns the file and the link.
+func linkedConfig(t *testing.T, dir string, data []byte) (target, path string) {
+	t.Helper()
+	target = filepath.Join(dir, "wowd.yaml")
+	if err := os.WriteFile(target, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "wowd.yaml")
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	return target, path
+}
+
+// relink writes data to wowd.yaml in dir and points the link path at it,
+// replacing the link in one rename; it returns the new file.
+func relink(t *testing.T, path, dir string, data []byte) string {
+	t.Helper()
+	moved := filepath.Join(dir, "wowd.yaml")
+	if err := os.WriteFile(moved, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(moved, path+".tmp"); err != nil {
@@ -973,19 +965,21 @@ func TestReloadFollowsALinkMovedDuringLostEvents(t *testing.T) {
 	if err := os.Rename(path+".tmp", path); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * reloadSettle) // the events are in, and lost
-	lose.Store(false)
-	errs <- fmt.Errorf("reading events: %w", fsnotify.ErrEventOverflow)
-	testwait.For(t, 10*time.Second, "the file the link points at now applied", func() bool { return level.Level() == zapcore.WarnLevel })
-	f, err := os.OpenFile(moved, os.O_WRONLY|os.O_TRUNC, 0) // edited in place
+	return moved
+}
+
+// editInPlace writes data over file, the same file, as an editor writing
+// through does.
+func editInPlace(t *testing.T, file string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Write(yaml("debug")); err != nil {
+	if _, err := f.Write(data); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, 10*time.Second, "the edit in place of the newly linked file applied", func() bool { return level.Level() == zapcore.DebugLevel })
 }
