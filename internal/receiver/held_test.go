@@ -254,3 +254,35 @@ func TestShedPartitionResumesWhenItsShareGrows(t *testing.T) {
 	endActions(r)
 	r.closePartition(p)
 }
+
+// A stopped receiver counts no held records in its buffered bytes: the
+// poll loop, which alone drops held records, lets them go as it ends.
+// wowd_receiver_buffered_bytes read 0 from a stopped receiver's client but
+// kept its held records' bytes, and the records stayed referenced.
+func TestAStoppedReceiverHoldsNothing(t *testing.T) {
+	h := newHarness(t, 2)
+	produce(t, h.c, testTopic, 400, 400)
+	acks := make(chan handler.Ack, 1000)
+	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { acks <- ack })
+	r := h.receiver("g-zz-stopheld", hd, 8)
+	testwait.For(t, 10*time.Second, "records held beyond the window", func() bool { return r.heldBytes.Load() > 0 })
+	stopped, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		<-r.pollDone // nothing finishes before: the held records stay held
+		for {
+			select {
+			case a := <-acks:
+				a.Done(nil)
+			case <-stopped:
+				return
+			}
+		}
+	}()
+	stop(t, r)
+	close(stopped)
+	<-done
+	if n, b := r.heldBytes.Load(), r.Snapshot().BufferedBytes; n != 0 || b != 0 {
+		t.Fatalf("after Stop: %d held bytes, %d buffered bytes reported; want 0", n, b)
+	}
+}

@@ -805,6 +805,7 @@ func (r *Receiver) reserve(n int64) int64 {
 
 func (r *Receiver) pollLoop(ctx context.Context) {
 	defer close(r.pollDone)
+	defer r.dropAllHeld() // not admitted: delivered again to the next owner
 	idle := time.NewTicker(100 * time.Millisecond) // safety net for missed wake-ups
 	defer idle.Stop()
 	for {
@@ -1202,6 +1203,18 @@ func (r *Receiver) dropHeld(p *partition, i int) {
 		p.held = nil
 		p.holding.Store(false)
 	}
+}
+
+// dropAllHeld drops every held record as the poll loop, which alone
+// touches them, ends: they stay neither counted in the buffered bytes nor
+// referenced by a stopped receiver.
+func (r *Receiver) dropAllHeld() {
+	for _, p := range r.holding {
+		r.dropHeld(p, 0)
+		p.listed = false
+	}
+	clear(r.holding)
+	r.holding = r.holding[:0]
 }
 
 // shedStuck gives back, when the held records fill the client's part of
