@@ -481,7 +481,7 @@ func ExampleGroup_Submit() {
 func finished(e *Executor) uint64 {
 	var n uint64
 	for _, w := range e.workers {
-		n += w.completed.Load()
+		n += w.succeeded.Load() + w.failed.Load()
 	}
 	for i := range e.shards {
 		sh := &e.shards[i]

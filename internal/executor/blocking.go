@@ -53,10 +53,14 @@ func (p *blockingPool) enqueue(j blockingJob) {
 		return // dropped, as stop drops the queue
 	}
 	p.q = append(p.q, j)
-	switch {
-	case p.idle > 0:
+	if p.idle > 0 {
 		p.cond.Signal()
-	case p.started < p.max:
+	}
+	// idle counts a signalled goroutine until it runs: every job queued
+	// before then finds it. A job beyond what the idle goroutines take
+	// gets a goroutine of its own, or it would wait behind another key's
+	// blocking call with the pool below its bound.
+	if len(p.q) > p.idle && p.started < p.max {
 		p.started++
 		go p.loop()
 	}

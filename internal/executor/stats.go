@@ -25,7 +25,9 @@ func (e *Executor) Stats() Stats {
 		// Every placement leads to one turn: what was placed and has not
 		// started its turn is queued.
 		s.QueuedMailboxes += int64(w.requeued.Load()) - int64(w.turnSeq.Load()+1)/2
-		s.Completed += w.completed.Load() - w.failed.Load()
+		// Each published by itself: a difference of two loads could go
+		// backwards (or wrap) between scrapes.
+		s.Completed += w.succeeded.Load()
 		s.Failed += w.failed.Load()
 		s.LongestTurn = max(s.LongestTurn, w.turnAge(now))
 		s.Wakeups += w.wakeups.Load()

@@ -27,14 +27,14 @@ type worker struct {
 	turnCount uint64 // owner's copy of turnSeq
 	// Counts of the worker's own turns, owner only, published to the
 	// atomics below every few turns and whenever it parks.
-	local struct{ completed, failed, emptied, turns uint64 }
+	local struct{ succeeded, failed, emptied, turns uint64 }
 	ex    *Executor
 	_     [8]byte
 
 	// Line 1: where placement and the worker meet, once per activation.
 	inbox    atomic.Pointer[mailbox] // newest first, linked by mailbox.next; parked while the worker is
 	watching atomic.Bool             // parked with a timeout, watching for long turns
-	stuck    atomic.Bool             // set by a watcher when the current turn runs long; cleared at the next turn
+	stuck    atomic.Bool             // set by a watcher when the current turn runs long; cleared as a turn starts or ends
 	spillN   atomic.Int32            // len(spill), read by thieves
 	_        [44]byte
 
@@ -44,8 +44,8 @@ type worker struct {
 	obsMu     sync.Mutex    // guards obsTurn and obsAt
 	obsTurn   uint64        // the value of turnSeq when first observed
 	obsAt     time.Time     // when obsTurn was first observed
-	completed atomic.Uint64 // tasks finished by this worker's turns
-	failed    atomic.Uint64 // of which failed
+	succeeded atomic.Uint64 // tasks this worker's turns finished successfully
+	failed    atomic.Uint64 // tasks this worker's turns finished with a failure
 	emptied   atomic.Uint64 // mailboxes this worker's turns emptied
 	requeued  atomic.Uint64 // mailboxes put back at the end of a full turn
 	wakeups   atomic.Uint64 // times the worker was woken from parking
@@ -122,7 +122,9 @@ func (e *Executor) placeAll(mbs []*mailbox) {
 	var targets [64]*worker
 	ts := targets[:0]
 	for _, w := range e.workers {
-		if !w.stuck.Load() && len(ts) < cap(targets) {
+		// A parked worker is in no turn, whatever its mark says (a mark
+		// can outlive the turn it was set for: see watchOthers).
+		if (w.inbox.Load() == parked || !w.stuck.Load()) && len(ts) < cap(targets) {
 			ts = append(ts, w)
 		}
 	}
@@ -232,7 +234,7 @@ func (w *worker) flush() {
 			a.Store(v)
 		}
 	}
-	store(&w.completed, w.local.completed)
+	store(&w.succeeded, w.local.succeeded)
 	store(&w.failed, w.local.failed)
 	if w.emptied.Load() != w.local.emptied {
 		w.emptied.Store(w.local.emptied)
@@ -372,7 +374,8 @@ func (w *worker) loop() {
 }
 
 // watchOthers marks workers whose turn has run long as stuck, so placement
-// avoids them, and reports whether another worker is in a turn: only then
+// avoids them (a mark set as the turn ends outlives it until the worker's
+// next turn: placement takes parked workers whatever their mark), and reports whether another worker is in a turn: only then
 // can a mailbox get stuck behind a long turn.
 func (w *worker) watchOthers() (busy bool) {
 	var now time.Time
@@ -479,7 +482,10 @@ func (w *worker) turn(mb *mailbox) {
 	}
 	w.turnCount++
 	w.turnSeq.Store(w.turnCount) // even: between turns
-	w.local.completed += uint64(done + failed)
+	if w.stuck.Load() {
+		w.stuck.Store(false) // the long turn ended; a parked worker must not look stuck
+	}
+	w.local.succeeded += uint64(done)
 	w.local.failed += uint64(failed)
 	if w.local.turns++; w.local.turns%64 == 0 {
 		w.flush()
