@@ -130,6 +130,7 @@ func newServer(ln net.Listener, o Options) *Server {
 	s.srv = &http.Server{
 		Handler:           s.guard(cop.Handler(mux)),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute, // idle keep-alive connections are not held for good
 		ErrorLog:          zap.NewStdLog(o.Log),
 	}
 	return s
@@ -185,6 +186,15 @@ func (s *Server) sample() {
 // handler runs.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 { // -1: a body of unknown length
+			// No admin request takes a body. Answered without reading it,
+			// and the connection closed: net/http would otherwise read
+			// what is left of a small body before answering, with no
+			// deadline, for as long as a client holds it back.
+			w.Header().Set("Connection", "close")
+			s.refuse(w, r, http.StatusRequestEntityTooLarge, "admin requests take no body")
+			return
+		}
 		mutating := r.Method != http.MethodGet && r.Method != http.MethodHead
 		switch {
 		case s.o.Token != nil:

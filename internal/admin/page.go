@@ -38,6 +38,7 @@ type view struct {
 	Status
 	Authorized bool // the data may be shown; false: the page asks for the token
 	TokenSet   bool // the listener requires a token
+	ParkByHand bool // the park form is offered (also before the token is typed: the page is loaded without it)
 	Refresh    int  // milliseconds between refreshes
 	Generated  time.Time
 	Top        int
@@ -53,7 +54,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := view{Authorized: s.authorized(r), TokenSet: s.o.Token != nil, Refresh: int(pageRefresh / time.Millisecond),
-		Generated: time.Now(), Top: top, Nonce: nonce()}
+		Generated: time.Now(), Top: top, Nonce: nonce(), ParkByHand: s.o.Parked != nil && parksByHand(s.o.Parked)}
 	if v.Authorized {
 		v.Status = s.snapshot(top)
 		v.Parked = s.parked(r)

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Headers a parked record carries, besides the source record's own.
@@ -72,6 +73,11 @@ type State struct {
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
 	Aggregate string `json:"aggregate"`
+	// AggregateBytes holds the aggregate ID, in base64, where it is not
+	// valid UTF-8 (a raw dispatcher's binary record key): JSON would
+	// replace its bytes, and the state would no longer match its key.
+	// Set by Marshal and read by Unmarshal only; Aggregate holds the ID.
+	AggregateBytes []byte `json:"aggregate_bytes,omitempty"`
 	// Head is where the aggregate's oldest parked message not yet redriven
 	// is in the parked topic; later messages of the aggregate follow it
 	// there, in order, interleaved with other aggregates'.
@@ -178,6 +184,11 @@ func IsRequestKey(key string) bool { return strings.HasPrefix(key, requestPrefix
 
 // Marshal encodes the state as its record value.
 func (s *State) Marshal() []byte {
+	if !utf8.ValidString(s.Aggregate) {
+		c := *s
+		c.AggregateBytes = []byte(s.Aggregate)
+		s = &c
+	}
 	b, err := json.Marshal(s)
 	if err != nil {
 		panic(err) // plain fields: cannot fail
@@ -191,6 +202,9 @@ func Unmarshal(key, value []byte) (*State, error) {
 	var s State
 	if err := json.Unmarshal(value, &s); err != nil {
 		return nil, fmt.Errorf("parked state %q: %w", key, err)
+	}
+	if s.AggregateBytes != nil {
+		s.Aggregate, s.AggregateBytes = string(s.AggregateBytes), nil
 	}
 	var want string
 	switch {
