@@ -698,7 +698,7 @@ func (d *decoder) validateTracing(t *Tracing) {
 		}
 	}
 	if t.SamplingRatio != "" {
-		if r, err := strconv.ParseFloat(t.SamplingRatio, 64); err != nil || r < 0 || r > 1 {
+		if r, err := strconv.ParseFloat(t.SamplingRatio, 64); err != nil || !(r >= 0 && r <= 1) { // NaN too
 			d.errorf("wow.tracing.sampling-ratio", "%q is not a number from 0 to 1", t.SamplingRatio)
 		}
 	}

@@ -78,7 +78,7 @@ func ParseResourceAttribute(kv string) (key, value string, err error) {
 // ParseSamplingRatio parses a sampling ratio: a number from 0 to 1.
 func ParseSamplingRatio(s string) (float64, error) {
 	r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || r < 0 || r > 1 {
+	if err != nil || !(r >= 0 && r <= 1) { // NaN too
 		return 0, fmt.Errorf("%q is not a number from 0 to 1", s)
 	}
 	return r, nil

@@ -37,6 +37,12 @@ const (
 // maxErrorText bounds the error text an event or status carries.
 const maxErrorText = 256
 
+// maxKeyText bounds the record key a span carries: keys of any length
+// would make a batch of spans larger than a collector takes (an
+// OTLP/gRPC receiver refuses a message over 4 MiB by default), and every
+// span of the batch would be lost with it.
+const maxKeyText = 256
+
 // Start starts the span of message m of consumer group group, which
 // entered its mailbox at entered, as a child of sc when sc is valid. It
 // returns ctx with the span.
@@ -56,7 +62,7 @@ func Start(ctx context.Context, t trace.Tracer, sc trace.SpanContext, entered ti
 		AttrDispatcher.String(m.Dispatcher),
 	}
 	if m.AggregateID != "" && utf8.ValidString(m.AggregateID) {
-		attrs = append(attrs, semconv.MessagingKafkaMessageKey(m.AggregateID))
+		attrs = append(attrs, semconv.MessagingKafkaMessageKey(truncate(m.AggregateID, maxKeyText)))
 	}
 	return t.Start(ctx, "process "+m.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
@@ -76,7 +82,7 @@ func Retry(span trace.Span, attempt int, class string, err error, wait time.Dura
 		semconv.ErrorTypeKey.String(class),
 	}
 	if err != nil {
-		attrs = append(attrs, semconv.ExceptionMessage(truncate(err.Error())))
+		attrs = append(attrs, semconv.ExceptionMessage(truncate(err.Error(), maxErrorText)))
 	}
 	span.AddEvent(EventRetry, trace.WithAttributes(attrs...))
 }
@@ -96,23 +102,23 @@ func End(span trace.Span, m *handler.Message, outcome string, failed bool, class
 		}
 		if failed {
 			attrs = append(attrs, semconv.ErrorTypeKey.String(class))
-			span.SetStatus(codes.Error, truncate(reason))
+			span.SetStatus(codes.Error, truncate(reason, maxErrorText))
 		}
 		span.SetAttributes(attrs...)
 	}
 	span.End()
 }
 
-// truncate makes an error text fit a span: valid UTF-8 (an exporter
-// refuses to encode anything else, and drops the whole batch with it; a
-// sink's error may quote any bytes it answered) and at most maxErrorText
-// bytes, cut between two characters.
-func truncate(s string) string {
+// truncate makes a text fit a span: valid UTF-8 (an exporter refuses to
+// encode anything else, and drops the whole batch with it; a sink's error
+// may quote any bytes it answered) and at most max bytes, cut between two
+// characters.
+func truncate(s string, max int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= maxErrorText {
+	if len(s) <= max {
 		return s
 	}
-	cut := maxErrorText
+	cut := max
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
