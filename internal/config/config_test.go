@@ -351,6 +351,14 @@ func TestBadConfigs(t *testing.T) {
 			":7:5: wow.memory.fetch-percent: must be 1 to 90, got 95"}},
 		{"missing-service.yaml", 1, []string{"wow.service: required"}},
 		{"missing-bootstrap-servers.yaml", 1, []string{"wow.kafka.bootstrap-servers: required"}},
+		{"kafka-client-limits.yaml", 7, []string{
+			":5:5: wow.kafka.client-id: must be at most 249 bytes, got 250",
+			":6:5: wow.kafka.fetch-max-wait: must be from 10ms to 596h31m23.647s, got 5ms",
+			":7:5: wow.kafka.session-timeout: must be from 100ms to",
+			":8:5: wow.kafka.rebalance-timeout: must be from 100ms to",
+			":9:5: wow.kafka.fetch-max-bytes: must be at most 104857600 (the largest response the Kafka client reads), got 209715200",
+			`:14:5: wow.tracing.sampling-ratio: "NaN" is not a number from 0 to 1`,
+			`wow.dispatchers.cart: Kafka client ID "ccc`}},
 		{"revoke-timeout.yaml", 1, []string{
 			":6:5: wow.kafka.revoke-timeout: must be less than wow.kafka.rebalance-timeout (30s), got 30s"}},
 		{"duplicate-alias.yaml", 1, []string{

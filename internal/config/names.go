@@ -60,6 +60,9 @@ func (d Dispatcher) AggregatesOf(bc Context) []string {
 	return out
 }
 
+// maxClientID is the longest client ID the Kafka client takes.
+const maxClientID = 256
+
 // validateNames checks that every receiver has a consumer group and client
 // IDs of its own. Two receivers in one group would split the partitions of
 // the topics both read between their handlers, each message reaching only
@@ -70,6 +73,12 @@ func (d Dispatcher) AggregatesOf(bc Context) []string {
 // '-', which names may contain, so distinct dispatchers and contexts can
 // still meet: a.b + c and a + b.c.
 func (d *decoder) validateNames(c *Config) {
+	// The commands' clients add the longest suffix, "-rewind" and
+	// "-parked"; the ingest producer's is "-ingest".
+	if n := len(c.Kafka.ClientID) + len("-rewind"); n > maxClientID {
+		d.errorf("wow.kafka.client-id", "must be at most %d bytes, got %d (wowd's clients add suffixes to it, up to %d bytes in all)",
+			maxClientID-len("-rewind"), len(c.Kafka.ClientID), maxClientID)
+	}
 	type owner struct{ what, dispatcher, context string }
 	groups := map[string]owner{}
 	clients := map[string]owner{}
@@ -113,6 +122,11 @@ func (d *decoder) validateNames(c *Config) {
 				ids = append(ids, struct{ id, what string }{c.ParkingClientID(name, bc.Alias), "parking client ID"})
 			}
 			for _, id := range ids {
+				if len(id.id) > maxClientID {
+					d.errorf(path, "Kafka client ID %q of the receiver for context %s is %d bytes, more than the Kafka client takes (%d): shorten wow.kafka.client-id, the dispatcher's name or the context's alias",
+						id.id, ctxName, len(id.id), maxClientID)
+					break
+				}
 				if o, dup := clients[id.id]; dup {
 					d.errorf(path, "Kafka client ID %q of the receiver for context %s is also the %s: client IDs tell the clients' metrics and broker logs apart; rename the dispatcher or the context's alias",
 						id.id, ctxName, describe(o))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -181,6 +182,8 @@ func (d *decoder) validateKafka(k *Kafka) {
 	d.oneOf(p+"group-protocol", k.GroupProtocol, "classic", "consumer")
 	if k.FetchMaxBytes <= 0 {
 		d.errorf(p+"fetch-max-bytes", "must be > 0, got %d", k.FetchMaxBytes)
+	} else if k.FetchMaxBytes > maxFetchBytes {
+		d.errorf(p+"fetch-max-bytes", "must be at most %d (the largest response the Kafka client reads), got %d", maxFetchBytes, k.FetchMaxBytes)
 	}
 	if k.FetchMaxPartitionBytes <= 0 {
 		d.errorf(p+"fetch-max-partition-bytes", "must be > 0, got %d", k.FetchMaxPartitionBytes)
@@ -188,9 +191,11 @@ func (d *decoder) validateKafka(k *Kafka) {
 		d.errorf(p+"fetch-max-partition-bytes", "must be at most wow.kafka.fetch-max-bytes (%d), got %d",
 			k.FetchMaxBytes, k.FetchMaxPartitionBytes)
 	}
-	d.positive(p+"fetch-max-wait", k.FetchMaxWait)
-	d.positive(p+"session-timeout", k.SessionTimeout)
-	d.positive(p+"rebalance-timeout", k.RebalanceTimeout)
+	// The Kafka client's own bounds: it refuses to start outside them,
+	// with an error that names no key.
+	d.within(p+"fetch-max-wait", k.FetchMaxWait, 10*time.Millisecond, maxWireTimeout)
+	d.within(p+"session-timeout", k.SessionTimeout, 100*time.Millisecond, maxWireTimeout)
+	d.within(p+"rebalance-timeout", k.RebalanceTimeout, 100*time.Millisecond, maxWireTimeout)
 	d.positive(p+"commit-interval", k.CommitInterval)
 	if d.positive(p+"heartbeat-interval", k.HeartbeatInterval) && k.SessionTimeout > 0 &&
 		k.HeartbeatInterval >= k.SessionTimeout {
@@ -569,6 +574,22 @@ func (d *decoder) atLeast(path string, n, min int) {
 }
 
 // positive checks that v is above zero and reports whether it is.
+// maxWireTimeout is the longest timeout Kafka's protocol carries (int32
+// milliseconds); maxFetchBytes is the largest response the Kafka client
+// reads (franz-go's BrokerMaxReadBytes, left at its default), which a
+// fetch must fit.
+const (
+	maxWireTimeout = time.Duration(math.MaxInt32) * time.Millisecond
+	maxFetchBytes  = 100 << 20
+)
+
+// within checks that a duration is from lo to hi.
+func (d *decoder) within(path string, v, lo, hi time.Duration) {
+	if v < lo || v > hi {
+		d.errorf(path, "must be from %s to %s, got %s", formatDuration(lo), formatDuration(hi), formatDuration(v))
+	}
+}
+
 func (d *decoder) positive(path string, v time.Duration) bool {
 	if v <= 0 {
 		d.errorf(path, "must be > 0, got %s", formatDuration(v))

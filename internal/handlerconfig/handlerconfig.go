@@ -9,6 +9,7 @@ package handlerconfig
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"time"
@@ -105,6 +106,23 @@ func defaultString(v reflect.Value) string {
 	return fmt.Sprint(v.Interface())
 }
 
+// strictNumbers refuses what mapstructure would take in silence: a number
+// for a duration (it made 10 into 10ns; durations are written 10s, as in
+// the fixed keys) and a fraction for an integer (it cut 0.9 down to 0,
+// which can mean "no limit").
+func strictNumbers(from, to reflect.Type, data any) (any, error) {
+	isNumber := func(k reflect.Kind) bool { return k >= reflect.Int && k <= reflect.Float64 }
+	switch {
+	case to == reflect.TypeOf(time.Duration(0)) && isNumber(from.Kind()):
+		return nil, fmt.Errorf("%v is not a duration: give its unit (%vs, %vms)", data, data, data)
+	case to.Kind() >= reflect.Int && to.Kind() <= reflect.Uint64 && (from.Kind() == reflect.Float32 || from.Kind() == reflect.Float64):
+		if f := reflect.ValueOf(data).Float(); f != math.Trunc(f) {
+			return nil, fmt.Errorf("%v is not an integer", data)
+		}
+	}
+	return data, nil
+}
+
 // Decode fills a new configuration value of spec from raw (the handler's YAML
 // mapping without its `type` key). Unknown keys, wrong types, missing
 // required fields and Validate failures are all reported, each naming its
@@ -126,7 +144,7 @@ func Decode(spec handler.Spec, raw map[string]any) (any, error) {
 		TagName:     "config",
 		ErrorUnused: true,
 		Metadata:    &md,
-		DecodeHook:  mapstructure.StringToTimeDurationHookFunc(),
+		DecodeHook:  mapstructure.ComposeDecodeHookFunc(strictNumbers, mapstructure.StringToTimeDurationHookFunc()),
 		Result:      cfg,
 	})
 	if err != nil {

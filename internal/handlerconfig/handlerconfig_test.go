@@ -112,3 +112,35 @@ func TestDecodeValidatesDespiteOtherProblems(t *testing.T) {
 		t.Errorf("a value that did not decode: %v, want it alone, not a comparison with its default", err)
 	}
 }
+
+// A number for a duration and a fraction for an integer are refused, each
+// naming its key, as the fixed keys refuse them: mapstructure took 10 as
+// 10ns (a request-timeout of 10 timed every request out) and cut 0.9 down
+// to 0 (a max-attempts of 0 retries forever). Whole numbers written as
+// floats (YAML's 3.0) and durations with units still decode. Found by
+// review.
+func TestDecodeRefusesNumbersItWouldBend(t *testing.T) {
+	for _, raw := range []map[string]any{
+		{"url": "http://x", "timeout": 10},
+		{"url": "http://x", "timeout": 1.5},
+		{"url": "http://x", "max-attempts": 0.9},
+	} {
+		_, err := handlerconfig.Decode(testSpec(), raw)
+		if err == nil {
+			t.Errorf("%v: accepted", raw)
+			continue
+		}
+		for k := range raw {
+			if k != "url" && !strings.Contains(err.Error(), k) {
+				t.Errorf("%v: error %q does not name %s", raw, err, k)
+			}
+		}
+	}
+	cfg, err := handlerconfig.Decode(testSpec(), map[string]any{"url": "http://x", "timeout": "10s", "max-attempts": 4.0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.(*testConfig); c.Timeout != 10*time.Second || c.Max != 4 {
+		t.Fatalf("decoded %+v", c)
+	}
+}
