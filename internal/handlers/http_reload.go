@@ -3,6 +3,7 @@ package handlers
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"go.uber.org/zap"
@@ -86,6 +87,7 @@ func (s *httpSink) Reconfigure(cfg any) (apply func(), err error) {
 	if l.rate == old.rate && l.burst == old.burst {
 		l.limit = old.limit // keep its state: a reload is no quiet period
 	}
+	l.files = append(l.files, movedToStatic(old.files, c)...)
 	return func() { s.setLive(l) }, nil
 }
 
@@ -119,4 +121,32 @@ func (s *httpSink) popUnder() *call {
 		return nil
 	}
 	return s.pop()
+}
+
+// movedToStatic returns the header files of old that cfg takes out of
+// headers-from-file and names among headers or headers-from-env instead:
+// those are read at start and wait for a restart, so the removal alone
+// would send every request without the header until then. Such a header
+// keeps its file, as the rest of the move waits for the restart.
+func movedToStatic(old []*fileHeader, cfg *HTTPConfig) []*fileHeader {
+	var kept []*fileHeader
+	for _, f := range old {
+		if named(cfg.HeadersFromFile, f.name) {
+			continue
+		}
+		if named(cfg.Headers, f.name) || named(cfg.HeadersFromEnv, f.name) {
+			kept = append(kept, f)
+		}
+	}
+	return kept
+}
+
+// named reports whether m has the header name (canonical) as a key.
+func named(m map[string]string, name string) bool {
+	for k := range m {
+		if http.CanonicalHeaderKey(k) == name {
+			return true
+		}
+	}
+	return false
 }
