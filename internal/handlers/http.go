@@ -344,19 +344,24 @@ func (s *httpSink) shutdown(ctx context.Context) error {
 	select {
 	case <-stopped:
 	case <-ctx.Done():
-		s.abortRequests()
+		// An error only if an attempt was under way: idle workers told to
+		// stop may not have returned yet when a stop that ran past its
+		// deadline (its final commit or leave) closes the sink.
+		if n := s.abortRequests(); n > 0 {
+			err = fmt.Errorf("http sink: %d requests in flight canceled: %w", n, ctx.Err())
+		}
 		<-stopped // the canceled requests return promptly
-		err = fmt.Errorf("http sink: requests in flight canceled: %w", ctx.Err())
 	}
 	s.client.CloseIdleConnections()
 	return err
 }
 
 // abortRequests cancels the requests in flight, and the ones workers are
-// about to make.
-func (s *httpSink) abortRequests() {
+// about to make; it returns how many workers had an attempt.
+func (s *httpSink) abortRequests() (busy int) {
 	s.aborted.Store(true)
 	s.mu.Lock()
+	busy = s.busy
 	var cancels []context.CancelFunc
 	for w := range s.all {
 		w.mu.Lock()
@@ -369,6 +374,7 @@ func (s *httpSink) abortRequests() {
 	for _, cancel := range cancels {
 		cancel()
 	}
+	return busy
 }
 
 // work makes the running attempt c, then the ones it is given, until it is
