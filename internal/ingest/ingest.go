@@ -375,6 +375,14 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	var m wow.Message
 	if err := m.Decode(kind, body); err != nil {
+		// The decoder refuses a state event without its state or deleted
+		// too: a stream posted to the wrong endpoint is told which one.
+		var top map[string]json.RawMessage
+		if json.Unmarshal(body, &top) == nil {
+			if why := kindFits(kind, top); why != nil {
+				err = why
+			}
+		}
 		in.reply(w, http.StatusBadRequest, response{Error: err.Error()})
 		return
 	}

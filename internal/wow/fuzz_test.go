@@ -188,6 +188,14 @@ func expect(kind Kind, value []byte) (*oracleMessage, string) {
 			want.events = append(want.events, name)
 		}
 	}
+	if kind == KindState {
+		if _, ok := obj["state"].(map[string]any); !ok {
+			return nil, "state is not an object"
+		}
+		if _, ok := obj["deleted"]; !ok {
+			return nil, "no deleted"
+		}
+	}
 	return want, ""
 }
 

@@ -69,6 +69,8 @@ type scratch struct {
 	headerType byte // the type of the header value, 0 when absent
 	header     []headerEntry
 	bodyType   byte // the type of the body value, 0 when absent
+	stateType  byte // a state event's state: the type of its value, 0 when absent
+	deleted    bool // a state event's deleted is present
 	bodyErr    string
 	events     []span
 	kinds      []uint64
@@ -105,6 +107,8 @@ const (
 	fNone = -1 - iota // skipped
 	fHeader
 	fBody
+	fState   // a state event's state
+	fDeleted // a state event's deleted
 )
 
 var fieldNames = [nScalars]string{"id", "name", "contextName", "aggregateName", "aggregateId",
@@ -146,6 +150,14 @@ func field(kind Kind, key []byte) int {
 		return fVersion
 	case "body":
 		return fBody
+	}
+	if kind == KindState {
+		switch string(key) {
+		case "state":
+			return fState
+		case "deleted":
+			return fDeleted
+		}
 	}
 	return fNone
 }
@@ -230,6 +242,12 @@ func (m *Message) scan(s *scanner) *syntaxError {
 			return m.scanHeader(s)
 		case fBody:
 			return m.scanBody(s)
+		case fState:
+			m.scratch.stateType = typeOf(s.peek())
+			return s.skip()
+		case fDeleted:
+			m.scratch.deleted = true
+			return s.skip()
 		default:
 			var err *syntaxError
 			m.scratch.vals[f], err = s.scalar()
@@ -363,9 +381,30 @@ func (m *Message) fill(data []byte) string {
 			return sc.bodyErr
 		}
 	}
+	if m.Kind == KindState {
+		if reason := stateReason(sc.stateType, sc.deleted); reason != "" {
+			return reason
+		}
+	}
 	m.Version, m.CreateTime = nums[0], nums[1]
 	m.HasVersion = sc.vals[fVersion].typ == '0'
 	m.setStrings(data)
+	return ""
+}
+
+// stateReason tells why a state event without its state object, or
+// without deleted, is none: Wow's StateEventJsonDeserializer takes state as
+// an object and reads deleted at once, and cannot read such a record (a
+// domain event stream written to a .state topic looks like one).
+func stateReason(stateType byte, deleted bool) string {
+	switch {
+	case stateType == 0:
+		return "missing state (a state event carries the aggregate's state)"
+	case stateType != '{':
+		return "state is " + typeName(stateType) + ", want the aggregate's state, an object"
+	case !deleted:
+		return "missing deleted"
+	}
 	return ""
 }
 

@@ -254,7 +254,7 @@ func TestDecodeUnknownKind(t *testing.T) {
 // are ignored, and each kind requires its own.
 func TestDecodeKinds(t *testing.T) {
 	value := []byte(`{"id":"i","name":"n","contextName":"c","aggregateName":"a","aggregateId":"k",` +
-		`"commandId":"ci","aggregateVersion":2,"version":5,"body":[{"name":"e"}]}`)
+		`"commandId":"ci","aggregateVersion":2,"version":5,"body":[{"name":"e"}],"state":{},"deleted":false}`)
 	cmd, err := Decode(KindCommand, value)
 	if err != nil {
 		t.Fatal(err)
@@ -307,6 +307,12 @@ func TestDecodeErrors(t *testing.T) {
 		{KindEvent, `{` + base + `,"body":[{"name":"x","name":2}]}`, "body[0].name is a number, want a string"},
 		{KindEvent, `{` + base + `,"body":[{"name":1,"name":"x"},{}]}`, "body[1] has no name"},
 		{KindState, `{` + base + `,"body":[{"name":"x"}],"version":1.5e0}`, "version 1.5e0 is not an integer"},
+		// A domain event stream is no state event: Wow's deserializer
+		// takes state as an object and reads deleted at once.
+		{KindState, `{` + base + `,"body":[{"name":"x"}]}`, "missing state (a state event carries the aggregate's state)"},
+		{KindState, `{` + base + `,"body":[{"name":"x"}],"state":null,"deleted":false}`, "state is null, want the aggregate's state, an object"},
+		{KindState, `{` + base + `,"body":[{"name":"x"}],"state":{},"state":[],"deleted":false}`, "state is an array, want the aggregate's state, an object"},
+		{KindState, `{` + base + `,"body":[{"name":"x"}],"state":{}}`, "missing deleted"},
 		{KindCommand, `{` + base + `,"aggregateVersion":[1]}`, "aggregateVersion is an array, want an integer"},
 		{KindCommand, `{` + base + `,"x":tru}`, "invalid character '}' in literal true"},
 		{KindCommand, `{` + base + `,"x":-}`, "invalid character '}' in numeric literal"},

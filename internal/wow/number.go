@@ -46,8 +46,12 @@ func parseInt(b []byte) (int64, string) {
 		case '+':
 			i++
 		}
-		for ; i < len(b); i++ {
-			if exp < 1_000_000 { // beyond, the answer no longer changes
+		// Beyond the number's own length (plus the 19 digits of an
+		// int64) the answer no longer changes: trimming the digits' zeros
+		// moves the exponent by less than that. A fixed cap could be
+		// cancelled by a number with more digits than it.
+		for limit := len(b) + 20; i < len(b); i++ {
+			if exp < limit {
 				exp = exp*10 + int(b[i]-'0')
 			}
 		}

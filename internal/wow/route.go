@@ -195,7 +195,8 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 	}
 	i = skipWS(d, i+1)
 	q := r.ix.quotesFrom(i) // the scan's quote iterator
-	var bodyType byte
+	var bodyType, stateType byte
+	var deleted bool
 	if i < len(d) && d[i] == '}' {
 		i++
 	} else {
@@ -242,6 +243,12 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 					}
 					f = -2
 				}
+			case "state":
+				if r.kind == KindState {
+					stateType = typeOf(d[i]) // skipped below
+				}
+			case "deleted":
+				deleted = deleted || r.kind == KindState
 			case "body":
 				if r.kind != KindCommand {
 					bodyType = typeOf(d[i])
@@ -322,6 +329,11 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 			if !esc {
 				return false, &DecodeError{Kind: r.kind, Reason: "body is " + typeName(bodyType) + ", want an array of events"}
 			}
+		}
+	}
+	if r.kind == KindState && !esc {
+		if reason := stateReason(stateType, deleted); reason != "" {
+			return false, &DecodeError{Kind: r.kind, Reason: reason}
 		}
 	}
 	return esc, nil

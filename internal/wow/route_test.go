@@ -246,3 +246,19 @@ func BenchmarkRoute(b *testing.B) {
 		}
 	})
 }
+
+// A domain event stream is no state event, to Decode and to Scan alike.
+// Wow's StateEventJsonDeserializer takes the value's "state" as an object
+// and reads "deleted" at once, so a record of a .state topic without them
+// does not decode there; Decode and Scan took it as a state event and
+// handed it to a state handler, which got no state. Found by review.
+func TestAnEventStreamIsNoStateEvent(t *testing.T) {
+	stream := []byte(eventStream470)
+	if _, err := Decode(KindState, stream); err == nil {
+		t.Errorf("Decode(KindState) accepts a domain event stream (no state, no deleted)")
+	}
+	var r Route
+	if err := r.Scan(KindState, stream, true); err == nil {
+		t.Errorf("Route.Scan(KindState) accepts a domain event stream (no state, no deleted)")
+	}
+}
