@@ -44,14 +44,16 @@ func (j *job) screen() bool {
 		j.reject("mismatch", err)
 		return false
 	}
+	c, compensation := m.Compensation()
 	// The version check comes before the filters: the aggregate's stream
 	// goes through an event this dispatcher does not want too, and without
-	// its version the next one it wants would be a false gap.
-	if r.versions != nil && j.kind == handler.KindEvent && m.HasVersion && !j.checkVersion(m.Version) {
+	// its version the next one it wants would be a false gap. A
+	// compensation is a resend of an earlier version on purpose, not part
+	// of the stream: it is not checked, and teaches the table nothing.
+	if r.versions != nil && j.kind == handler.KindEvent && m.HasVersion && !compensation && !j.checkVersion(m.Version) {
 		return false
 	}
-	c, compensation := m.Compensation()
-	if !j.wanted(m.Name, m.Events, c.Processor, compensation) {
+	if !j.wanted(m.Name, m.Events, c.Context, c.Processor, compensation) {
 		j.versionHandled()
 		j.finish(metrics.Skipped)
 		return false
@@ -108,8 +110,8 @@ func (j *job) screenRoute() bool {
 	for i := range rt.Events() {
 		ws.events = append(ws.events, rt.Event(i))
 	}
-	processor, compensation := rt.CompensationProcessor()
-	if !j.wanted(rt.Name(), ws.events, processor, compensation) {
+	context, processor, compensation := rt.Compensation()
+	if !j.wanted(rt.Name(), ws.events, context, processor, compensation) {
 		j.finish(metrics.Skipped)
 		return false
 	}
@@ -154,8 +156,9 @@ func (r *Receiver) handledLocally(hs []kgo.RecordHeader) bool {
 
 // wanted applies the dispatcher's filters and the compensation rule to a
 // message's command name or event names, and its compensation target
-// (compensation: a state event resent as a compensation, for processor).
-func (j *job) wanted(name string, events []string, processor string, compensation bool) bool {
+// (compensation: an event stream or a state event resent as a
+// compensation, for processor in context).
+func (j *job) wanted(name string, events []string, context, processor string, compensation bool) bool {
 	r := j.r
 	switch j.kind {
 	case handler.KindCommand:
@@ -167,9 +170,12 @@ func (j *job) wanted(name string, events []string, processor string, compensatio
 			return false
 		}
 	}
-	// A state event resent as a compensation goes only to the processor it
-	// names: here, the dispatcher of that name in this service.
-	if compensation && j.kind == handler.KindState && processor != r.o.Dispatcher {
+	// An event stream or a state event resent as a compensation goes only
+	// to the function it names, as Wow's CompensationMatcher decides: here,
+	// the dispatcher whose name is its processor, in the service (wowd's
+	// context, wow.service) it names. Every other dispatcher skips it, as
+	// Wow's other processors do.
+	if compensation && j.kind != handler.KindCommand && (processor != r.o.Dispatcher || context != r.o.Service) {
 		return false
 	}
 	return true

@@ -30,9 +30,11 @@ type Route struct {
 	data   []byte
 	fields [nRouteFields]rspan
 	events []rspan
-	// compensation: the header's compensate.id was present (state events),
-	// with compensate.processor's value.
+	// compensation: the header's compensate.id was present (event streams
+	// and state events), with compensate.context's and
+	// compensate.processor's values.
 	compensated bool
+	compContext rspan
 	processor   rspan
 	full        *Message // the decoded message when a routing string had escapes
 	useFull     bool
@@ -236,10 +238,20 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 					f = rName
 				}
 			case "header":
-				if r.kind == KindState {
-					i, ok = r.scanHeader(i)
+				if r.kind != KindCommand {
+					// Read key by key only where a compensation may be:
+					// most headers are skipped whole, as fast as any value.
+					end, ok := r.skipValue(i)
 					if !ok {
 						return false, r.routeSyntax(i, "unterminated header")
+					}
+					if h := d[i:end]; bytes.Contains(h, compensationKey) || r.backslash && bytes.IndexByte(h, '\\') >= 0 {
+						if i, ok = r.scanHeader(i); !ok {
+							return false, r.routeSyntax(i, "unterminated header")
+						}
+					} else {
+						r.compensated, r.compContext, r.processor = false, rspan{}, rspan{} // a later header replaces an earlier one
+						i = end
 					}
 					f = -2
 				}
@@ -339,11 +351,15 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 	return esc, nil
 }
 
-// scanHeader reads a state event's header (i is at its value), noting the
-// compensation target; it returns the position after the value.
+// compensationKey is how compensate.id is written as a header key.
+var compensationKey = []byte(`"` + HeaderCompensationID + `"`)
+
+// scanHeader reads the header of an event stream or a state event (i is at
+// its value), noting the compensation target; it returns the position
+// after the value.
 func (r *routeScan) scanHeader(i int) (int, bool) {
 	d := r.data
-	r.compensated, r.processor = false, rspan{} // a later header replaces an earlier one
+	r.compensated, r.compContext, r.processor = false, rspan{}, rspan{} // a later header replaces an earlier one
 	if d[i] != '{' {
 		return r.skipValue(i)
 	}
@@ -386,25 +402,13 @@ func (r *routeScan) scanHeader(i int) (int, bool) {
 			}
 			i = end
 		case string(key) == HeaderCompensationProcessor:
-			v := rspan{typ: typeOf(d[i])}
-			if v.typ == '"' {
-				end, sesc, ok := r.skipString(i + 1)
-				if !ok {
-					return i, false
-				}
-				v.start, v.end, v.esc = int32(i+1), int32(end), sesc || !r.validUTF8(i+1, end)
-				if v.esc {
-					r.useFull = true
-				}
-				i = end + 1
-			} else {
-				end, ok := r.skipValue(i)
-				if !ok {
-					return end, false
-				}
-				i = end
+			if r.processor, i, ok = r.headerValue(i); !ok {
+				return i, false
 			}
-			r.processor = v
+		case string(key) == HeaderCompensationContext:
+			if r.compContext, i, ok = r.headerValue(i); !ok {
+				return i, false
+			}
 		default:
 			end, ok := r.skipValue(i)
 			if !ok {
@@ -631,20 +635,48 @@ func (r *Route) Event(i int) string {
 	return r.str(r.events[i])
 }
 
-// CompensationProcessor reports whether a state event is a compensation
-// (its header has compensate.id) and the processor it targets.
-func (r *Route) CompensationProcessor() (string, bool) {
-	if r.kind != KindState {
-		return "", false
+// headerValue reads the header value at i: a string's span (one with
+// escapes or bytes that are not UTF-8 is read through Decode), or any
+// other value's type; it returns the position after it.
+func (r *routeScan) headerValue(i int) (rspan, int, bool) {
+	d := r.data
+	v := rspan{typ: typeOf(d[i])}
+	if v.typ != '"' {
+		end, ok := r.skipValue(i)
+		return v, end, ok
+	}
+	end, sesc, ok := r.skipString(i + 1)
+	if !ok {
+		return v, i, false
+	}
+	v.start, v.end, v.esc = int32(i+1), int32(end), sesc || !r.validUTF8(i+1, end)
+	if v.esc {
+		r.useFull = true
+	}
+	return v, end + 1, true
+}
+
+// Compensation reports whether an event stream or a state event is a
+// compensation (its header has compensate.id), and the context and
+// processor it targets.
+func (r *Route) Compensation() (context, processor string, ok bool) {
+	if r.kind == KindCommand {
+		return "", "", false
 	}
 	if r.useFull {
 		c, ok := r.full.Compensation()
-		return c.Processor, ok
+		return c.Context, c.Processor, ok
 	}
-	if !r.compensated || r.processor.typ != '"' {
-		return "", r.compensated
+	if !r.compensated {
+		return "", "", false
 	}
-	return r.str(r.processor), true
+	if r.compContext.typ == '"' {
+		context = r.str(r.compContext)
+	}
+	if r.processor.typ == '"' {
+		processor = r.str(r.processor)
+	}
+	return context, processor, true
 }
 
 // Check is [Message.Check] for the names read.

@@ -23,6 +23,8 @@ var routeSeeds = []string{
 	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"k","header":{"compensate.id":"x","compensate.processor":"p"},"body":[{"name":"e"}]}`,
 	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"k","header":{"compensate.id":"x","compensate\u002eprocessor":"p"},"body":[{"name":"e"}]}`,
 	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"k","header":{"compensate.processor":"p"},"header":{"compensate.id":"x"},"body":[{"name":"e"}]}`,
+	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"k","header":{"compensate.id":"x","compensate.context":"s","compensate.processor":"p","compensate.context":"t"},"body":[{"name":"e"}]}`,
+	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"k","header":{"compensate.id":"x","compensate.context":"s\u0074","compensate.processor":7},"body":[{"name":"e"}]}`,
 	`{"id":"i","contextName":"c","contextName":"d","aggregateName":"a","aggregateId":"k","body":[1,{"name":"e"}]}`,
 	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"","body":[{"name":"e"}]}`,
 	`{"id":"i","contextName":"c","aggregateName":"a","aggregateId":"k","body":{"name":"e"}}`,
@@ -71,13 +73,13 @@ func FuzzRoute(f *testing.F) {
 					r.ContextName(), r.AggregateName(), r.AggregateID(), r.Name(),
 					full.ContextName, full.AggregateName, full.AggregateID, full.Name)
 			}
-			p, ok := r.CompensationProcessor()
+			cx, p, ok := r.Compensation()
 			c, fok := full.Compensation()
-			if kind != KindState {
+			if kind == KindCommand {
 				fok, c = false, Compensation{}
 			}
-			if ok != fok || p != c.Processor {
-				t.Fatalf("%q: Scan reads compensation %v %q, Decode %v %q", value, ok, p, fok, c.Processor)
+			if ok != fok || p != c.Processor || cx != c.Context {
+				t.Fatalf("%q: Scan reads compensation %v %q %q, Decode %v %q %q", value, ok, cx, p, fok, c.Context, c.Processor)
 			}
 			for _, key := range []string{full.AggregateID, "other"} {
 				for _, names := range [][2]string{{full.ContextName, full.AggregateName}, {"x", full.AggregateName}, {full.ContextName, "y"}} {
