@@ -127,8 +127,8 @@ func TestCompose(t *testing.T) {
 	var wc wowConfig
 	readYAML(t, cfgFile, &wc)
 	port := wc.metricsPort(t)
-	if grace, err := time.ParseDuration(w.StopGracePeriod); err != nil || grace <= wc.shutdownTimeout(t) {
-		t.Errorf("wowd's stop_grace_period %q must be above wow.shutdown.timeout %s", w.StopGracePeriod, wc.shutdownTimeout(t))
+	if grace, err := time.ParseDuration(w.StopGracePeriod); err != nil || grace < wc.shutdownTimeout(t)+15*time.Second {
+		t.Errorf("wowd's stop_grace_period %q must be at least wow.shutdown.timeout %s + 15s (the final commit's 10 s past it, the leave)", w.StopGracePeriod, wc.shutdownTimeout(t))
 	}
 	cfg, err := config.Load(cfgFile, handler.Default(), nil)
 	if err != nil {

@@ -244,10 +244,11 @@ func TestHelmDefaults(t *testing.T) {
 		t.Error("pod securityContext.runAsUser is root or unset")
 	}
 
-	// The grace period outlasts the shutdown timeout.
+	// The grace period outlasts the shutdown timeout, the final commit's
+	// 10 s past it and the leave.
 	grace, _ := get(t, pod, "terminationGracePeriodSeconds").(int)
-	if time.Duration(grace)*time.Second <= wc.shutdownTimeout(t) {
-		t.Errorf("terminationGracePeriodSeconds %d is not above wow.shutdown.timeout %s", grace, wc.shutdownTimeout(t))
+	if time.Duration(grace)*time.Second < wc.shutdownTimeout(t)+15*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %d is less than wow.shutdown.timeout %s + 15s", grace, wc.shutdownTimeout(t))
 	}
 
 	// Resources, and a new rollout when the configuration changes.
@@ -311,7 +312,11 @@ func TestHelmRejects(t *testing.T) {
 	for _, c := range []struct {
 		set, want string
 	}{
-		{"terminationGracePeriodSeconds=30", "must be above wow.shutdown.timeout"},
+		{"terminationGracePeriodSeconds=30", "must be at least wow.shutdown.timeout + 15 s"},
+		// Above the timeout but short of the final commit's 10 s past
+		// it and the leave: accepted before (found by review).
+		{"terminationGracePeriodSeconds=39", "must be at least wow.shutdown.timeout + 15 s"},
+		{"terminationGracePeriodSeconds=44", "must be at least wow.shutdown.timeout + 15 s"},
 		{"wow.metrics.listen=127.0.0.1:9464", "loopback"},
 		{"wow.metrics.listen=", "wow.metrics.listen must be set"},
 	} {

@@ -95,8 +95,8 @@ a stop can drain, commit and leave the groups before the kubelet kills.
 {{- $shutdown := include "wowd.seconds" $timeout | int }}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
 {{- add $shutdown 15 }}
-{{- else if le (int .Values.terminationGracePeriodSeconds) $shutdown }}
-{{- fail (printf "terminationGracePeriodSeconds %v must be above wow.shutdown.timeout (%s = %ds)" .Values.terminationGracePeriodSeconds $timeout $shutdown) }}
+{{- else if lt (int .Values.terminationGracePeriodSeconds) (add $shutdown 15) }}
+{{- fail (printf "terminationGracePeriodSeconds %v must be at least wow.shutdown.timeout + 15 s (%s + 15 = %ds): past the timeout wowd still commits what finished (up to 10 s) and leaves its groups" .Values.terminationGracePeriodSeconds $timeout (add $shutdown 15)) }}
 {{- else }}
 {{- int .Values.terminationGracePeriodSeconds }}
 {{- end }}
@@ -137,7 +137,9 @@ autoscaling.kafka.consumerGroups replaces the derivation then.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if $topics }}{{/* no topic left by the dispatcher's aggregates: wowd makes no receiver */}}
 {{- $out = append $out (dict "consumerGroup" $group "dispatcher" $dname "context" $cname "topics" $topics) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- toJson $out }}
