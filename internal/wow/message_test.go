@@ -428,15 +428,20 @@ func TestHeaderHostile(t *testing.T) {
 	// The collector is off while they run: its cycles, started by the
 	// other size's garbage, made the ratio swing from 7 to 12 with linear
 	// decoding.
-	smallIn, largeIn := hostile(25_000), hostile(100_000)
+	// Sizes whose decoding state fits a core's L2 cache: at 100,000
+	// fields the larger one's did not, and a loaded machine's cache misses
+	// made linear decoding look 12x.
+	smallIn, largeIn := hostile(8_000), hostile(32_000)
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	small, large := time.Duration(1<<62), time.Duration(1<<62)
 	for range 7 {
 		small = min(small, decode(smallIn))
 		large = min(large, decode(largeIn))
 	}
-	if ratio := float64(large) / float64(small); ratio > 10 {
-		t.Errorf("4x the input took %.1fx as long (%v vs %v): not linear", ratio, large, small)
+	ratio := float64(large) / float64(small)
+	t.Logf("4x the input took %.1fx as long (%v vs %v)", ratio, large, small)
+	if ratio > 10 {
+		t.Errorf("not linear: 4x the input took %.1fx as long (%v vs %v)", ratio, large, small)
 	}
 }
 
