@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -107,11 +108,37 @@ func newRoot(stdout, stderr io.Writer, env []string, reg *handler.Registry) *cob
 	root.SetErr(stderr)
 	root.AddCommand(a.runCmd(), a.devCmd(), a.configCmd(), a.handlersCmd(), a.parkedCmd(), a.rewindCmd(), a.statusCmd(), a.versionCmd())
 	// Cobra's own commands too, so that usageErrors reaches them.
+	root.SetHelpCommand(helpCmd())
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) }) // inherited
 	usageErrors(root)
 	return root
+}
+
+// helpCmd is `wowd help [command]`. Cobra's answers an unknown topic with
+// the help of the nearest command it finds, root's once usageErrors gave
+// root arguments to check, and exits 0: here it is a usage error, as an
+// unknown command is everywhere else.
+func helpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err == nil && len(rest) > 0 && cmd.HasSubCommands() {
+				err = fmt.Errorf("unknown command %q for %q", rest[0], cmd.CommandPath())
+			}
+			if err == nil && len(args) > 0 && cmd == c.Root() {
+				err = fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			if err != nil {
+				return usageError(fmt.Errorf("help: %w", err))
+			}
+			cmd.InitDefaultHelpFlag()
+			return cmd.Help()
+		},
+	}
 }
 
 // usageErrors makes the errors cobra finds in a command line, other than
@@ -276,9 +303,12 @@ func signalContext() (context.Context, context.CancelFunc) {
 		case <-done:
 		}
 	}()
-	return ctx, func() {
-		signal.Stop(ch)
-		close(done)
-		cancel()
+	var once sync.Once
+	return ctx, func() { // called once the daemon stopped, and deferred as well
+		once.Do(func() {
+			signal.Stop(ch)
+			close(done)
+			cancel()
+		})
 	}
 }

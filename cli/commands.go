@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/wowd/wowd/internal/daemon"
 	"github.com/wowd/wowd/internal/devbroker"
 	"github.com/wowd/wowd/internal/handlerconfig"
+	"github.com/wowd/wowd/internal/wow"
 )
 
 func (a *app) runCmd() *cobra.Command {
@@ -87,24 +89,29 @@ func (a *app) serve(cmd *cobra.Command, cfg *config.Config, read []byte, hup <-c
 	ctx, cancel := signalContext()
 	defer cancel()
 	rt.Start(ctx)
-	var undo func()
+	var (
+		undo     func()
+		extraErr error
+	)
 	if extra != nil {
-		if undo, err = extra(ctx, log); err != nil {
-			log.Error("starting dev extras", zap.Error(err))
+		if undo, extraErr = extra(ctx, log); extraErr != nil {
+			log.Error("starting dev extras; shutting down", zap.Error(extraErr))
 			cancel()
 		}
 	}
 	waitStop(ctx, hup, rt, log)
-	log.Info("signal received, shutting down", zap.Duration("timeout", cfg.Shutdown.Timeout))
+	if extraErr == nil {
+		log.Info("signal received, shutting down", zap.Duration("timeout", cfg.Shutdown.Timeout))
+	}
 	if undo != nil {
 		undo()
 	}
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
 	defer stopCancel()
 	if err := rt.Stop(stopCtx); err != nil {
-		return fmt.Errorf("stopping: %w", err)
+		return errors.Join(extraErr, fmt.Errorf("stopping: %w", err))
 	}
-	return nil
+	return extraErr
 }
 
 // waitStop returns when ctx is done, asking rt to read its configuration
@@ -157,13 +164,20 @@ after it stops.`,
 				cfg.Dev.Demo = demo
 			}
 			if cmd.Flags().Changed("partitions") {
-				if partitions < 1 {
-					return configError(fmt.Errorf("--partitions %d: want at least 1", partitions))
+				if partitions < 1 || partitions > devbroker.MaxPartitions {
+					return configError(fmt.Errorf("--partitions %d: want 1 to %d", partitions, devbroker.MaxPartitions))
 				}
 				cfg.Dev.Partitions = partitions
 			}
 			topics := daemon.Topics(cfg)
+			demoTopics := demoTopics(cfg, topics)
+			if cfg.Dev.Demo && len(demoTopics) == 0 {
+				return configError(errors.New("wow.dev.demo: no dispatcher reads an event topic, so the demo has nowhere to write: add event to a dispatcher's topics"))
+			}
 			b, err := devbroker.Start(cfg.Kafka.BootstrapServers[0], cfg.Dev.Partitions, topics)
+			if errors.Is(err, devbroker.ErrSetting) {
+				return configError(fmt.Errorf("wowd dev (wow.kafka.bootstrap-servers[0], wow.dev.partitions): %w", err))
+			}
 			if err != nil {
 				return err
 			}
@@ -174,14 +188,8 @@ after it stops.`,
 				if !cfg.Dev.Demo {
 					return nil, nil
 				}
-				var events []string
-				for _, t := range topics {
-					if strings.HasSuffix(t, ".event") {
-						events = append(events, t)
-					}
-				}
 				dctx, stop := context.WithCancel(ctx)
-				d, err := devbroker.StartDemo(dctx, []string{b.Addr()}, firstContext(cfg), events, 5, log)
+				d, err := devbroker.StartDemo(dctx, []string{b.Addr()}, demoTopics, 5, log)
 				if err != nil {
 					stop()
 					return nil, err
@@ -192,20 +200,25 @@ after it stops.`,
 	}
 	a.configFlag(cmd, "", "configuration file (default: the compiled-in configs/dev.yaml)")
 	cmd.Flags().BoolVar(&demo, "demo", false, "produce demo traffic (overrides wow.dev.demo)")
-	cmd.Flags().IntVar(&partitions, "partitions", 0, "partitions per topic (overrides wow.dev.partitions)")
+	cmd.Flags().IntVar(&partitions, "partitions", 0, "partitions per topic, 1 to 1000 (overrides wow.dev.partitions)")
 	return cmd
 }
 
-func firstContext(cfg *config.Config) string {
-	names := make([]string, 0, len(cfg.Contexts))
-	for n := range cfg.Contexts {
-		names = append(names, n)
+// demoTopics returns the event topics among topics (those the dispatchers
+// read), each with the context and aggregate its messages must name: the
+// demo writes what wowd accepts.
+func demoTopics(cfg *config.Config, topics []string) []devbroker.DemoTopic {
+	var out []devbroker.DemoTopic
+	for _, name := range slices.Sorted(maps.Keys(cfg.Contexts)) {
+		bc := cfg.Contexts[name]
+		for _, agg := range bc.Aggregates {
+			t := wow.Topic(cfg.Kafka.TopicPrefix, bc.Alias, agg, wow.KindEvent)
+			if slices.Contains(topics, t) {
+				out = append(out, devbroker.DemoTopic{Topic: t, Context: name, Aggregate: agg})
+			}
+		}
 	}
-	sort.Strings(names)
-	if len(names) == 0 {
-		return ""
-	}
-	return names[0]
+	return out
 }
 
 func (a *app) configCmd() *cobra.Command {

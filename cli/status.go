@@ -33,6 +33,7 @@ type statusOptions struct {
 	top        int
 	stuckAfter time.Duration
 	timeout    time.Duration
+	shown      string // the status URL as errors show it: the user's part redacted, wowd's not
 }
 
 func (a *app) statusCmd() *cobra.Command {
@@ -112,8 +113,11 @@ func (a *app) status(o statusOptions) error {
 		}
 		token = strings.TrimSpace(string(b))
 	}
+	// The page's own URL (…/admin) names the same listener.
+	base.Path = strings.TrimSuffix(base.Path, "/admin")
 	target := base.JoinPath("/admin/v1/status")
 	target.RawQuery = "top=" + strconv.Itoa(o.top)
+	o.shown = strings.TrimSuffix(redact.URL(base.String()), "/") + "/admin/v1/status?" + target.RawQuery
 	client := &http.Client{Timeout: o.timeout}
 	defer client.CloseIdleConnections()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -167,7 +171,7 @@ func (a *app) statusOnce(ctx context.Context, client *http.Client, target *url.U
 		if json.Unmarshal(body, &e) != nil || e.Error == "" {
 			e.Error, _, _ = strings.Cut(strings.TrimSpace(string(body)), "\n")
 		}
-		msg := fmt.Sprintf("reading the status: GET %s: %s", termSafe(redact.URL(target.String())), termSafe(resp.Status))
+		msg := fmt.Sprintf("reading the status: GET %s: %s", termSafe(o.shown), termSafe(resp.Status))
 		if e.Error != "" {
 			msg += ": " + termSafe(oneLine(e.Error, 200))
 		}

@@ -11,10 +11,13 @@ import (
 // comes from Kafka (aggregate IDs, topics, handler errors), so a producer
 // could otherwise put escape sequences, carriage returns, bidi overrides
 // (U+202A–U+202E, U+2066–U+2069, not printable for strconv) or invalid
-// UTF-8 on an operator's terminal; the quotes also tell such a string
-// apart from a plain one that looks the same.
+// UTF-8 on an operator's terminal. The quotes tell such a string apart
+// from a plain one that looks the same: a string that starts with a quote
+// itself (`"\xff"`, six characters, is not the byte 0xff) or with or
+// after white space (which a table column does not show) is quoted too.
 func termSafe(s string) string {
-	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 {
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 ||
+		strings.HasPrefix(s, `"`) || strings.TrimSpace(s) != s {
 		return strconv.Quote(s)
 	}
 	return s

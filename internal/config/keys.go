@@ -179,7 +179,7 @@ var configFields = []field[Config]{
 	{name: "tracing.resource-attributes", omitEmpty: true,
 		desc: "Resource attributes as key=value (in the environment, comma-separated); they win over OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, which win over service.name = wow.service.",
 		ptr:  func(c *Config) any { return &c.Tracing.ResourceAttributes }},
-	{name: "dev.partitions", def: "8", desc: "Partitions of each topic `wowd dev` creates (>= 1).",
+	{name: "dev.partitions", def: "8", desc: "Partitions of each topic `wowd dev` creates (1 to 1000).",
 		ptr: func(c *Config) any { return &c.Dev.Partitions }},
 	{name: "dev.demo", def: "false", desc: "Make `wowd dev` produce demo traffic.",
 		ptr: func(c *Config) any { return &c.Dev.Demo }},

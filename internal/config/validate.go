@@ -115,6 +115,9 @@ func (d *decoder) validate(c *Config) {
 		d.errorf("wow.memory.fetch-percent", "must be 1 to 90, got %d", c.Memory.FetchPercent)
 	}
 	d.atLeast("wow.dev.partitions", c.Dev.Partitions, 1)
+	if c.Dev.Partitions > 1000 { // devbroker.MaxPartitions
+		d.errorf("wow.dev.partitions", "must be at most 1000, got %d", c.Dev.Partitions)
+	}
 }
 
 // validateIngest keeps the ingest endpoint, a write path into Kafka, from
@@ -573,7 +576,6 @@ func (d *decoder) atLeast(path string, n, min int) {
 	}
 }
 
-// positive checks that v is above zero and reports whether it is.
 // maxWireTimeout is the longest timeout Kafka's protocol carries (int32
 // milliseconds); maxFetchBytes is the largest response the Kafka client
 // reads (franz-go's BrokerMaxReadBytes, left at its default), which a
@@ -590,6 +592,7 @@ func (d *decoder) within(path string, v, lo, hi time.Duration) {
 	}
 }
 
+// positive checks that v is above zero and reports whether it is.
 func (d *decoder) positive(path string, v time.Duration) bool {
 	if v <= 0 {
 		d.errorf(path, "must be > 0, got %s", formatDuration(v))

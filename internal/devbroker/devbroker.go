@@ -23,20 +23,30 @@ type Broker struct {
 	c *kfake.Cluster
 }
 
+// MaxPartitions is the most partitions per topic Start creates.
+const MaxPartitions = 1000
+
+// ErrSetting wraps Start's errors that come from its arguments (the
+// address, the partitions): a configuration's, not the machine's.
+var ErrSetting = errors.New("embedded broker setting")
+
 // Start listens on addr (a loopback host:port; port 0 picks one) with the
-// topics created, each with partitions partitions. Topics produced to later
-// (dead-letter topics) are created on first use.
+// topics created, each with partitions partitions (1 to MaxPartitions).
+// Topics produced to later (dead-letter topics) are created on first use.
 func Start(addr string, partitions int, topics []string) (*Broker, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, fmt.Errorf("embedded broker address %q: %w", addr, err)
+		return nil, fmt.Errorf("%w: address %q: %w", ErrSetting, addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("embedded broker address %q: the dev broker listens on loopback only (use 127.0.0.1)", addr)
+		return nil, fmt.Errorf("%w: address %q: the dev broker listens on loopback only (use 127.0.0.1)", ErrSetting, addr)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 0 || port > 65535 {
-		return nil, fmt.Errorf("embedded broker address %q: bad port", addr)
+		return nil, fmt.Errorf("%w: address %q: bad port", ErrSetting, addr)
+	}
+	if partitions < 1 || partitions > MaxPartitions {
+		return nil, fmt.Errorf("%w: %d partitions per topic: want 1 to %d", ErrSetting, partitions, MaxPartitions)
 	}
 	c, err := kfake.NewCluster(
 		kfake.Ports(port),
@@ -45,7 +55,7 @@ func Start(addr string, partitions int, topics []string) (*Broker, error) {
 		kfake.DefaultNumPartitions(partitions),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("starting the embedded broker on %s: %w", addr, err)
+		return nil, fmt.Errorf("starting the embedded broker on %s (another port: --set 'wow.kafka.bootstrap-servers={127.0.0.1:9093}'): %w", addr, err)
 	}
 	return &Broker{c: c}, nil
 }
@@ -63,10 +73,35 @@ type Demo struct {
 	wg sync.WaitGroup
 }
 
-// StartDemo begins demo traffic to the given event topics of contextName.
-func StartDemo(ctx context.Context, brokers []string, contextName string, topics []string, rate int, log *zap.Logger) (*Demo, error) {
+// DemoTopic is an event topic the demo writes to: the Wow context and
+// aggregate its messages belong to, as wowd checks on receipt.
+type DemoTopic struct {
+	Topic, Context, Aggregate string
+}
+
+// DemoTopics returns topics, event topics named <prefix><alias>.<aggregate>.event,
+// as topics of one Wow context.
+func DemoTopics(contextName string, topics []string) []DemoTopic {
+	out := make([]DemoTopic, len(topics))
+	for i, t := range topics {
+		parts := strings.Split(t, ".")
+		aggregate := t
+		if len(parts) >= 2 {
+			aggregate = parts[len(parts)-2]
+		}
+		out[i] = DemoTopic{Topic: t, Context: contextName, Aggregate: aggregate}
+	}
+	return out
+}
+
+// StartDemo begins demo traffic to the given event topics.
+func StartDemo(ctx context.Context, brokers []string, topics []DemoTopic, rate int, log *zap.Logger) (*Demo, error) {
 	if len(topics) == 0 {
 		return nil, errors.New("demo traffic: no event topic to write to")
+	}
+	names := make([]string, len(topics))
+	for i, t := range topics {
+		names[i] = t.Topic
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("wowd-dev-demo"))
 	if err != nil {
@@ -86,31 +121,21 @@ func StartDemo(ctx context.Context, brokers []string, contextName string, topics
 				return
 			case <-tick.C:
 			}
-			topic := topics[i%len(topics)]
-			aggregate := aggregateOf(topic)
-			id := fmt.Sprintf("%s-%d", aggregate, i%5)
-			versions[id]++
-			rec := &kgo.Record{Topic: topic, Key: []byte(id), Value: demoEvent(contextName, aggregate, id, versions[id], i)}
+			t := topics[i%len(topics)]
+			id := fmt.Sprintf("%s-%d", t.Aggregate, i%5)
+			versions[t.Topic+"/"+id]++
+			rec := &kgo.Record{Topic: t.Topic, Key: []byte(id), Value: demoEvent(t.Context, t.Aggregate, id, versions[t.Topic+"/"+id], i)}
 			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil && ctx.Err() == nil {
 				log.Warn("demo traffic", zap.Error(err))
 			}
 		}
 	}()
-	log.Info("demo traffic started", zap.Strings("topics", topics), zap.Int("per_second", rate))
+	log.Info("demo traffic started", zap.Strings("topics", names), zap.Int("per_second", rate))
 	return d, nil
 }
 
 // Wait waits for the demo goroutine to stop.
 func (d *Demo) Wait() { d.wg.Wait() }
-
-// aggregateOf returns the aggregate part of <prefix><alias>.<aggregate>.<kind>.
-func aggregateOf(topic string) string {
-	parts := strings.Split(topic, ".")
-	if len(parts) < 2 {
-		return topic
-	}
-	return parts[len(parts)-2]
-}
 
 // demoEvent is a domain event stream as Wow serializes it.
 func demoEvent(contextName, aggregate, id string, version, n int) []byte {

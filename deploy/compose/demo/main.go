@@ -63,7 +63,7 @@ func produce(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	d, err := devbroker.StartDemo(ctx, strings.Split(*brokers, ","), *contextName, strings.Split(*topics, ","), *rate, log)
+	d, err := devbroker.StartDemo(ctx, strings.Split(*brokers, ","), devbroker.DemoTopics(*contextName, strings.Split(*topics, ",")), *rate, log)
 	if err != nil {
 		return err
 	}
