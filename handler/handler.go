@@ -14,7 +14,10 @@
 // failure, a later Ack is ignored and the aggregate's next try may start;
 // or when the message's partition moves to another member
 // (context.Canceled). A handler should stop its work then: wowd no longer
-// waits for it.
+// waits for it. It also ends (context.Canceled) once the handler reported
+// the try's outcome through its Ack: the try is over, and work bound to
+// its context stops with it, as a net/http request's context ends when
+// its handler returns.
 //
 // That context also carries the message's W3C trace context, as an
 // OpenTelemetry span context (go.opentelemetry.io/otel/trace

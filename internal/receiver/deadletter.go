@@ -121,10 +121,20 @@ func (r *Receiver) writeDeadLetter(j *job) {
 		Headers:   hs,
 		Timestamp: src.Timestamp,
 	}
-	r.cl.Produce(j.p.ctx, rec, func(_ *kgo.Record, err error) {
+	// TryProduce, not Produce: Produce waits for room in the client's
+	// buffer (MaxBufferedRecords), and this runs on the goroutine that
+	// concluded the record: the poll loop (an unroutable record), an
+	// executor worker, the handler's, the deadline watcher. A wait there
+	// would hold them all, and a Stop behind the poll loop.
+	r.cl.TryProduce(j.p.ctx, rec, func(_ *kgo.Record, err error) {
 		at := []zap.Field{zap.String("topic", src.Topic), zap.Int32("partition", src.Partition),
 			zap.Int64("offset", src.Offset), zap.String("dead_letter_topic", rec.Topic)}
 		switch {
+		case errors.Is(err, kgo.ErrMaxBuffered):
+			// The client's buffer is full (other dead letters, parked
+			// copies): write again once it may have room, without counting
+			// an attempt. Called from within TryProduce: nothing waits.
+			j.after(r.holdBackoff(1), func() { r.writeDeadLetter(j) })
 		case err == nil:
 			r.log.Warn("record dead-lettered", append(at, zap.String("class", j.failure.class), zap.String("reason", reason),
 				zap.Bool("value_omitted", j.failure.stub))...)

@@ -355,6 +355,7 @@ func (j *job) call() {
 				return
 			}
 			j.kept = true // goroutines the handler started may still read the message
+			j.endTry()
 			j.conclude(err)
 		}
 	}()
@@ -379,7 +380,19 @@ func (j *job) Complete(token uint64, err error) {
 	if !j.take(token) {
 		return
 	}
+	j.endTry()
 	j.conclude(err)
+}
+
+// endTry ends the context of the try whose outcome the caller took: the
+// try is over. Work a handler left bound to it (a goroutine waiting for
+// Done, context.AfterFunc) stops now; were it left open, nothing would end
+// it once the job left its partition's tracker, not even the partition's
+// closing.
+func (j *job) endTry() {
+	if tc := j.try.Load(); tc != nil {
+		tc.end(context.Canceled)
+	}
 }
 
 // conclude acts on the outcome of a try whose outcome the caller took:

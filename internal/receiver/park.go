@@ -735,8 +735,13 @@ func (j *job) park() {
 		j.waitLease(j.park)
 		return
 	}
-	r.cl.Produce(j.p.ctx, rec, func(w *kgo.Record, err error) {
+	// TryProduce, not Produce, as for dead letters (writeDeadLetter): the
+	// caller is the goroutine that concluded the record.
+	r.cl.TryProduce(j.p.ctx, rec, func(w *kgo.Record, err error) {
 		switch {
+		case errors.Is(err, kgo.ErrMaxBuffered):
+			j.releasePark() // park reserves again
+			j.after(r.holdBackoff(1), j.park)
 		case err == nil && parked:
 			j.finish(metrics.Parked)
 		case err == nil:
@@ -778,8 +783,10 @@ func (j *job) writeParked(st *park.State) {
 		j.waitLease(func() { j.writeParked(st) })
 		return
 	}
-	r.cl.Produce(j.p.ctx, stateRecord(r.o.Park.StateTopic, st), func(_ *kgo.Record, err error) {
+	r.cl.TryProduce(j.p.ctx, stateRecord(r.o.Park.StateTopic, st), func(_ *kgo.Record, err error) {
 		switch {
+		case errors.Is(err, kgo.ErrMaxBuffered): // as in park
+			j.after(r.holdBackoff(1), func() { j.writeParked(st) })
 		case err == nil:
 			ps := r.park
 			// A partition that went meanwhile is its next owner's: it loads

@@ -11,8 +11,9 @@ import (
 
 // tryContext is the context a handler gets for one try: its partition's
 // context, ended on its own when the try's deadline passes (the deadline
-// watcher took the try: DeadlineExceeded) or when its partition's
-// incarnation closes (Canceled). A handler that stops on cancellation
+// watcher took the try: DeadlineExceeded), when its partition's
+// incarnation closes (Canceled) or when its outcome is taken (its Ack, a
+// panic: Canceled). A handler that stops on cancellation
 // stops a try wowd gave up on: the HTTP sink drops a queued request,
 // handler.WithRetry stops retrying. Nothing is registered with the
 // partition's context: closing a partition ends the tries it holds itself
