@@ -29,10 +29,10 @@ test: ## the whole suite: gofmt, vet, unit and kfake tests with -race, the real-
 
 test-unit: ## everything but the real-Kafka suite
 	go vet ./...
-	go test -race -shuffle=on -timeout 20m ./...
+	go test -race -shuffle=on -tags synctests -timeout 20m ./...
 
 sim: ## the seeded fault simulation, all with commit stalls: the CI seeds, then SEEDS more (default 200)
-	go test -count=1 -timeout 60m ./test/sim -run TestSim -stalls -seeds $(SEEDS)
+	go test -count=1 -tags synctests -timeout 60m ./test/sim -run TestSim -stalls -seeds $(SEEDS)
 
 soak: ## three wowd processes against a real broker under faults for SOAK (default 10m)
 	WOWD_SOAK=$(SOAK) go test -count=1 -timeout 90m ./test/realkafka -run TestSoak -v

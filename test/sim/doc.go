@@ -163,13 +163,18 @@
 //     count as lost, and every rewind they count, must be in what the
 //     simulation read of its log.
 //
-// The CI run (`go test ./test/sim`) runs each of its fixed seeds twice,
+// The CI run (`go test -tags synctests ./test/sim`) runs each of its fixed seeds twice,
 // without and then with commit stalls (subtests seed=N and
 // seed=N/stalls); `make sim SEEDS=N` runs the fixed seeds and N more, all
 // with stalls (-stalls). A failure names its seed; the run replays with
 //
-//	go test ./test/sim -run TestSim -seed N -v          # seed=N
-//	go test ./test/sim -run TestSim -seed N -stalls -v  # seed=N/stalls
+//	go test -tags synctests ./test/sim -run TestSim -seed N -v          # seed=N
+//	go test -tags synctests ./test/sim -run TestSim -seed N -stalls -v  # seed=N/stalls
+//
+// The tag builds franz-go with locks taken through channels: a goroutine
+// waiting for a sync.Mutex is not durably blocked in a synctest bubble, and
+// the bubble's clock stops while one waits (see TestMain); without it the
+// package refuses to run.
 //
 // Goroutines still interleave differently from run to run, so a replay
 // reproduces the same inputs and schedule of faults but not always the same
