@@ -314,8 +314,9 @@ keys apply without a restart:
 
 Each attempt of the http sink (one request, of one message or of a batch) reads its
 settings once when it starts and keeps them to its end: one waiting for the rate
-limiter or in flight when a reload lands keeps its limiter, timeout and header files,
-and the next attempt takes the new ones. A raised ` + "`max-concurrency`" + ` starts queued
+limiter or in flight when a reload lands keeps its timeout and header files, and the
+next attempt takes the new ones. The rate limit is the sink's, changed in place: an
+attempt waiting for it waits under the new rate and burst, so the two never add up. A raised ` + "`max-concurrency`" + ` starts queued
 requests at once, a lowered one holds once enough requests in flight ended. (The
 contents of the header files are read again within a second of a change anyway.) A
 change of any other key is logged as needing a restart, naming the keys, and is not

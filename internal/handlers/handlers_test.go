@@ -121,7 +121,7 @@ func TestDecodeErrors(t *testing.T) {
 			"headers-from-env.authorization: header also set by headers.Authorization",
 			"headers-from-env.X-A: want the name of an environment variable",
 			"headers-from-env.X-B: want the name of an environment variable",
-			"headers-from-env.ce-source: the ce-, kafka- and wowd- prefixes are reserved",
+			"headers-from-env.ce-source: the ce-, kafka-, wow- and wowd- prefixes are reserved",
 			"headers-from-file.AUTHORIZATION: header also set by headers.Authorization",
 			"headers-from-file.X-C: want a file path",
 			"headers-from-file.bad name: not a valid header name",

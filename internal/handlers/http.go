@@ -63,6 +63,10 @@ type httpSink struct {
 	// give up their attempt.
 	stopping chan struct{}
 
+	// limit is the sink's rate limiter (rate-limit, rate-burst), for its
+	// life: a reload changes its settings in place (setLive).
+	limit *limiter
+
 	// aborted is set when Close stops waiting for requests in flight; it
 	// cancels them.
 	aborted atomic.Bool
@@ -181,6 +185,7 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 		},
 		log:      log,
 		stopping: make(chan struct{}),
+		limit:    newLimiter(cfg.RateLimit, cfg.RateBurst),
 		all:      make(map[*worker]struct{}),
 		idleFor:  workerIdle,
 	}
@@ -471,7 +476,7 @@ func (s *httpSink) attempt(w *worker, c *call) {
 		s.attemptBatch(w, c, live)
 		return
 	}
-	if err := s.waitTurn(c, live.limit); err != nil {
+	if err := s.waitTurn(c); err != nil {
 		s.complete(c, s.wrap(err))
 		return
 	}
@@ -488,32 +493,35 @@ func (s *httpSink) attempt(w *worker, c *call) {
 	}
 }
 
-// waitTurn waits until limit, the rate limiter of the attempt's settings
-// (nil without rate-limit), lets the running attempt c make a request. It
+// waitTurn waits until the sink's rate limiter lets the running attempt c
+// make a request (at once without rate-limit). A reload of rate-limit or
+// rate-burst voids its slot: it reserves again under the new settings. It
 // returns early with the error of c's context, or handler.ErrClosed when
 // the sink is closing.
-func (s *httpSink) waitTurn(c *call, limit *limiter) error {
-	if limit == nil {
-		return nil
-	}
-	if err := c.ctx.Err(); err != nil {
-		return err // given up already (a batch, all its members): no turn taken
-	}
-	d, slot := limit.reserve(time.Now())
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-c.ctx.Done():
-		limit.cancel(slot, time.Now())
-		return c.ctx.Err()
-	case <-s.stopping:
-		limit.cancel(slot, time.Now())
-		return handler.ErrClosed
+func (s *httpSink) waitTurn(c *call) error {
+	for {
+		if err := c.ctx.Err(); err != nil {
+			return err // given up already (a batch, all its members): no turn taken
+		}
+		d, slot := s.limit.reserve(time.Now())
+		if d <= 0 {
+			return nil
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+			return nil
+		case <-slot.changed:
+			t.Stop() // void: reserve again
+		case <-c.ctx.Done():
+			t.Stop()
+			s.limit.cancel(slot, time.Now())
+			return c.ctx.Err()
+		case <-s.stopping:
+			t.Stop()
+			s.limit.cancel(slot, time.Now())
+			return handler.ErrClosed
+		}
 	}
 }
 

@@ -285,7 +285,7 @@ func (s *httpSink) attemptBatch(w *worker, c *call, live *httpLive) {
 		s.mu.Unlock()
 		c.batch.endWait()
 	}()
-	if err := s.waitTurn(c, live.limit); err != nil {
+	if err := s.waitTurn(c); err != nil {
 		s.settleAll(c.batch.calls, s.wrap(err))
 		return
 	}

@@ -94,7 +94,10 @@ func (s *httpSink) encodeEvent(ctx context.Context, m *handler.Message, attempt 
 	buf = appendJSONString(buf, ct)
 	switch {
 	case len(m.Value) == 0:
-	case (m.Wow != nil || jsonMediaType(ct)) && json.Valid(m.Value):
+	case (m.Wow != nil || jsonMediaType(ct)) && json.Valid(m.Value) && utf8.Valid(m.Value):
+		// json.Valid takes any bytes in strings; JSON between systems
+		// is UTF-8 (RFC 8259), and a strict server would refuse the
+		// whole batch for one such value: base64 instead.
 		buf = append(buf, `,"data":`...)
 		buf = append(buf, m.Value...)
 	default:

@@ -204,8 +204,10 @@ func checkStaticHeader(k, v string) error {
 		return errors.New("set content-type instead")
 	case lk == "host" || lk == "content-length" || lk == "transfer-encoding":
 		return errors.New("set by the HTTP client")
-	case strings.HasPrefix(lk, "ce-") || strings.HasPrefix(lk, "kafka-") || strings.HasPrefix(lk, "wowd-"):
-		return errors.New("the ce-, kafka- and wowd- prefixes are reserved")
+	case strings.HasPrefix(lk, "ce-") || strings.HasPrefix(lk, "kafka-") || strings.HasPrefix(lk, "wowd-") || strings.HasPrefix(lk, "wow-"):
+		return errors.New("the ce-, kafka-, wow- and wowd- prefixes are reserved")
+	case lk == "traceparent" || lk == "tracestate":
+		return errors.New("set from the message's trace context")
 	}
 	return nil
 }

@@ -15,9 +15,11 @@ import (
 // setLive; an httpLive is never changed once stored.
 //
 // An attempt loads the pointer once, as it starts, and passes what it got
-// down to everything it does (waitTurn, post, newRequest, encodeEvent,
-// attemptBatch, newBatchRequest): it runs with one version of the settings,
-// whatever reload lands meanwhile. Loading it again within an attempt is a
+// down to everything it does (post, newRequest, encodeEvent, attemptBatch,
+// newBatchRequest): it runs with one version of the settings, whatever
+// reload lands meanwhile. The rate limit is the exception: the sink has one
+// limiter, which a reload changes in place, and an attempt waiting for it
+// then waits under the new rate (see limiter). Loading it again within an attempt is a
 // bug: a reload between two loads would mix versions, and a batch event
 // could then keep the value of a headers-from-file header renamed by the
 // reload (the event leaves out the configured headers by name). Only the
@@ -25,9 +27,8 @@ import (
 // popUnder), as setLive stores under it.
 type httpLive struct {
 	maxConcurrency int
-	rate           float64
+	rate           float64 // applied to the sink's limiter (set) by setLive
 	burst          int
-	limit          *limiter // nil without rate-limit
 	requestTimeout time.Duration
 	files          []*fileHeader // headers-from-file
 	tryTimeout     time.Duration // the dispatcher's handler.timeout, which request-timeout must fit (not reloaded)
@@ -49,9 +50,6 @@ func newLive(cfg HTTPConfig, tryTimeout time.Duration, log *zap.Logger) (*httpLi
 		files:          files,
 		tryTimeout:     tryTimeout,
 	}
-	if cfg.RateLimit > 0 {
-		l.limit = newLimiter(cfg.RateLimit, cfg.RateBurst)
-	}
 	return l, nil
 }
 
@@ -59,9 +57,9 @@ func newLive(cfg HTTPConfig, tryTimeout time.Duration, log *zap.Logger) (*httpLi
 // *HTTPConfig differing from the running one only in keys tagged reload),
 // reads its header files, and returns the function that makes it the
 // sink's: attempts that start after it use the new max-concurrency,
-// rate-limit and rate-burst, request-timeout and headers-from-file; those
-// running, waiting for the rate limiter included, finish with what they
-// had. A batch's members keep the events they were encoded into when they
+// request-timeout and headers-from-file; those running finish with what
+// they had. rate-limit and rate-burst change the sink's limiter in place:
+// attempts waiting for it wait under the new rate. A batch's members keep the events they were encoded into when they
 // joined it; its request takes the settings of its own attempt. A raised limit starts queued attempts
 // at once; a lowered one is reached as running attempts end. An error
 // leaves the sink as it is. The daemon calls it when the file changes.
@@ -84,9 +82,6 @@ func (s *httpSink) Reconfigure(cfg any) (apply func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if l.rate == old.rate && l.burst == old.burst {
-		l.limit = old.limit // keep its state: a reload is no quiet period
-	}
 	l.files = append(l.files, movedToStatic(old.files, c)...)
 	return func() { s.setLive(l) }, nil
 }
@@ -97,6 +92,9 @@ func (s *httpSink) setLive(l *httpLive) {
 	var starts []handoff
 	s.mu.Lock()
 	s.live.Store(l) // under mu: start and next see the limit change between their critical sections
+	// In place: a reload is no quiet period, and attempts waiting for the
+	// limiter reserve again under the new rate (see limiter).
+	s.limit.set(l.rate, l.burst, time.Now())
 	for !s.closed && (l.maxConcurrency == 0 || s.busy < l.maxConcurrency) {
 		c := s.pop()
 		if c == nil {

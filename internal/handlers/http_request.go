@@ -279,7 +279,7 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 	keyName, keyIsID := hdrKey, false
 	key.from = len(buf)
 	switch {
-	case !utf8.Valid(m.Key) || !validHeaderValue(m.Key):
+	case !utf8.Valid(m.Key) || !validHeaderValue(m.Key) || trimmedByHTTP(m.Key):
 		keyName = hdrKeyBase64
 		buf = base64.StdEncoding.AppendEncode(buf, m.Key)
 	case string(m.Key) == m.AggregateID: // compared without a copy
@@ -460,6 +460,14 @@ func validHeaderValue[T string | []byte](s T) bool {
 	return true
 }
 
+// trimmedByHTTP reports whether a header value starts or ends with white
+// space, which HTTP takes off (and HTTP/2 refuses): such a key would not
+// arrive as it is.
+func trimmedByHTTP(v []byte) bool {
+	n := len(v)
+	return n > 0 && (v[0] == ' ' || v[0] == '\t' || v[n-1] == ' ' || v[n-1] == '\t')
+}
+
 // parseRetryAfter reads a Retry-After header value, delta-seconds or an HTTP
 // date, as a wait from now, capped at maxRetryAfter.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
@@ -467,11 +475,15 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+	secs, err := strconv.ParseUint(v, 10, 64)
+	if err == nil {
 		if secs >= uint64(maxRetryAfter/time.Second) {
 			return maxRetryAfter, true
 		}
 		return time.Duration(secs) * time.Second, true
+	}
+	if errors.Is(err, strconv.ErrRange) {
+		return maxRetryAfter, true // delta-seconds beyond 2^64: capped as any long wait
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return min(max(t.Sub(now), 0), maxRetryAfter), true

@@ -82,7 +82,7 @@ func TestRequestHeadersMatchTheReference(t *testing.T) {
 			m.Kind, m.Wow.ID, m.Wow.Name, m.Wow.TenantID = handler.KindCommand, "id 1", "name%", "t\x00"
 		},
 	}
-	for _, static := range []map[string]any{nil, {"wow-tenant-id": "static", "X-Api-Key": "k"}} {
+	for _, static := range []map[string]any{nil, {"X-Tenant": "static", "X-Api-Key": "k"}} {
 		s := build(t, "http", sinkConfig("http://127.0.0.1:1/wow", map[string]any{"headers": static}), handler.Deps{}).(*httpSink)
 		for _, name := range slices.Sorted(maps.Keys(cases)) {
 			m := testMessage(42)

@@ -62,7 +62,7 @@ func TestLimiterGivesSlotsBack(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	const iv = 100 * time.Millisecond
 	l := newLimiter(10, 1)
-	var slots []time.Time
+	var slots []slot
 	for range 40 {
 		_, at := l.reserve(t0)
 		slots = append(slots, at)
@@ -77,8 +77,8 @@ func TestLimiterGivesSlotsBack(t *testing.T) {
 		}
 	}
 	// Everything after t0+1.2s was given back: the schedule is back there.
-	if got, at := l.reserve(t0.Add(1500 * time.Millisecond)); got != 0 || !at.Equal(t0.Add(1500*time.Millisecond)) {
-		t.Fatalf("a request 1.5s in, with every later slot given back, waits %v for %v", got, at.Sub(t0))
+	if got, at := l.reserve(t0.Add(1500 * time.Millisecond)); got != 0 || !at.at.Equal(t0.Add(1500*time.Millisecond)) {
+		t.Fatalf("a request 1.5s in, with every later slot given back, waits %v for %v", got, at.at.Sub(t0))
 	}
 	// A hole before the end is taken first; one whose time passed is not.
 	l = newLimiter(10, 1)
@@ -89,11 +89,11 @@ func TestLimiterGivesSlotsBack(t *testing.T) {
 	}
 	l.cancel(slots[1], t0) // 100ms
 	l.cancel(slots[3], t0) // 300ms
-	if got, at := l.reserve(t0.Add(150 * time.Millisecond)); !at.Equal(slots[3]) || got != 150*time.Millisecond {
-		t.Fatalf("after the 100ms hole passed: slot %v, wait %v; want the 300ms hole, 150ms", at.Sub(t0), got)
+	if got, at := l.reserve(t0.Add(150 * time.Millisecond)); !at.at.Equal(slots[3].at) || got != 150*time.Millisecond {
+		t.Fatalf("after the 100ms hole passed: slot %v, wait %v; want the 300ms hole, 150ms", at.at.Sub(t0), got)
 	}
-	if _, at := l.reserve(t0.Add(150 * time.Millisecond)); !at.Equal(t0.Add(5 * iv)) {
-		t.Fatalf("with no hole left: slot %v, want the end of the schedule, 500ms", at.Sub(t0))
+	if _, at := l.reserve(t0.Add(150 * time.Millisecond)); !at.at.Equal(t0.Add(5 * iv)) {
+		t.Fatalf("with no hole left: slot %v, want the end of the schedule, 500ms", at.at.Sub(t0))
 	}
 
 }
@@ -110,7 +110,8 @@ func TestLimiterKeepsRateWithGiveUps(t *testing.T) {
 		l := newLimiter(10, burst)
 		now := t0
 		type res struct {
-			at, until time.Time // the slot; when the caller gives up
+			at    slot      // the slot
+			until time.Time // when the caller gives up
 		}
 		var waiting []res
 		var sent []time.Time
@@ -119,7 +120,7 @@ func TestLimiterKeepsRateWithGiveUps(t *testing.T) {
 			// Those whose request is due go; those whose patience ran out give up.
 			kept := waiting[:0]
 			for _, w := range waiting {
-				switch due := w.at.Add(-l.tolerance); {
+				switch due := w.at.at.Add(-l.tolerance); {
 				case !due.After(now) && !due.After(w.until):
 					sent = append(sent, due)
 				case w.until.Before(now):

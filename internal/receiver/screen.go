@@ -172,10 +172,12 @@ func (j *job) wanted(name string, events []string, context, processor string, co
 	}
 	// An event stream or a state event resent as a compensation goes only
 	// to the function it names, as Wow's CompensationMatcher decides: here,
-	// the dispatcher whose name is its processor, in the service (wowd's
-	// context, wow.service) it names. Every other dispatcher skips it, as
-	// Wow's other processors do.
-	if compensation && j.kind != handler.KindCommand && (processor != r.o.Dispatcher || context != r.o.Service) {
+	// the dispatcher whose name is its processor, in the context it names:
+	// the message's own bounded context (a projector of the service whose
+	// aggregate it is, as Wow names one) or wowd's service (wow.service).
+	// Every other dispatcher skips it, as Wow's other processors do.
+	if compensation && j.kind != handler.KindCommand &&
+		(processor != r.o.Dispatcher || context != r.o.Service && context != j.route.Context) {
 		return false
 	}
 	return true
