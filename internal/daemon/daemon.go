@@ -530,14 +530,25 @@ func (rt *Daemon) Ready() (bool, string) {
 	if rt.stopping.Load() {
 		return false, "stopping"
 	}
-	waiting := 0
+	joining, reading := 0, 0
 	for _, r := range rt.receivers {
-		if !r.Ready() {
-			waiting++
+		switch {
+		case r.Ready():
+		case !r.Joined():
+			joining++
+		default:
+			reading++
 		}
 	}
-	if waiting > 0 {
-		return false, fmt.Sprintf("%d of %d receivers have not joined their consumer group yet", waiting, len(rt.receivers))
+	var why []string
+	if joining > 0 {
+		why = append(why, fmt.Sprintf("%d of %d receivers have not joined their consumer group yet", joining, len(rt.receivers)))
+	}
+	if reading > 0 {
+		why = append(why, fmt.Sprintf("%d of %d receivers have not read their parked aggregates' state topic yet", reading, len(rt.receivers)))
+	}
+	if len(why) > 0 {
+		return false, strings.Join(why, "; ")
 	}
 	return true, ""
 }

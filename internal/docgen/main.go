@@ -408,7 +408,10 @@ no result until the first error (an alert on them stays quiet, as it should);
 a graph that should show zero adds ` + "`or vector(0)`" + `.
 
 The Go runtime's (` + "`go_*`" + `) and the process's (` + "`process_*`" + `) standard collectors are
-exported too.
+exported too, and the metrics endpoint's own count of the scrapes it failed to
+serve, ` + "`promhttp_metric_handler_errors_total`" + ` (label ` + "`cause`" + `: ` + "`gathering`" + ` or
+` + "`encoding`" + `). ` + "`wowd_config_reloads_total`" + ` exists only while a configuration file is
+watched (not under ` + "`wowd dev`" + `), ` + "`wowd_ingest_*`" + ` only with the ingest enabled.
 
 ## Label cardinality
 

@@ -14,7 +14,7 @@ type ReceiverSnapshot struct {
 	Paused             bool  // fetching paused because the window is full
 	PausedPartitions   int   // partitions paused because of a long uncommitted span
 	AssignedPartitions int   // partitions owned now
-	Joined             bool  // has joined its group and been given an assignment
+	Ready              bool  // a member of its group and, when it parks, has read which aggregates are parked (receiver.Ready: what /readyz waits for)
 	CommitLag          int64 // records read but not yet committed, over owned partitions
 	Lag                int64 // records between the committed offsets and the partitions' ends
 	MaxKeyBacklog      int   // most messages waiting for one aggregate ID of this receiver
@@ -49,7 +49,7 @@ var (
 	descAssigned = prometheus.NewDesc(Namespace+"_receiver_assigned_partitions",
 		"Partitions the receiver owns.", receiverLabels, nil)
 	descJoined = prometheus.NewDesc(Namespace+"_receiver_ready",
-		"1 once the receiver has joined its consumer group.", receiverLabels, nil)
+		"1 once the receiver is ready, as /readyz asks: a member of its consumer group and, when it parks aggregates, having read which are parked.", receiverLabels, nil)
 	descCommitLag = prometheus.NewDesc(Namespace+"_commit_lag_records",
 		"Records read from owned partitions but not yet committed.", receiverLabels, nil)
 	descLag = prometheus.NewDesc(Namespace+"_receiver_lag_records",
@@ -117,7 +117,7 @@ func (c *receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descPaused, b2f(s.Paused))
 		g(descPausedPartitions, float64(s.PausedPartitions))
 		g(descAssigned, float64(s.AssignedPartitions))
-		g(descJoined, b2f(s.Joined))
+		g(descJoined, b2f(s.Ready))
 		g(descCommitLag, float64(s.CommitLag))
 		g(descLag, float64(s.Lag))
 		g(descKeyBacklog, float64(s.MaxKeyBacklog))

@@ -212,6 +212,13 @@ func Unmarshal(key, value []byte) (*State, error) {
 		if s.Request == nil {
 			return nil, fmt.Errorf("parked-aggregate request %q: no request in it", key)
 		}
+		switch s.Request.Action {
+		case Park, Redrive, Skip, Discard:
+		default:
+			// Not carried out as some other action (a later version's, or
+			// written by hand): read as a bad record, left alone.
+			return nil, fmt.Errorf("parked-aggregate request %q: unknown action %q (want %s, %s, %s or %s)", key, s.Request.Action, Park, Redrive, Skip, Discard)
+		}
 		if strings.ContainsAny(s.Request.ID, "/#") {
 			return nil, fmt.Errorf("parked-aggregate request %q: its ID %q has '/' or '#'", key, s.Request.ID)
 		}

@@ -352,7 +352,7 @@ func TestSkipOfAnAggregateParkedByHandDeadLettersNothing(t *testing.T) {
 		sink := newParkSink(func(string, uint64) bool { return false })
 		r := h.receiver(group, sink, 16, parking)
 		defer stop(t, r)
-		testwait.For(t, 30*time.Second, "a member", func() bool { return r.Snapshot().Joined })
+		testwait.For(t, 30*time.Second, "a member", func() bool { return r.Joined() })
 		if n, err := r.ParkByHand(context.Background(), "agg-0", "test"); err != nil || n != 1 {
 			t.Fatalf("parking by hand: %d, %v", n, err)
 		}

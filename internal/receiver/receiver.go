@@ -537,6 +537,10 @@ func (r *Receiver) Ready() bool {
 	return r.joined.Load() && (r.park == nil || r.park.caughtUp.Load())
 }
 
+// Joined reports whether the receiver is a member of its consumer group
+// (Ready asks more of one that parks).
+func (r *Receiver) Joined() bool { return r.joined.Load() }
+
 // InFlight returns the number of unfinished records.
 func (r *Receiver) InFlight() int { return int(r.inFlight.Load()) }
 
@@ -659,7 +663,7 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		InFlight:      int(r.inFlight.Load()),
 		MaxInFlight:   int(r.window),
 		Paused:        r.paused.Load(),
-		Joined:        r.joined.Load(),
+		Ready:         r.Ready(),
 		BackingOff:    r.fails.isFailing(),
 		BackoffDelay:  r.fails.current(),
 		FetchMaxBytes: int64(r.fetchMaxSeen.Load()),
@@ -680,21 +684,18 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 	s.AssignedPartitions = len(r.parts)
 	for _, p := range r.parts {
 		p.mu.Lock()
-		if p.tr.last >= 0 {
-			next, _, ok := p.tr.watermark()
-			if !ok {
-				next = p.first
-			}
-			s.CommitLag += p.tr.last + 1 - next
+		// From the committed offset, as the metrics say (what a restart or
+		// a rebalance would start from): this incarnation's last commit,
+		// else the offset it started at, the group's then.
+		committed := p.committed.Load()
+		if committed < 0 {
+			committed = p.first
 		}
-		if p.hwm > 0 {
-			next, _, ok := p.tr.watermark()
-			if !ok {
-				next = p.first
-			}
-			if next >= 0 {
-				s.Lag += max(0, p.hwm-next)
-			}
+		if p.tr.last >= 0 && committed >= 0 {
+			s.CommitLag += max(0, p.tr.last+1-committed)
+		}
+		if p.hwm > 0 && committed >= 0 {
+			s.Lag += max(0, p.hwm-committed)
 		}
 		if p.paused != 0 {
 			s.PausedPartitions++
