@@ -72,7 +72,7 @@ func New(version string) *Metrics {
 		}, []string{"dispatcher", "context", "outcome"}),
 		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "handler_duration_seconds",
-			Help:    "Time from a message's start on a worker to its handler's acknowledgement, retries included.",
+			Help: "Time from a message's start on a worker to its handler's acknowledgement, retries included.",
 			// Up to half an hour: a try has a minute by default
 			// (handler.timeout), and retries with their backoff count too.
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},

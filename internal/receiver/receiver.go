@@ -806,7 +806,8 @@ func (r *Receiver) reserve(n int64) int64 {
 
 func (r *Receiver) pollLoop(ctx context.Context) {
 	defer close(r.pollDone)
-	defer r.dropAllHeld() // not admitted: delivered again to the next owner
+	// Held records were not admitted: the next owner reads them again.
+	defer r.dropAllHeld()
 	idle := time.NewTicker(100 * time.Millisecond) // safety net for missed wake-ups
 	defer idle.Stop()
 	for {
