@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"slices"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
