@@ -98,11 +98,9 @@ func TestDevDemoWithoutAnEventTopic(t *testing.T) {
 	}
 }
 
-// `wowd dev` with a configuration whose bootstrap address is not loopback
-// (WOWD_CONFIG left set to a real one, say) is a configuration error, exit
-// 2; it exited 1, a runtime failure. Found by review.
-func TestDevRemoteBrokerIsAConfigurationError(t *testing.T) {
-	path := writeConfig(t, `wow:
+// remoteBrokerYAML is a configuration whose broker is not on loopback: the
+// embedded broker refuses it.
+const remoteBrokerYAML = `wow:
   service: s
   kafka:
     bootstrap-servers: [10.1.1.1:9092]
@@ -115,7 +113,13 @@ func TestDevRemoteBrokerIsAConfigurationError(t *testing.T) {
       handler: {type: log}
   metrics:
     listen: ""
-`)
+`
+
+// `wowd dev` with a configuration whose bootstrap address is not loopback
+// (WOWD_CONFIG left set to a real one, say) is a configuration error, exit
+// 2; it exited 1, a runtime failure. Found by review.
+func TestDevRemoteBrokerIsAConfigurationError(t *testing.T) {
+	path := writeConfig(t, remoteBrokerYAML)
 	code, out, errOut, panicked := runCLI("dev", "--config", path)
 	if panicked != nil {
 		t.Fatal(panicked)
@@ -132,20 +136,7 @@ func TestDevRemoteBrokerIsAConfigurationError(t *testing.T) {
 func TestDevPartitionsOutOfRange(t *testing.T) {
 	// A non-loopback broker makes the start fail at once where the
 	// partitions are let through, instead of creating 2^31 partitions.
-	path := writeConfig(t, `wow:
-  service: s
-  kafka:
-    bootstrap-servers: [10.1.1.1:9092]
-  contexts:
-    shop-service:
-      aggregates: [cart]
-  dispatchers:
-    d:
-      topics: [event]
-      handler: {type: log}
-  metrics:
-    listen: ""
-`)
+	path := writeConfig(t, remoteBrokerYAML)
 	for _, args := range [][]string{
 		{"dev", "--config", path, "--partitions", "2147483648"},
 		{"dev", "--config", path, "--set", "wow.dev.partitions=2147483648"},

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/wowd/wowd/internal/bearer"
 	"github.com/wowd/wowd/internal/receiver"
 )
 
@@ -272,14 +269,7 @@ func TestAccessWithoutToken(t *testing.T) {
 }
 
 func TestAccessWithToken(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := bearer.Open(file, "admin", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := tokenFile(t)
 	p := &fakeParked{}
 	s, _ := testServer(t, Options{Parked: p, Token: tok})
 	for _, auth := range []string{"", "Bearer wrong"} {

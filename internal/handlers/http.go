@@ -64,7 +64,8 @@ type httpSink struct {
 	stopping chan struct{}
 
 	// limit is the sink's rate limiter (rate-limit, rate-burst), for its
-	// life: a reload changes its settings in place (setLive).
+	// life: a reload changes its settings in place (setLive, under mu:
+	// lock order mu → limiter.mu; the limiter takes no other lock).
 	limit *limiter
 
 	// aborted is set when Close stops waiting for requests in flight; it
