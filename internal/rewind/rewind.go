@@ -273,7 +273,7 @@ func MakePlan(ctx context.Context, adm *kadm.Client, groups Groups, receivers []
 		// watermark) would skip its records once it commits.
 		listed, err = adm.ListCommittedOffsets(ctx, topics...)
 	default:
-		listed, err = adm.ListOffsetsAfterMilli(ctx, target.At.UnixMilli(), topics...)
+		listed, err = adm.ListOffsetsAfterMilli(ctx, atOrAfterMilli(target.At), topics...)
 		if err == nil {
 			listed, err = belowOpen(ctx, adm, listed, topics)
 		}
@@ -339,13 +339,35 @@ func belowOpen(ctx context.Context, adm *kadm.Client, listed kadm.ListedOffsets,
 	}
 	for t, parts := range listed {
 		for p, lo := range parts {
-			if so, ok := stable.Lookup(t, p); ok && lo.Err == nil && so.Err == nil && so.Offset < lo.Offset {
+			if lo.Err != nil || p < 0 {
+				continue // reported by MakePlan
+			}
+			so, ok := stable.Lookup(t, p)
+			switch {
+			case !ok:
+				// Unchecked, the offset could be past an open transaction:
+				// as for every other listing error, no plan.
+				return nil, fmt.Errorf("the last stable offset of %s[%d]: not in the broker's answer", t, p)
+			case so.Err != nil:
+				return nil, fmt.Errorf("the last stable offset of %s[%d]: %w", t, p, so.Err)
+			case so.Offset < lo.Offset:
 				lo.Offset = so.Offset
 				parts[p] = lo
 			}
 		}
 	}
 	return listed, nil
+}
+
+// atOrAfterMilli is the first millisecond at or after at: record
+// timestamps are milliseconds, and a record in at's millisecond but before
+// at (10:03:00.000 for 10:03:00.0005) is not at or after it.
+func atOrAfterMilli(at time.Time) int64 {
+	ms := at.UnixMilli()
+	if at.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
 }
 
 // Execute commits plan, after checking again that its groups have no
