@@ -132,12 +132,25 @@ func readToken(path string) ([sha256.Size]byte, os.FileInfo, error) {
 	if len(b) > maxTokenFile {
 		return sum, nil, fmt.Errorf("%s is larger than %d bytes", path, maxTokenFile)
 	}
+	tok, err := Token(b)
+	if err != nil {
+		return sum, nil, fmt.Errorf("%s %w", path, err)
+	}
+	return sha256.Sum256([]byte(tok)), info, nil
+}
+
+// Token returns the token a token file's content b holds: b without
+// surrounding white space, which must be one word. Its errors complete a
+// sentence that starts with the file's name; they never quote b. The
+// configuration check (wowd config validate) uses it too, so that a file
+// it passes is not refused at start.
+func Token(b []byte) (string, error) {
 	tok := strings.TrimSpace(string(b))
 	switch {
 	case tok == "":
-		return sum, nil, fmt.Errorf("%s is empty", path)
+		return "", errors.New("is empty")
 	case strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-		return sum, nil, errors.New(path + " holds more than one token (white space or control characters inside)")
+		return "", errors.New("holds more than one token (white space or control characters inside)")
 	}
-	return sha256.Sum256([]byte(tok)), info, nil
+	return tok, nil
 }

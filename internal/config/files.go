@@ -11,6 +11,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/wowd/wowd/internal/bearer"
 )
 
 // The most of a named file the check reads: what its reader takes, so that
@@ -42,8 +44,9 @@ func fileLimit(path, key string) int {
 // name ends in -file, fixed or a handler's (a mapping under such a key,
 // like the http handler's headers-from-file, holds file names as values).
 // CA and certificate files must hold a PEM certificate, key files a PEM
-// private key that goes with the certificate next to it; the others (tokens,
-// passwords, header values) must not be empty. A key already reported is
+// private key that goes with the certificate next to it; the bearer token
+// files of the ingest and admin listeners one word (bearer.Token); the
+// others (Kafka's token and password, header values) must not be empty. A key already reported is
 // not opened. Relative names are relative to the working directory, as when
 // wowd uses them.
 func (d *decoder) checkFiles(c *Config) {
@@ -118,6 +121,10 @@ func (fc *fileChecker) check(path, key, file string) {
 			return
 		}
 		fc.pems[path] = data
+	case path == "wow.ingest.token-file" || path == "wow.admin.token-file":
+		if _, err := bearer.Token(data); err != nil {
+			fc.d.outsidef(path, "%s %v", file, err)
+		}
 	default:
 		if len(bytes.TrimSpace(data)) == 0 {
 			fc.d.outsidef(path, "%s is empty", file)
