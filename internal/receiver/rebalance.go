@@ -208,9 +208,12 @@ func (r *Receiver) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[st
 	}
 	// Set before taking commitMu: a periodic commit that takes it after
 	// this revoke returned must not run into the join that follows.
-	r.rebalancing.Store(true)
+	// revoking first: a stop that sees rebalancing set by a revoke must
+	// see the revoke too, or it would take the revoke for a join and skip
+	// its final commit (see stop).
 	r.revoking.Add(1)
 	defer r.revoking.Add(-1)
+	r.rebalancing.Store(true)
 	r.commitMu.lock()
 	defer r.commitMu.unlock()
 	gone := r.take(revoked)

@@ -606,6 +606,7 @@ func (r *Receiver) stop(ctx context.Context) error {
 	close(r.commitStop)
 	<-r.commitDone
 	wait := time.NewTicker(10 * time.Millisecond)
+	skip := false
 	for {
 		for r.rebalancing.Load() && ctx.Err() == nil {
 			select {
@@ -617,14 +618,23 @@ func (r *Receiver) stop(ctx context.Context) error {
 		r.commitMu.lock()
 		// A revoke that started meanwhile and waits for commitMu is no
 		// join: a commit is fine now. Without one, a join may be under
-		// way: wait for it while the deadline allows.
-		if !r.rebalancing.Load() || r.revoking.Load() > 0 || ctx.Err() != nil {
+		// way: wait for it while the deadline allows. Decided on one
+		// reading: a revoke starting between two readings would make a
+		// second one skip the commit this one chose (onRevoked counts
+		// itself in revoking before it sets rebalancing, so a reading
+		// that sees its rebalancing sees it revoking).
+		rebalancing, revoking := r.rebalancing.Load(), r.revoking.Load() > 0
+		if !rebalancing || revoking {
+			break
+		}
+		if ctx.Err() != nil {
+			skip = true
 			break
 		}
 		r.commitMu.unlock()
 	}
 	wait.Stop()
-	if r.rebalancing.Load() && r.revoking.Load() == 0 {
+	if skip {
 		errs = append(errs, errors.New("final commit skipped: the group was still rebalancing at the deadline; what finished since the last commit is delivered again"))
 	} else if err := r.commitAll(context.WithoutCancel(ctx)); err != nil {
 		errs = append(errs, err)
