@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/memory"
 	"github.com/wowd/wowd/internal/testwait"
 )
 
@@ -55,4 +56,40 @@ func TestLagCountsFromCommittedOffsets(t *testing.T) {
 	if s.Lag != 20 || s.CommitLag != 20 {
 		t.Fatalf("lag %d, commit lag %d with nothing committed: want 20 and 20", s.Lag, s.CommitLag)
 	}
+}
+
+// A partition whose fetched records are all held (the window full with
+// another's) counts its lag from where it was fetched, not 0: nothing of it
+// is committed or admitted yet, and a restart would read it all again.
+// Found by review; polls driven by hand.
+func TestLagCountsAPartitionWhoseRecordsAreAllHeld(t *testing.T) {
+	h := newHarness(t, 2)
+	acks := make(chan handler.Ack, 1000)
+	hd := handlerFunc(func(_ context.Context, _ *handler.Message, ack handler.Ack) { acks <- ack })
+	b, err := memory.New(memory.MinLimit, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.receiver("g-lag-held", hd, 64, func(o *Options) { o.Fetch = b.Join() })
+	stop(t, r)
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
+	p0 := r.parts[tp{testTopic, 0}]
+	r.pollRound(heldFetch(0, 0, 100, 1))
+	testwait.For(t, 5*time.Second, "the window filled by partition 0", func() bool { return len(acks) == 64 })
+	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {1}})
+	p1 := r.parts[tp{testTopic, 1}]
+	r.pollRound(heldFetch(1, 0, 10, 1))
+	if len(p1.held) != 10 {
+		t.Fatalf("setup: partition 1 holds %d of its 10 records, want all", len(p1.held))
+	}
+	if s := r.Snapshot(); s.Lag != 110 {
+		t.Errorf("lag %d with nothing committed, partition 0 at 100 and partition 1 at 10 (all held): want 110", s.Lag)
+	}
+	r.dropHeld(p0, 0)
+	r.dropHeld(p1, 0)
+	finishAll(t, acks, p0)
+	r.closePartition(p0)
+	r.closePartition(p1)
 }

@@ -30,11 +30,14 @@ type partition struct {
 	// (see Receiver.stale); set before the partition is shared.
 	member string
 
-	mu     sync.Mutex // guards tr, paused, first, hwm, and the change of closed
+	mu     sync.Mutex // guards tr, paused, first, fetched, hwm, and the change of closed
 	tr     *tracker
 	paused pauseReason // why the partition is paused on its own; paused in the client exactly while non-zero
 	first  int64       // first offset delivered in this incarnation, -1 before
-	hwm    int64       // high watermark seen on the last fetch
+	// fetched: first offset fetched in this incarnation, held or
+	// delivered, -1 before (where its lag counts from until a commit).
+	fetched int64
+	hwm     int64 // high watermark seen on the last fetch
 
 	// committed is the last offset this incarnation committed, -1 before;
 	// written under Receiver.commitMu.
@@ -115,7 +118,7 @@ func newLocalPartition() *partition {
 
 func newPartition(topic string, p int32) *partition {
 	ctx, cancel := context.WithCancel(context.Background())
-	pt := &partition{topic: topic, partition: p, ctx: ctx, cancel: cancel, since: time.Now(), tr: newTracker(), first: -1,
+	pt := &partition{topic: topic, partition: p, ctx: ctx, cancel: cancel, since: time.Now(), tr: newTracker(), first: -1, fetched: -1,
 		opened: incarnations.Add(1)}
 	pt.committed.Store(-1)
 	return pt

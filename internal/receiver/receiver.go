@@ -696,8 +696,12 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		p.mu.Lock()
 		// From the committed offset, as the metrics say (what a restart or
 		// a rebalance would start from): this incarnation's last commit,
-		// else the offset it started at, the group's then.
+		// else the offset it started at, the group's then (its first
+		// fetched, held or delivered).
 		committed := p.committed.Load()
+		if committed < 0 {
+			committed = p.fetched
+		}
 		if committed < 0 {
 			committed = p.first
 		}
@@ -1050,6 +1054,9 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) bool {
 	last := p.tr.last
 	unfinished, epoch := p.tr.firstUnfinished()
 	p.hwm = fp.HighWatermark
+	if p.fetched < 0 {
+		p.fetched = first
+	}
 	p.mu.Unlock()
 	if last >= 0 && first <= last {
 		if p = r.rewind(p, first, last, unfinished, epoch); p == nil {
@@ -1057,6 +1064,9 @@ func (r *Receiver) admit(fp kgo.FetchTopicPartition, budget *int64) bool {
 		}
 		p.mu.Lock()
 		p.hwm = fp.HighWatermark
+		if p.fetched < 0 {
+			p.fetched = first
+		}
 		p.mu.Unlock()
 	}
 	if budget == nil {
