@@ -45,7 +45,15 @@ const (
 	PauseShareCap    = "share_cap"                // the partition holds half the window and more of its messages wait while others go on
 	PauseParkedCap   = receiver.PausedParkedCap   // max-parked aggregates parked: every partition waits for an unpark
 	PauseParkedState = "parked_state"             // newly assigned: waits until its parked aggregates are read
+	PauseRecordsHeld = receiver.PausedRecordsHeld // fetched records waiting for room fill the receiver's part of the memory budget: every partition waits
 )
+
+// backPressure reports whether a pause reason is back-pressure: a full
+// window, or records waiting for room in it, judged by progress instead
+// of by the time paused.
+func backPressure(reason string) bool {
+	return reason == PauseWindowFull || reason == PauseRecordsHeld
+}
 
 // Status is the answer of GET /admin/v1/status.
 type Status struct {
@@ -85,7 +93,7 @@ type ReceiverStatus struct {
 	InFlight    int    `json:"in_flight"`
 	MaxInFlight int    `json:"max_in_flight"`
 	// Paused is why the receiver stopped fetching every partition:
-	// none, window_full, sink_backoff or parked_cap.
+	// none, window_full, sink_backoff, parked_cap or records_held.
 	Paused         string  `json:"paused"`
 	BackoffSeconds float64 `json:"backoff_seconds,omitempty"`
 	// Rates are messages per second by outcome over the last minute (or
@@ -117,13 +125,14 @@ type PartitionStatus struct {
 	// what a crash would deliver again.
 	Span int `json:"uncommitted_span"`
 	// Paused is why the partition is not fetched: none, or reasons joined
-	// by "+" (window_full, sink_backoff, parked_cap, span_cap, share_cap,
-	// parked_state).
+	// by "+" (window_full, sink_backoff, parked_cap, records_held,
+	// span_cap, share_cap, parked_state).
 	Paused string `json:"paused"`
 	// PausedSeconds is how long the partition has been seen paused, in
 	// consecutive observations (see SampleEvery); 0 when it is not. While
-	// paused for another reason than window_full alone, it counts only
-	// the time paused for such reasons (back-pressure before does not).
+	// paused for another reason than back-pressure (window_full or
+	// records_held) alone, it counts only the time paused for such reasons
+	// (back-pressure before does not).
 	PausedSeconds float64 `json:"paused_seconds"`
 	// StalledSeconds is how long the partition has had messages to
 	// finish (lag or in flight) without its Finished offset moving; 0 when
@@ -381,7 +390,7 @@ func (t *tracker) progress(now time.Time, r *ReceiverStatus, ps *PartitionStatus
 	switch {
 	case ps.Paused == PauseNone:
 		p.pausedSince, p.heldSince = time.Time{}, time.Time{}
-	case ps.Paused == PauseWindowFull:
+	case backPressure(ps.Paused):
 		p.heldSince = time.Time{}
 	case p.heldSince.IsZero():
 		p.heldSince = now
@@ -424,7 +433,7 @@ func (st Status) Problems(stuckAfter time.Duration) []string {
 			if p.StalledSeconds >= limit {
 				out = append(out, fmt.Sprintf("%s: no progress for %s (lag %d, in flight %d)", at, seconds(p.StalledSeconds), p.Lag, p.InFlight))
 			}
-			if p.Paused != PauseNone && p.Paused != PauseWindowFull && p.PausedSeconds >= limit {
+			if p.Paused != PauseNone && !backPressure(p.Paused) && p.PausedSeconds >= limit {
 				out = append(out, fmt.Sprintf("%s: paused (%s) for %s", at, p.Paused, seconds(p.PausedSeconds)))
 			}
 		}

@@ -239,8 +239,11 @@ type Receiver struct {
 	changed  signal.Signal // notified when a record leaves the window, and when admission stops
 	nparts   atomic.Int32  // partitions assigned; written under partsMu
 	room     chan struct{} // poll loop wake-up: window space or a partition to resume
-	paused   atomic.Bool   // topics paused because the window is full
-	joined   atomic.Bool   // a member of the group now: assigned since the last loss
+	paused   atomic.Bool   // topics paused in the client (by the poll loop only)
+	// pausedFor is why the poll loop last paused the topics (a
+	// topicPause); read only while paused.
+	pausedFor atomic.Uint32
+	joined    atomic.Bool // a member of the group now: assigned since the last loss
 	// member is the group member ID of the last assignment: a new one
 	// means the coordinator dropped the member (see retake). Only kgo's
 	// rebalance callbacks use it, and kgo runs them one at a time.
@@ -672,7 +675,7 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 	s := metrics.ReceiverSnapshot{
 		InFlight:      int(r.inFlight.Load()),
 		MaxInFlight:   int(r.window),
-		Paused:        r.paused.Load(),
+		Paused:        r.paused.Load() && topicPause(r.pausedFor.Load()) == pauseWindowFull,
 		Ready:         r.Ready(),
 		BackingOff:    r.fails.isFailing(),
 		BackoffDelay:  r.fails.current(),
@@ -711,7 +714,7 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		if p.hwm > 0 && committed >= 0 {
 			s.Lag += max(0, p.hwm-committed)
 		}
-		if p.paused != 0 {
+		if p.paused&pauseSpan != 0 {
 			s.PausedPartitions++
 		}
 		p.mu.Unlock()
@@ -828,7 +831,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		r.rounds++
 		if r.parkFull.Load() {
 			// max-parked reached: nothing new until an aggregate is unparked.
-			r.pauseTopics()
+			r.pauseTopics(pauseParkedCap)
 			if !r.waitRoom(ctx, idle.C) {
 				return
 			}
@@ -837,7 +840,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		if hold, until := r.fails.hold(time.Now()); hold {
 			// A sink or dependency is down: fetch nothing new until the
 			// backoff delay passed, then probe with what comes.
-			r.pauseTopics()
+			r.pauseTopics(pauseBackoff)
 			t := time.NewTimer(time.Until(until))
 			select {
 			case <-ctx.Done():
@@ -851,7 +854,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		}
 		free := r.window - r.inFlight.Load()
 		if free < r.batch {
-			r.pauseTopics()
+			r.pauseTopics(pauseWindowFull)
 			if !r.waitRoom(ctx, idle.C) {
 				return
 			}
@@ -868,7 +871,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			// Enough held: the client fetches nothing more meanwhile
 			// (nothing is polled while it is paused, so nothing it
 			// buffered is dropped).
-			r.pauseTopics()
+			r.pauseTopics(pauseRecordsHeld)
 		} else if r.paused.Load() {
 			// Resume before polling, so nothing buffered is thrown away.
 			r.cl.ResumeFetchTopics(r.topics...)
@@ -956,10 +959,23 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 	}
 }
 
-// pauseTopics pauses the receiver's topics in the client, if they are not.
+// topicPause is why the poll loop paused the receiver's topics
+// (Receiver.pausedFor), in the poll loop's order of precedence.
+type topicPause uint32
+
+const (
+	pauseParkedCap   topicPause = iota + 1 // max-parked reached
+	pauseBackoff                           // most recent attempts failed: the backoff delay
+	pauseWindowFull                        // the window has no room for a poll's batch
+	pauseRecordsHeld                       // enough fetched records wait for room (holdFull)
+)
+
+// pauseTopics pauses the receiver's topics in the client, if they are not,
+// and records why.
 // Only the poll loop pauses and resumes them, and it never polls while they
 // are paused, so nothing the client buffered is dropped.
-func (r *Receiver) pauseTopics() {
+func (r *Receiver) pauseTopics(why topicPause) {
+	r.pausedFor.Store(uint32(why))
 	if !r.paused.Load() {
 		r.cl.PauseFetchTopics(r.topics...)
 		r.paused.Store(true)

@@ -26,6 +26,7 @@ const (
 	PausedWindowFull  = "window_full"  // max-in-flight unfinished records: waits for a sixteenth of the window
 	PausedSinkBackoff = "sink_backoff" // most recent handler attempts failed: fetching waits for the backoff delay
 	PausedParkedCap   = "parked_cap"   // max-parked aggregates parked and another must park: fetching waits for an unpark
+	PausedRecordsHeld = "records_held" // fetched records that wait for room in the window or their partition's share fill the receiver's part of the memory budget
 )
 
 // oldestScan is the most tracker entries Status reads per partition when
@@ -48,7 +49,8 @@ type Status struct {
 	// MaxInFlight is the window (wow.dispatch.max-in-flight).
 	MaxInFlight int
 	// Paused is why fetching stopped for every partition: "",
-	// PausedWindowFull, PausedSinkBackoff or PausedParkedCap. Partitions may also be paused
+	// PausedWindowFull, PausedSinkBackoff, PausedParkedCap or
+	// PausedRecordsHeld. Partitions may also be paused
 	// on their own (PartitionStatus.Paused).
 	Paused string
 	// BackoffDelay is the current backoff while Paused is
@@ -107,12 +109,13 @@ func (r *Receiver) Status(top int) Status {
 	}
 	s.MemberID, s.Generation = r.cl.GroupMetadata()
 	if r.paused.Load() {
-		// In the poll loop's order of precedence.
-		switch {
-		case r.parkFull.Load():
+		switch topicPause(r.pausedFor.Load()) {
+		case pauseParkedCap:
 			s.Paused = PausedParkedCap
-		case r.fails.isFailing():
+		case pauseBackoff:
 			s.Paused, s.BackoffDelay = PausedSinkBackoff, r.fails.current()
+		case pauseRecordsHeld:
+			s.Paused = PausedRecordsHeld
 		default:
 			s.Paused = PausedWindowFull
 		}
