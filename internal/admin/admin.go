@@ -152,18 +152,21 @@ func (s *Server) Start() {
 	go s.sample()
 }
 
-// Shutdown stops serving, waiting for open requests until ctx is done.
-func (s *Server) Shutdown(ctx context.Context) error {
+// Shutdown stops serving, waiting for open requests until ctx is done;
+// the connections still open then are closed, which is how a stop ends a
+// stalled client, not a failure (closed reports it). It returns the
+// serving goroutine's error, if any.
+func (s *Server) Shutdown(ctx context.Context) (closed bool, err error) {
 	if !s.started {
-		return s.ln.Close()
+		return false, s.ln.Close()
 	}
 	close(s.stop)
 	<-s.sampled
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
+	if s.srv.Shutdown(ctx) != nil {
 		_ = s.srv.Close()
+		closed = true
 	}
-	return errors.Join(err, <-s.err)
+	return closed, <-s.err
 }
 
 // sample records outcome counts and partition progress every SampleEvery,

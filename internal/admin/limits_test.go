@@ -45,7 +45,7 @@ func TestARequestWithABodyIsAnsweredWithoutReadingIt(t *testing.T) {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = s.Shutdown(ctx)
+		_, _ = s.Shutdown(ctx)
 	}()
 	c, err := net.Dial("tcp", s.Addr())
 	if err != nil {

@@ -30,7 +30,7 @@ func TestMutualTLS(t *testing.T) {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
+		if _, err := s.Shutdown(ctx); err != nil {
 			t.Error(err)
 		}
 	}()

@@ -637,14 +637,27 @@ func (rt *Daemon) Stop(ctx context.Context) error {
 	// cannot hold the stop.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serverGrace)
 	defer cancel()
+	type listener struct {
+		name     string
+		shutdown func(context.Context) (closed bool, err error)
+	}
+	var listeners []listener
 	if rt.server != nil {
-		if err := rt.server.Shutdown(sctx); err != nil {
-			errs = append(errs, err)
-		}
+		listeners = append(listeners, listener{"metrics", rt.server.Shutdown})
 	}
 	if rt.admin != nil {
-		if err := rt.admin.Shutdown(sctx); err != nil {
-			errs = append(errs, err)
+		listeners = append(listeners, listener{"admin", rt.admin.Shutdown})
+	}
+	for _, l := range listeners {
+		closed, err := l.shutdown(sctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s listener: %w", l.name, err))
+		}
+		if closed {
+			// As documented: a stalled client neither holds the stop nor
+			// makes it unclean.
+			rt.log.Info("connections still open after the listener's grace were closed",
+				zap.String("listener", l.name), zap.Duration("grace", serverGrace))
 		}
 	}
 	err := errors.Join(errs...)
@@ -685,7 +698,7 @@ func (rt *Daemon) abort() {
 		_ = rt.ingestLn.Close()
 	}
 	if rt.admin != nil {
-		_ = rt.admin.Shutdown(ctx) // not started: closes its listener
+		_, _ = rt.admin.Shutdown(ctx) // not started: closes its listener
 	}
 }
 

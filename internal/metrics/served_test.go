@@ -61,7 +61,7 @@ func TestServedFamiliesAreDocumented(t *testing.T) {
 	}
 	srv.Start()
 	defer func() {
-		if err := srv.Shutdown(t.Context()); err != nil {
+		if _, err := srv.Shutdown(t.Context()); err != nil {
 			t.Error(err)
 		}
 	}()

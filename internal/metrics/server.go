@@ -84,12 +84,14 @@ func (s *Server) Start() {
 	}()
 }
 
-// Shutdown stops serving, waiting for open requests until ctx is done. It
-// returns the serving goroutine's error, if any.
-func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
+// Shutdown stops serving, waiting for open requests until ctx is done;
+// the connections still open then are closed, which is how a stop ends a
+// stalled client, not a failure (closed reports it). It returns the
+// serving goroutine's error, if any.
+func (s *Server) Shutdown(ctx context.Context) (closed bool, err error) {
+	if s.srv.Shutdown(ctx) != nil {
 		_ = s.srv.Close()
+		closed = true
 	}
-	return errors.Join(err, <-s.err)
+	return closed, <-s.err
 }
