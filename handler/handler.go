@@ -206,6 +206,22 @@ type Resumer interface {
 // [Resumer].
 type ResumerKey struct{}
 
+// AttemptsBeforeKey is the context key under which wowd gives a handler
+// the number of attempts made in the earlier tries of the message (an
+// int, above 0; absent on its first try). wowd tries a message again when
+// a try failed and the message is held instead of dead-lettered (dead
+// letters off, or the sink down): see [AttemptsBefore].
+type AttemptsBeforeKey struct{}
+
+// AttemptsBefore returns the attempts made in earlier tries of the message
+// whose context ctx is (the attempt counts their failures reported, see
+// [Attempts]), 0 on its first try. [WithRetry] numbers its attempts on
+// from there.
+func AttemptsBefore(ctx context.Context) int {
+	n, _ := ctx.Value(AttemptsBeforeKey{}).(int)
+	return max(n, 0)
+}
+
 // Closer is implemented by handlers holding resources. Close is called once,
 // after the handler received its last message.
 type Closer interface {

@@ -85,6 +85,10 @@ var ErrClosed = fmt.Errorf("handler closed: %w", context.Canceled)
 //   - HandleAttempt(ctx context.Context, m *Message, attempt int, ack Ack) on
 //     h: WithRetry calls it instead of Handle, with the number of the
 //     attempt (1 for the first), for a target told which attempt it sees.
+//     The numbers go on from the attempts of the message's earlier tries
+//     ([AttemptsBefore]): when wowd holds a message whose attempts ran out
+//     and tries it again, its attempts are numbered on, not from 1 again.
+//     p.MaxAttempts counts the attempts of one call of Handle.
 //   - RetryAfter() time.Duration on an error in the chain of a transient
 //     failure: the least wait before the next attempt (a Retry-After
 //     response header, say). The attempt waits for the longer of it and the
@@ -176,6 +180,9 @@ type retryCall struct {
 
 	attempts atomic.Int64 // attempts started
 	acked    atomic.Int64 // attempts acknowledged; guards against double acks
+	// before is the attempts of earlier tries of the message
+	// (AttemptsBefore of ctx): attempt n of this call is number before+n.
+	before int
 
 	state retryState    // guarded by retrier.mu
 	timer *time.Timer   // guarded by retrier.mu; set while retryWaiting, unless blocking without a resumer
@@ -208,7 +215,7 @@ func (r *retrier) Handle(ctx context.Context, m *Message, ack Ack) {
 		return
 	}
 	defer r.starting.Done()
-	c := &retryCall{r: r, ctx: ctx, m: m, ack: ack}
+	c := &retryCall{r: r, ctx: ctx, m: m, ack: ack, before: AttemptsBefore(ctx)}
 	c.stop = context.AfterFunc(ctx, c.canceled)
 	if !r.blocking {
 		c.try()
@@ -340,7 +347,7 @@ func (c *retryCall) try() bool {
 		}
 	}()
 	if c.r.numbered != nil {
-		c.r.numbered.HandleAttempt(c.ctx, c.m, int(n), ack.New(c, uint64(n)))
+		c.r.numbered.HandleAttempt(c.ctx, c.m, c.before+int(n), ack.New(c, uint64(n)))
 		return true
 	}
 	c.r.h.Handle(c.ctx, c.m, ack.New(c, uint64(n)))
@@ -378,7 +385,7 @@ func (c *retryCall) Complete(token uint64, err error) {
 		wait = max(ra.RetryAfter(), wait)
 	}
 	if r.p.Observer != nil {
-		r.p.Observer.Retrying(c.m, int(n), err, wait)
+		r.p.Observer.Retrying(c.m, c.before+int(n), err, wait)
 	}
 	r.mu.Lock()
 	if r.closed {

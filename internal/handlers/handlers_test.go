@@ -109,6 +109,8 @@ func TestDecodeErrors(t *testing.T) {
 		}, []string{"url: scheme \"ftp\"", "max-attempts", "max-concurrency", "backoff-max", "request-timeout",
 			"headers.ce-id: the ce-", "headers.bad header: not a valid header name", "headers.x-ok: value"}},
 		{"http no host", map[string]any{"url": "http:///x"}, []string{"url: no host"}},
+		{"http empty header", map[string]any{"url": "http://x", "headers": map[string]any{"X-Empty": "  "}},
+			[]string{"headers.X-Empty: value is empty"}}, // HTTP.md: an empty value stops wowd at start
 		{"http limits", map[string]any{"url": "http://x", "rate-limit": -1, "rate-burst": 0},
 			[]string{"rate-limit: must be 0", "rate-burst: must be between 1"}},
 		{"http tiny rate", map[string]any{"url": "http://x", "rate-limit": 0.0001}, []string{"rate-limit: "}},

@@ -123,7 +123,15 @@ func (c *HTTPConfig) checkHeaders() []error {
 		// check checks the value of header k
 		check func(k, v string) error
 	}{
-		{"headers", c.Headers, checkStaticHeader},
+		{"headers", c.Headers, func(k, v string) error {
+			if err := checkStaticHeader(k, v); err != nil {
+				return err
+			}
+			if strings.TrimSpace(v) == "" {
+				return errors.New("value is empty") // as a variable's or a file's (headerValue)
+			}
+			return nil
+		}},
 		{"headers-from-env", c.HeadersFromEnv, func(k, v string) error {
 			if err := checkStaticHeader(k, ""); err != nil {
 				return err

@@ -28,7 +28,7 @@ const (
 func staticHeaders(cfg HTTPConfig) (http.Header, []error) {
 	static := make(http.Header, len(cfg.Headers)+len(cfg.HeadersFromEnv))
 	for k, v := range cfg.Headers {
-		static.Set(k, v)
+		static.Set(k, strings.TrimSpace(v)) // as the values of files and variables are
 	}
 	var errs []error
 	for _, k := range slices.Sorted(maps.Keys(cfg.HeadersFromEnv)) {

@@ -360,9 +360,10 @@ func (b *headerBuilder) set(k, v string) {
 }
 
 // setValid sets header k to v when v is not empty, valid UTF-8 and a valid
-// header value.
+// header value without white space at either end (which HTTP would not
+// deliver as it is).
 func (b *headerBuilder) setValid(k, v string) {
-	if v != "" && utf8.ValidString(v) && validHeaderValue(v) {
+	if v != "" && utf8.ValidString(v) && validHeaderValue(v) && !trimmedByHTTP(v) {
 		b.set(k, v)
 	}
 }
@@ -417,19 +418,20 @@ func ceEscape(c byte) bool { return c <= ' ' || c >= 0x7f || c == '"' || c == '%
 // passable reports whether a record's or a Wow message's header may be
 // passed on as a request header: its name a token of at most maxHeaderName
 // bytes, its value valid UTF-8 of at most maxHeaderValue bytes without
-// control characters. Others are dropped: sent as they are, they could
-// split a header line (CR, LF), be cut at a NUL, or make the server refuse
-// the request; and a value that is not text has no meaning a header could
-// keep.
+// control characters, nor white space at either end. Others are dropped:
+// sent as they are, they could split a header line (CR, LF), be cut at a
+// NUL, make the server refuse the request, or arrive altered (HTTP/1.1
+// trims a value, HTTP/2 calls one with white space at an end malformed);
+// and a value that is not text has no meaning a header could keep.
 func passable(name string, value []byte) bool {
 	return len(name) <= maxHeaderName && len(value) <= maxHeaderValue &&
-		validHeaderName(name) && validHeaderValue(value) && utf8.Valid(value)
+		validHeaderName(name) && validHeaderValue(value) && !trimmedByHTTP(value) && utf8.Valid(value)
 }
 
 // passableString is passable of a value held as a string.
 func passableString(name, value string) bool {
 	return len(name) <= maxHeaderName && len(value) <= maxHeaderValue &&
-		validHeaderName(name) && validHeaderValue(value) && utf8.ValidString(value)
+		validHeaderName(name) && validHeaderValue(value) && !trimmedByHTTP(value) && utf8.ValidString(value)
 }
 
 // validHeaderName reports whether s is an HTTP token (RFC 9110, 5.6.2).
@@ -463,7 +465,7 @@ func validHeaderValue[T string | []byte](s T) bool {
 // trimmedByHTTP reports whether a header value starts or ends with white
 // space, which HTTP takes off (and HTTP/2 refuses): such a key would not
 // arrive as it is.
-func trimmedByHTTP(v []byte) bool {
+func trimmedByHTTP[T ~string | ~[]byte](v T) bool {
 	n := len(v)
 	return n > 0 && (v[0] == ' ' || v[0] == '\t' || v[n-1] == ' ' || v[n-1] == '\t')
 }

@@ -80,8 +80,8 @@ func (t HTTPTLSConfig) config() (*tls.Config, error) {
 	return tc, nil
 }
 
-// maxRedirects bounds the requests of one attempt: the first and the
-// redirects followed.
+// maxRedirects bounds the redirects one attempt follows (HTTP.md: up to
+// 10 hops, 11 requests with the first).
 const maxRedirects = 10
 
 // checkRedirect follows only redirects that keep the method and the body
@@ -91,7 +91,7 @@ const maxRedirects = 10
 // 3xx response is the outcome, a permanent failure, and so is one with a
 // known ActionHeader: it decides, whatever the status.
 func checkRedirect(req *http.Request, via []*http.Request) error {
-	if req.Response == nil || len(via) >= maxRedirects {
+	if req.Response == nil || len(via) > maxRedirects { // via: the requests made before req
 		return http.ErrUseLastResponse
 	}
 	if _, ok := parseAction(req.Response.Header.Get(ActionHeader)); ok {

@@ -61,10 +61,13 @@ type jobState struct {
 	tried   time.Duration   // when the current handler attempt started (Receiver.since)
 	failure failure         // why the record goes to the dead-letter path
 	tries   int             // attempts of the current step (handler or dead-letter write)
-	kind    handler.Kind
-	route   *Route
-	ws      *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
-	local   *localWait // admitted through Admit (ingest), not fetched: told when the record is finished or given up
+	// attempted: handler attempts of the tries that failed and were held
+	// (handler.AttemptsBefore of the next try).
+	attempted int
+	kind      handler.Kind
+	route     *Route
+	ws        *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
+	local     *localWait // admitted through Admit (ingest), not fetched: told when the record is finished or given up
 	// redriven: a parked message handed to the handler again by an
 	// operator's action (see park.go); it is never parked again, a final
 	// failure is reported to the action through local.
@@ -333,6 +336,7 @@ func (j *job) take(token uint64) bool {
 func (j *job) call() {
 	tc := newTry(j.p)
 	tc.vals = j.traceValues()
+	tc.before = j.attempted
 	if j.place.Blocking() {
 		tc.pool = j.place
 	}
@@ -430,6 +434,7 @@ func (j *job) conclude(err error) {
 		// into the dead-letter topic. Hold the message (not the worker) and
 		// try again.
 		j.tries++
+		j.attempted += handler.Attempts(err)
 		wait := r.holdBackoff(j.tries)
 		r.m.Count(metrics.Retried, 1)
 		j.traceRetry(j.tries, class, err, wait)

@@ -28,6 +28,9 @@ type tryContext struct {
 	// pool is fixed: where the message's handler runs, when that is the
 	// executor's blocking pool (handler.Resumer); zero otherwise.
 	pool executor.Resume
+	// before is fixed: the handler attempts of the record's earlier tries
+	// (handler.AttemptsBefore), 0 on its first.
+	before int
 
 	mu    sync.Mutex // guards done, err, funcs and nextID
 	done  chan struct{}
@@ -88,10 +91,19 @@ func (c *tryContext) Err() error {
 // Value returns the partition context's value for key, or the message's
 // span context (package tracing), or, for a Blocker, its handler.Resumer:
 // the blocking pool, where handler.WithRetry makes its attempts after a
-// backoff without holding a goroutine of the pool while it waits.
+// backoff without holding a goroutine of the pool while it waits; or the
+// attempts of the record's earlier tries (handler.AttemptsBefore).
 func (c *tryContext) Value(key any) any {
-	if _, ok := key.(handler.ResumerKey); ok && c.pool != (executor.Resume{}) {
-		return poolResumer(c.pool)
+	switch key.(type) {
+	case handler.ResumerKey:
+		if c.pool != (executor.Resume{}) {
+			return poolResumer(c.pool)
+		}
+	case handler.AttemptsBeforeKey:
+		if c.before > 0 {
+			return c.before
+		}
+		return nil
 	}
 	if c.vals != nil {
 		return c.vals.Value(key)
