@@ -19,6 +19,11 @@
 // wait);
 // refused dead-letter writes (a third of them refused as too large, so
 // that the receiver writes them again as stubs without their values),
+// spells of 1-8 s in which the brokers answer no dead-letter, parked or
+// state write (in a third of the seeds, drawn apart, with the members'
+// producer buffer at 1 to 3 records, so that those writes find it full,
+// kgo.ErrMaxBuffered, and are written again after a backoff: the poll
+// loop and the workers never wait for room),
 // fetch errors, coordinators and leaders moving), in half of the seeds
 // parking (on-failure park) with an operator asking for redrives, skips
 // and discards of parked aggregates and for parks by hand of any
@@ -50,7 +55,10 @@
 // in the bubble that makes the same choices per request (sink_test.go): one
 // message per request or batched, HTTP/1.1 or h2c, with or without a
 // max-concurrency below the window, and in half of them a rate-limit of
-// 30 to 80 requests a second with a burst of 1 to 4. In a quarter of the
+// 30 to 80 requests a second with a burst of 1 to 4; in all of them the
+// operator reloads the sinks' rate-limit now and then, to none, to 1-3 a
+// second or to 30-80, and back to the seed's own at the calm
+// (ratereload_test.go). In a quarter of the
 // seeds, drawn apart again, the members' route is a blocking one (a
 // handler.Blocker's), whose calls run on the executor's blocking pool of
 // three goroutines and each block for 2 ms (blocking_test.go); in half of
@@ -129,7 +137,12 @@
 //     try it still waited for; no request for a message reaches the
 //     server before every earlier message of its aggregate was settled; a
 //     batch holds one message per aggregate; a request the server holds
-//     past the sink's request-timeout sees its context end;
+//     past the sink's request-timeout sees its context end; and no sink
+//     sends more requests than its limit allows under the reloads: in any
+//     second after a change, at most the larger of the two bursts plus
+//     the rate plus one (seconds in which the member's network came back
+//     from a cut left out: requests let go while it was cut off wait for
+//     their connection and arrive together);
 //   - with a blocking route: never more calls of the handler at once than
 //     the blocking pool has goroutines, whatever path the call came by (a
 //     first try, a held message's retry, a parked aggregate's redrive,

@@ -293,6 +293,9 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 		}
 		w.budget, w.pad = b, 2<<10
 	}
+	if mix(seed, 86)%3 == 0 { // likewise
+		w.buffered = 1 + int(mix(seed, 85)%3)
+	}
 	// Drawn apart too: every record a Wow event stream, its version checked.
 	w.versionCheck = versionCheckFor(seed) || *versionsFlag
 	keys := 20 + rng.IntN(100)
@@ -319,11 +322,13 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	w.c = c
 	w.topicID = c.TopicInfo(topic).TopicID
 	w.watchCommits()
+	w.watchProduces()
 	w.blocking = blockingFor(seed) || *blockingRetryFlag
 	if w.sink = sinkFor(seed); *blockingRetryFlag {
 		w.sink = nil
 	}
 	if w.sink != nil {
+		w.limit = sinkLimit{w.sink.rate, w.sink.burst}
 		stopSink := startSinkServer(t, w)
 		defer stopSink() // after the members stopped: what their sinks still send gets an answer
 	}
@@ -382,6 +387,12 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	// The actions added after those: dead-letter and parked-topic writes
 	// refused as too large, parks by hand. Drawn apart too.
 	later := rand.New(rand.NewPCG(seed, 5))
+	// Produce stalls: spells in which the brokers answer no dead-letter,
+	// parked or state write (with buffered, the members' buffers fill and
+	// their writes are refused, to be written again). Drawn apart too.
+	writes := rand.New(rand.NewPCG(seed, 8))
+	// Rate-limit reloads of the sinks (ratereload_test.go). Drawn apart too.
+	reloads := rand.New(rand.NewPCG(seed, 9))
 	var faults []*kfake.FaultHandle
 	for deadline := time.Now().Add(chaos); time.Now().Before(deadline); {
 		time.Sleep(time.Duration(200+rng.IntN(2500)) * time.Millisecond)
@@ -396,6 +407,17 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 				time.Sleep(d)
 				f.Remove()
 			})
+		}
+		if writes.IntN(8) == 0 {
+			d := time.Duration(1000+writes.IntN(7000)) * time.Millisecond
+			w.event("the brokers answer no dead-letter, parked or state write for %v", d)
+			w.mu.Lock()
+			w.produceStall = time.Now().Add(d)
+			w.produceStalls++
+			w.mu.Unlock()
+		}
+		if w.sink != nil && reloads.IntN(6) == 0 {
+			w.reloadRates(t, reloads, members)
 		}
 		if w.park && later.IntN(4) == 0 {
 			// An aggregate, parked or not, parked by hand.
@@ -568,10 +590,15 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	w.event("calm")
 	w.mu.Lock()
 	w.commitFail = 0
-	w.commitStall = time.Time{} // commits stalled now are still processed when their stall ends, in order
+	w.commitStall = time.Time{}  // commits stalled now are still processed when their stall ends, in order
+	w.produceStall = time.Time{} // writes stalled now are answered when their stall ends
 	w.mu.Unlock()
 	for _, f := range faults {
 		f.Remove()
+	}
+	if w.sink != nil && w.rateReloads > 0 {
+		w.event("the sinks' rate-limit is reloaded back to the seed's")
+		w.setRates(t, sinkLimit{w.sink.rate, w.sink.burst}, members)
 	}
 	for _, m := range members {
 		if !m.crashed.Load() {
@@ -748,6 +775,15 @@ func groupProtocol(w *world) kgo.Opt {
 	return kgo.Balancers(kgo.CooperativeStickyBalancer())
 }
 
+// bufferedRecords is the client option of the run's producer buffer: the
+// default (kgo's 10,000 records), or 1 to 3 records (w.buffered).
+func bufferedRecords(w *world) kgo.Opt {
+	if w.buffered == 0 {
+		return kgo.MaxBufferedRecords(10_000)
+	}
+	return kgo.MaxBufferedRecords(w.buffered)
+}
+
 func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 	m := &member{
 		id:   id,
@@ -798,6 +834,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 			kgo.RebalanceTimeout(rebalanceTimeout),
 			kgo.HeartbeatInterval(500 * time.Millisecond),
 			kgo.WithHooks(deadLetterHook{w}),
+			bufferedRecords(w),
 			kgo.WithLogger(kzap.New(log.Named("kgo").With(zap.Int("member", id)), kzap.Level(kgo.LogLevelInfo))),
 			groupProtocol(w),
 		},
@@ -1139,6 +1176,7 @@ func check(t *testing.T, w *world, members []*member) {
 		}
 	}
 	w.checkSinkLocked()
+	w.checkRatesLocked(members)
 	w.checkGapParksLocked()
 	d := w.checkDuplicatesLocked()
 	for _, v := range w.violations {
@@ -1149,8 +1187,16 @@ func check(t *testing.T, w *world, members []*member) {
 		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
 			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v), %s",
-		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, parking, protocolName(w), w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.versionSummaryLocked())
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, %d produce stalls, producer buffer %s (%d writes refused for a full buffer), parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v)%s, %s",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, w.produceStalls, bufferName(w), w.fullBuffer, parking, protocolName(w), w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.rateSummaryLocked(), w.versionSummaryLocked())
+}
+
+// bufferName names the run's producer buffer for its summary.
+func bufferName(w *world) string {
+	if w.buffered == 0 {
+		return "default"
+	}
+	return strconv.Itoa(w.buffered) + " records"
 }
 
 // dupCounts counts a run's duplicates (handlings of a record after its

@@ -130,21 +130,11 @@ func newSink(t *testing.T, w *world, m *member, log *zap.Logger) (handler.Handle
 	if !ok {
 		t.Fatal("no http handler registered")
 	}
-	raw := map[string]any{
-		"url":             "http://" + sinkAddr + "/sink",
-		"request-timeout": sinkRequestTimeout.String(),
-		"max-attempts":    3,
-		"backoff-initial": "100ms",
-		"backoff-max":     "400ms",
-		"max-concurrency": w.sink.concurrency,
-		"h2c":             w.sink.h2c,
-	}
-	if w.sink.rate > 0 {
-		raw["rate-limit"], raw["rate-burst"] = w.sink.rate, w.sink.burst
-	}
-	if w.sink.batch > 0 {
-		raw["batch"] = map[string]any{"max-messages": w.sink.batch, "linger": "20ms"}
-	}
+	w.mu.Lock()
+	l := w.limit
+	w.noteRateLocked(m.id, l)
+	w.mu.Unlock()
+	raw := w.sinkConfig(m.id, l)
 	cfg, err := handlerconfig.Decode(spec, raw)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +148,28 @@ func newSink(t *testing.T, w *world, m *member, log *zap.Logger) (handler.Handle
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &sinkHandler{w: w, member: m.id, sink: h, obs: obs}, obs
+	return &sinkHandler{w: w, member: m.id, sink: h, obs: obs, spec: spec}, obs
+}
+
+// sinkConfig is member id's sink configuration, with the rate limit l.
+func (w *world) sinkConfig(id int, l sinkLimit) map[string]any {
+	raw := map[string]any{
+		"url":             "http://" + sinkAddr + "/sink",
+		"request-timeout": sinkRequestTimeout.String(),
+		"max-attempts":    3,
+		"backoff-initial": "100ms",
+		"backoff-max":     "400ms",
+		"max-concurrency": w.sink.concurrency,
+		"h2c":             w.sink.h2c,
+		"headers":         map[string]any{simMemberHeader: strconv.Itoa(id)},
+	}
+	if l.rate > 0 {
+		raw["rate-limit"], raw["rate-burst"] = l.rate, l.burst
+	}
+	if w.sink.batch > 0 {
+		raw["batch"] = map[string]any{"max-messages": w.sink.batch, "linger": "20ms"}
+	}
+	return raw
 }
 
 // sinkObserver hands the sink's retries to the member's receiver, which
@@ -190,6 +201,7 @@ type sinkHandler struct {
 	sink   handler.Handler
 	obs    *sinkObserver
 	open   atomic.Int32 // tries given to the sink and not acknowledged yet
+	spec   handler.Spec // the sink's, to decode a reloaded configuration
 }
 
 func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
@@ -343,6 +355,7 @@ type sinkMessage struct {
 
 // serveSink answers the sink's requests, single or batched.
 func (w *world) serveSink(rw http.ResponseWriter, r *http.Request) {
+	w.sinkArrival(r.Header.Get(simMemberHeader))
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return // the client gave up

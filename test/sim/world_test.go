@@ -86,8 +86,14 @@ type world struct {
 	// receivers decode them and check their aggregate versions, parking an
 	// aggregate at a gap when the run parks (version_test.go).
 	versionCheck bool
-	c            *kfake.Cluster
-	vn           *kfake.VirtualNetwork
+	// buffered, when not 0, is the members' clients' MaxBufferedRecords
+	// (1 to 3), so that their dead-letter, parked and state writes find
+	// the buffer full (kgo.ErrMaxBuffered) and are written again after a
+	// backoff, the more so while the broker answers none of them
+	// (produceStall).
+	buffered int
+	c        *kfake.Cluster
+	vn       *kfake.VirtualNetwork
 	topicID,
 	dlqID [16]byte
 
@@ -118,9 +124,15 @@ type world struct {
 	// it receives meanwhile is processed (applied or refused) only then.
 	commitStall time.Time
 	lastWake    time.Time // when the last commit stalled is processed: later ones come after it
-	stalls      int       // stalls the run scheduled
-	describeOut int       // spells in which the group's describes failed (the parking leases went unconfirmed)
-	stubs       int       // dead letters written without their value (refused as too large)
+	// produceStall: until then the brokers answer no write to the
+	// dead-letter, parked or state topic; each one received meanwhile is
+	// processed only then (with buffered, the members' buffers fill).
+	produceStall  time.Time
+	produceStalls int // produce stalls the run scheduled
+	fullBuffer    int // writes of the members refused for a full buffer (kgo.ErrMaxBuffered), each written again later
+	stalls        int // stalls the run scheduled
+	describeOut   int // spells in which the group's describes failed (the parking leases went unconfirmed)
+	stubs         int // dead letters written without their value (refused as too large)
 	// stubAt: stubs of records the simulation had not registered yet when
 	// the stub's acknowledgement came, by position, with when it came. A
 	// record can be fetched, fail and be dead-lettered before its producer
@@ -139,6 +151,13 @@ type world struct {
 	// seen counts what the receivers logged of parking's failure paths.
 	seen        struct{ maxParked, tooLarge, byHand int }
 	sinkCancels int // sink closes that canceled requests in flight
+	// With the HTTP sink (ratereload_test.go): the limit the sinks run
+	// with now, each member's sink's limits since it was built, and when
+	// each of its requests reached the server.
+	limit       sinkLimit
+	rateReloads int
+	rates       map[int][]rateEpoch
+	arrivals    map[int][]time.Time
 	stale       handler.Ack
 	local       []localRecord  // records admitted through Admit (the ingest's way in)
 	nextLocal   int64          // the next local record's offset (its partition is -1)
@@ -214,6 +233,8 @@ func newWorld(seed uint64) *world {
 		rewound:      map[int32][]span{},
 		lostParts:    map[int32]int{},
 		served:       map[pos]int{},
+		rates:        map[int][]rateEpoch{},
+		arrivals:     map[int][]time.Time{},
 		answers:      map[int]uint8{},
 	}
 }
@@ -467,6 +488,33 @@ func (w *world) watchCommits() {
 	})
 }
 
+// watchProduces makes the brokers answer no write to the dead-letter,
+// parked or state topic until w.produceStall: each waits until then, and
+// every later request on its connection behind it, as behind a broker
+// that stopped answering for a while.
+func (w *world) watchProduces() {
+	w.c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		w.c.KeepControl()
+		req := kr.(*kmsg.ProduceRequest)
+		ours := false
+		for _, t := range req.Topics {
+			ours = ours || t.Topic == dlqTopic || t.Topic == parkedTopic || t.Topic == stateTopic
+		}
+		w.mu.Lock()
+		stall := time.Until(w.produceStall)
+		w.mu.Unlock()
+		if ours && stall > 0 {
+			w.c.SleepControl(func() {
+				select {
+				case <-time.After(stall):
+				case <-w.over:
+				}
+			})
+		}
+		return nil, nil, false
+	})
+}
+
 // stalling reports whether commits stall now, or some stalled earlier still
 // wait for their answer.
 func (w *world) stalling() bool {
@@ -481,6 +529,12 @@ func (w *world) stalling() bool {
 type deadLetterHook struct{ w *world }
 
 func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if errors.Is(err, kgo.ErrMaxBuffered) {
+		h.w.mu.Lock()
+		h.w.fullBuffer++
+		h.w.mu.Unlock()
+		return
+	}
 	if err != nil || (r.Topic != dlqTopic && r.Topic != parkedTopic) {
 		return
 	}
@@ -534,12 +588,13 @@ func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 type memberNet struct {
 	vn *kfake.VirtualNetwork
 
-	mu    sync.Mutex // guards cut, cutAt, healed and conns
+	mu    sync.Mutex // guards cut, cutAt, healed, heals and conns
 	cut   bool
 	cutAt time.Time // when the current cut began
 	// healed is closed when the current cut ends: a dial waiting in it
 	// goes through then, as a retransmitted connection attempt would.
 	healed chan struct{}
+	heals  []time.Time // when each cut ended
 	conns  []net.Conn
 }
 
@@ -606,6 +661,7 @@ func (n *memberNet) setCut(cut bool) {
 		n.healed = make(chan struct{})
 	case !cut && n.cut:
 		close(n.healed)
+		n.heals = append(n.heals, time.Now())
 	}
 	n.cut = cut
 	if cut {
@@ -620,6 +676,13 @@ func (n *memberNet) isCut() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.cut
+}
+
+// healTimes returns when the member's cuts ended.
+func (n *memberNet) healTimes() []time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.heals)
 }
 
 // cutFor returns how long the member has been cut off, 0 if it is not.
