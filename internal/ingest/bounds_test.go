@@ -151,6 +151,28 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
+// TestUnknownKindTakesNothingFromTheRateLimit: a request to an unknown
+// kind is answered 404 and publishes nothing, so it takes no token from
+// the messages that do (found by review: ten of them left a valid message
+// answered 429).
+func TestUnknownKindTakesNothingFromTheRateLimit(t *testing.T) {
+	p := &producer{}
+	in, _ := newIngest(p)
+	in.Rate = rate.NewLimiter(1, 1)
+	clock := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	in.now = func() time.Time { return clock }
+	for range 10 {
+		w := httptest.NewRecorder()
+		in.ServeHTTP(w, httptest.NewRequest(http.MethodPost, Path+"bogus", bytes.NewReader([]byte(message))))
+		if w.Code != http.StatusNotFound {
+			t.Fatalf("POST %sbogus: %d, want 404", Path, w.Code)
+		}
+	}
+	if w := send(in, []byte(message)); w.Code != http.StatusAccepted {
+		t.Fatalf("a message after ten requests to an unknown kind: %d %s, want 202", w.Code, w.Body)
+	}
+}
+
 // TestMaxInFlight: with max-in-flight requests under way, another is
 // answered 503 with Retry-After, counted as busy, and not published; once
 // one finishes, the next is taken.
