@@ -221,6 +221,11 @@ func TestHTTPBatchMalformedResponseRetriesAll(t *testing.T) {
 		"no results":    `{"ok":true}`,
 		"results wrong": `{"results":{"id":"x"}}`,
 		"results null":  `{"results":null}`,
+		// HTTP.md: an entry of the wrong shape makes the whole body
+		// malformed, those the other entries call done retried too.
+		"entry a number":   `{"results":[7,{"id":"x","action":"done"}]}`,
+		"id a number":      `{"results":[{"id":7}]}`,
+		"retry-after text": `{"results":[{"id":"x","action":"retry","retry-after":"30"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			bs := newBatchServer(t, func(w http.ResponseWriter, n int, _ []batchEvent) {
