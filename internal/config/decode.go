@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/handlerconfig"
 )
 
 type position struct{ line, col int }
@@ -344,6 +345,65 @@ func closest(key string, known []string) string {
 	return best
 }
 
+// envTypo returns the variable of known that name, a WOW_* variable naming
+// no key, is a typo of, or "" when it is none: within two typing mistakes
+// (a slip such as WOW_DISPATCH_WORKRS), unless it has the shape of a
+// Kubernetes service link (a Service named wow-ingest gives WOW_INGEST_PORT,
+// WOW_INGEST_SERVICE_HOST, WOW_INGEST_PORT_9465_TCP_ADDR, ...) or is the
+// Spring form of one of wowd's keys, dashes dropped (a Wow service's
+// WOW_KAFKA_BOOTSTRAPSERVERS for wow.kafka.bootstrap-servers): those are
+// other programs' and left alone. Looser matches (a third of the name, as
+// unknown file keys get as a suggestion) would refuse a Wow service's own
+// properties, such as WOW_MONGO_ENABLED next to WOW_INGEST_ENABLED.
+func envTypo(name string, known []string) string {
+	if serviceLink(name) {
+		return ""
+	}
+	best, bestDist := "", 3
+	for _, k := range known {
+		if strings.ReplaceAll(k, "_", "") == strings.ReplaceAll(name, "_", "") && springForm(name, k) {
+			return ""
+		}
+		if dist := editDistance(name, k); dist < bestDist {
+			best, bestDist = k, dist
+		}
+	}
+	return best
+}
+
+// springForm reports whether name is known with the underscores that stand
+// for dashes of its key dropped, as Spring's relaxed binding writes a
+// property (wow.kafka.bootstrap-servers: WOW_KAFKA_BOOTSTRAPSERVERS).
+func springForm(name, known string) bool {
+	key := envKey(known) // wow.kafka.bootstrap-servers
+	spring := "WOW_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "").Replace(strings.TrimPrefix(key, "wow.")))
+	return name == spring
+}
+
+// serviceLink reports whether name has the shape of a variable Kubernetes
+// sets for a Service (its service links): <NAME>_SERVICE_HOST,
+// <NAME>_SERVICE_PORT[_<port name>], <NAME>_PORT and
+// <NAME>_PORT_<port>_<TCP|UDP|SCTP>[_PROTO|_PORT|_ADDR].
+func serviceLink(name string) bool {
+	if strings.HasSuffix(name, "_SERVICE_HOST") || strings.HasSuffix(name, "_PORT") ||
+		strings.Contains(name, "_SERVICE_PORT") {
+		return true
+	}
+	parts := strings.Split(name, "_")
+	for i := 1; i+1 < len(parts); i++ {
+		if parts[i] != "PORT" || parts[i+1] == "" {
+			continue
+		}
+		if _, err := strconv.Atoi(parts[i+1]); err == nil && i+2 < len(parts) {
+			switch parts[i+2] {
+			case "TCP", "UDP", "SCTP":
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // editDistance is the Levenshtein distance between a and b, in bytes.
 func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
@@ -458,6 +518,7 @@ func (d *decoder) handler(path string, n *yaml.Node, h *Handler) {
 		return
 	}
 	h.Raw = map[string]any{}
+	texts := d.textKeys(n)
 	d.eachKey(path, n, func(key, full string, v *yaml.Node) {
 		switch key {
 		case "type":
@@ -467,14 +528,90 @@ func (d *decoder) handler(path string, n *yaml.Node, h *Handler) {
 			d.value(full, v, &h.Timeout)
 			return
 		}
-		var x any
-		if err := v.Decode(&x); err != nil {
+		x, err := decodeHandlerValue(v, key, texts)
+		if err != nil {
 			d.fail(full, "%v", err)
 			return
 		}
 		h.Raw[key] = x
 		d.positions(full, v)
 	})
+}
+
+// textKeys returns the keys of the handler mapping n whose values are text:
+// "string" for a string key, "map" for a map of strings (its entries are
+// text), by dotted name (batch.linger), from the fields of the handler type
+// n names; none when the type is unknown (reported elsewhere).
+func (d *decoder) textKeys(n *yaml.Node) map[string]string {
+	var typ string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k, v := n.Content[i], resolve(n.Content[i+1]); k.Value == "type" && v.Kind == yaml.ScalarNode {
+			typ = v.Value
+		}
+	}
+	spec, ok := d.reg.Lookup(typ)
+	if !ok {
+		return nil
+	}
+	texts := map[string]string{}
+	for _, f := range handlerconfig.Fields(spec) {
+		switch f.Type {
+		case "string":
+			texts[f.Name] = "string"
+		case "map of string":
+			texts[f.Name] = "map"
+		}
+	}
+	return texts
+}
+
+// decodeHandlerValue decodes the value v of handler key name as YAML types
+// it, except that a scalar going to a text key (texts) keeps the text it
+// was written with: YAML reads an API key 0012345 as the number 12345 and
+// a header value true as a boolean, which the handler's strict decoding
+// would refuse, and --set has no quotes to write them as strings.
+func decodeHandlerValue(v *yaml.Node, name string, texts map[string]string) (any, error) {
+	v = resolve(v)
+	merges := false // YAML merge keys (<<) are left to YAML's decoding
+	for i := 0; v.Kind == yaml.MappingNode && i < len(v.Content); i += 2 {
+		merges = merges || v.Content[i].ShortTag() == "!!merge"
+	}
+	switch {
+	case merges:
+	case v.Kind == yaml.ScalarNode && texts[name] == "string" && v.ShortTag() != "!!null":
+		return v.Value, nil
+	case v.Kind == yaml.MappingNode && texts[name] == "map":
+		m := map[string]any{}
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			k, e := v.Content[i], resolve(v.Content[i+1])
+			if e.Kind == yaml.ScalarNode && e.ShortTag() != "!!null" {
+				m[k.Value] = e.Value
+				continue
+			}
+			var x any
+			if err := e.Decode(&x); err != nil {
+				return nil, err
+			}
+			m[k.Value] = x
+		}
+		return m, nil
+	case v.Kind == yaml.MappingNode && len(texts) > 0:
+		m := map[string]any{}
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			k := v.Content[i]
+			x, err := decodeHandlerValue(v.Content[i+1], name+"."+k.Value, texts)
+			if err != nil {
+				return nil, err
+			}
+			m[k.Value] = x
+		}
+		return m, nil
+	}
+	var x any
+	if err := v.Decode(&x); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
 
 // positions records where the keys and items inside n are.
@@ -519,7 +656,7 @@ func (d *decoder) applyEnv(c *Config, env []string) {
 		if _, found := slices.BinarySearch(known, name); found {
 			continue
 		}
-		if k := closest(name, known); k != "" {
+		if k := envTypo(name, known); k != "" {
 			d.errs = append(d.errs, Error{Path: envKey(k), Msg: "set by " + k + ", not " + name + " (a variable that names no key)"})
 		}
 	}

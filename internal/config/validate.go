@@ -473,9 +473,11 @@ func (d *decoder) knownHandlers() string {
 // the handler key it names.
 func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]any, err error) {
 	keys := map[string]bool{}
+	secret := map[string]bool{}
 	var known []string // the handler's keys, for suggestions
 	for _, f := range handlerconfig.Fields(spec) {
 		keys[f.Name] = true
+		secret[f.Name] = f.Secret
 		known = append(known, f.Name)
 	}
 	for k := range raw {
@@ -505,7 +507,11 @@ func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]a
 			}
 			var ue *mapstructure.UnconvertibleTypeError
 			if errors.As(de, &ue) {
-				msg = fmt.Sprintf("expected %s, got %s", ue.Expected.Type(), describeValue(ue.Value))
+				got := describeValue(ue.Value)
+				if field, _, _ := strings.Cut(de.Name(), "["); secret[field] {
+					got = "a value of another type" // a secret's value is never shown
+				}
+				msg = fmt.Sprintf("expected %s, got %s", ue.Expected.Type(), got)
 			}
 			if strings.HasPrefix(msg, "time: invalid duration") {
 				msg = "not a duration (e.g. 500ms, 30s, 1m)"

@@ -218,10 +218,13 @@ dots and dashes turned into underscores (` + "`WOW_DISPATCH_WORKERS=8`" + `). Li
 comma-separated (` + "`WOW_KAFKA_BOOTSTRAP_SERVERS=a:9092,b:9092`" + `). Durations use Go's
 syntax: ` + "`500ms`, `30s`, `1m`, `1h30m`" + `. A value that is not valid UTF-8 is a
 configuration error, as it is in the file. A ` + "`WOW_*`" + ` variable that names no key but
-is close to one (a typo such as ` + "`WOW_DISPATCH_WORKRS`" + `) is a configuration error naming
-it and the variable it is close to. Other ` + "`WOW_*`" + ` variables are not wowd's to refuse
-and are left alone: Kubernetes' service links of a Service named ` + "`wow-…`" + `
-(` + "`WOW_WOWD_SERVICE_HOST`" + `), a Wow service's Spring properties. ` + "`WOWD_*`" + ` variables
+is within two typing mistakes of one (a typo such as ` + "`WOW_DISPATCH_WORKRS`" + `) is a configuration
+error naming it and the variable it is close to. Other ` + "`WOW_*`" + ` variables are not wowd's to
+refuse and are left alone: Kubernetes' service links of a Service named ` + "`wow-…`" + `
+(` + "`WOW_INGEST_PORT`, `WOW_WOWD_SERVICE_HOST`, `WOW_WOWD_PORT_9464_TCP_ADDR`" + `), a Wow
+service's Spring properties (` + "`WOW_MONGO_ENABLED`" + `), and the Spring form of one of wowd's
+keys, dashes dropped (` + "`WOW_KAFKA_BOOTSTRAPSERVERS`" + `, which wowd does not read: it reads
+` + "`WOW_KAFKA_BOOTSTRAP_SERVERS`" + `). ` + "`WOWD_*`" + ` variables
 (` + "`WOWD_CONFIG`" + `) are not keys and are not checked. An empty variable is ignored: it cannot clear a key the
 file sets (a variable defined from an unset one is empty); use
 ` + "`--set key=`" + ` or ` + "`--set key=null`" + ` (the default) for that.
@@ -235,7 +238,10 @@ several pairs in one argument separated by commas (` + "`a=1,b=2`" + `); a list 
 of the file, leaving its default; a backslash before a comma, a dot or a brace that
 is part of a key or value. A ` + "`--set`" + ` key is checked as strictly as the file: one
 that does not exist is an error naming the argument and the closest key. Errors name
-a ` + "`--set`" + ` pair by its key, never its value, which may be a secret.
+a ` + "`--set`" + ` pair by its key, never its value, which may be a secret. A handler key that
+takes text (a string, or a map of strings such as ` + "`headers`" + `) keeps the text written,
+from ` + "`--set`" + ` and from the file alike: ` + "`headers.X-Tenant=42`" + ` is the header ` + "`42`" + ` and
+` + "`token: 0012345`" + ` the token ` + "`0012345`" + `, where YAML alone would read numbers.
 
 ` + "`wowd config print`" + ` follows each value with a comment saying where it came from:
 ` + "`# default`" + `, ` + "`# FILE:LINE`" + `, ` + "`# env WOW_LOG_LEVEL`" + ` or ` + "`# --set`" + ` (` + "`--plain`" + `
