@@ -50,12 +50,16 @@ func ClientOptions(k config.Kafka, clientID string, log *zap.Logger, reg *promet
 	}
 	if log != nil {
 		// The client's info lines (every group transition) are noise next to
-		// wowd's own rebalance logs; they show at debug.
-		level := kgo.LogLevelWarn
-		if log.Core().Enabled(zap.DebugLevel) {
-			level = kgo.LogLevelInfo
+		// wowd's own rebalance logs; they show at debug. Asked at every
+		// line: a reload of wow.log.level changes the logger's level.
+		core := log.Core()
+		level := func() kgo.LogLevel {
+			if core.Enabled(zap.DebugLevel) {
+				return kgo.LogLevelInfo
+			}
+			return kgo.LogLevelWarn
 		}
-		opts = append(opts, kgo.WithLogger(kzap.New(log.Named("kafka").With(zap.String("client", clientID)), kzap.Level(level))))
+		opts = append(opts, kgo.WithLogger(kzap.New(log.Named("kafka").With(zap.String("client", clientID)), kzap.LevelFn(level))))
 	}
 	if reg != nil {
 		opts = append(opts, kgo.WithHooks(kprom.NewMetrics("wowd_kafka",
