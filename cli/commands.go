@@ -229,9 +229,10 @@ func (a *app) configCmd() *cobra.Command {
 		Short: "Check a configuration: every problem is reported; exit 2 if any",
 		Long: `Check a configuration: every problem is reported; exit 2 if any. The
 files it names (TLS certificates, keys and CAs, token and password files, a
-handler's *-file keys) are opened and checked as ` + "`wowd run`" + ` would use them;
---no-files leaves them out, for a configuration of another machine (a
-container whose secrets are mounted there).`,
+handler's *-file keys) are opened and checked as ` + "`wowd run`" + ` would use them,
+and so are the environment variables a handler reads (the http sink's
+headers-from-env); --no-files leaves both out, for a configuration of
+another machine (a container whose secrets are mounted there).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var cfg *config.Config
@@ -258,7 +259,7 @@ container whose secrets are mounted there).`,
 		},
 	}
 	a.configFlag(validate, "", "configuration file")
-	validate.Flags().BoolVar(&noFiles, "no-files", false, "do not open the files the configuration names")
+	validate.Flags().BoolVar(&noFiles, "no-files", false, "do not open the files the configuration names, nor read the environment variables its handlers name")
 	var plain bool
 	print := &cobra.Command{
 		Use:   "print",

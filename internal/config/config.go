@@ -383,6 +383,7 @@ func parse(ctx context.Context, data []byte, name string, reg *handler.Registry,
 		d.validate(&c)
 		if files {
 			d.checkFiles(&c)
+			d.checkEnv(&c, src.Env)
 		}
 	}
 	if len(d.errs) > 0 {

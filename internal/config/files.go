@@ -179,3 +179,38 @@ func hasPrivateKey(data []byte) bool {
 		}
 	}
 }
+
+// envBound is a handler configuration that reads environment variables
+// when its handler is built (the http sink's headers-from-env).
+type envBound interface {
+	// CheckEnv reports the variables lookup does not give a usable value
+	// for, as "key: problem", never quoting a value.
+	CheckEnv(lookup func(string) (string, bool)) []error
+}
+
+// checkEnv reports, with the files, the environment variables a handler
+// would refuse at start (the environment of env, in the form of
+// os.Environ): wowd config validate checks what wowd run would.
+func (d *decoder) checkEnv(c *Config, env []string) {
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	lookup := func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
+	for _, name := range slices.Sorted(maps.Keys(c.Dispatchers)) {
+		eb, ok := c.Dispatchers[name].Handler.Decoded.(envBound)
+		if !ok {
+			continue
+		}
+		path := "wow.dispatchers." + name + ".handler"
+		for _, err := range eb.CheckEnv(lookup) {
+			if key, msg, ok := strings.Cut(err.Error(), ": "); ok {
+				d.outsidef(path+"."+key, "%s", msg)
+				continue
+			}
+			d.outsidef(path, "%v", err)
+		}
+	}
+}

@@ -193,8 +193,9 @@ at once with its key path. Check a file with ` + "`wowd config validate --config
 names (the value of each key ending in ` + "`-file`" + `, a handler's included: CA and
 certificate files must hold a PEM certificate, key files a PEM private key
 that goes with its certificate, token, password and header files must not be
-empty) and reports those that cannot be used with the other problems.
-` + "`--no-files`" + ` leaves them out, for a file meant for another machine. A relative file
+empty) and reports those that cannot be used with the other problems, and it checks
+the environment variables the ` + "`http`" + ` sink's ` + "`headers-from-env`" + ` names, as the sink
+reads them at start. ` + "`--no-files`" + ` leaves both out, for a file meant for another machine. A relative file
 name is relative to the working directory. Print the effective configuration, defaults
 filled in and secrets masked, with ` + "`wowd config print --config FILE`" + `. ` + "`config print`" + `,
 ` + "`rewind`" + ` and ` + "`parked`" + ` open none of those files up front (they run from an

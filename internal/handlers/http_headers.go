@@ -30,10 +30,17 @@ func staticHeaders(cfg HTTPConfig) (http.Header, []error) {
 	for k, v := range cfg.Headers {
 		static.Set(k, strings.TrimSpace(v)) // as the values of files and variables are
 	}
+	errs := envHeaders(cfg, os.LookupEnv, static)
+	return static, errs
+}
+
+// envHeaders sets the headers of headers-from-env in h from the variables
+// lookup gives, and returns why those it cannot set cannot be.
+func envHeaders(cfg HTTPConfig, lookup func(string) (string, bool), h http.Header) []error {
 	var errs []error
 	for _, k := range slices.Sorted(maps.Keys(cfg.HeadersFromEnv)) {
 		name := cfg.HeadersFromEnv[k]
-		raw, ok := os.LookupEnv(name)
+		raw, ok := lookup(name)
 		if !ok {
 			errs = append(errs, fmt.Errorf("headers-from-env.%s: environment variable %s is not set", k, name))
 			continue
@@ -43,9 +50,18 @@ func staticHeaders(cfg HTTPConfig) (http.Header, []error) {
 			errs = append(errs, fmt.Errorf("headers-from-env.%s: environment variable %s %w", k, name, err))
 			continue
 		}
-		static.Set(k, v)
+		h.Set(k, v)
 	}
-	return static, errs
+	return errs
+}
+
+// CheckEnv reports the headers-from-env whose variables lookup does not
+// give a usable value, as building the sink would: wowd config validate
+// checks them where wowd will run, as it does the files. Each error is
+// "headers-from-env.<header>: problem", naming the variable, never its
+// value.
+func (c *HTTPConfig) CheckEnv(lookup func(string) (string, bool)) []error {
+	return envHeaders(*c, lookup, http.Header{})
 }
 
 // fileHeaders returns headers-from-file, each file read once now, or why
