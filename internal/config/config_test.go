@@ -277,6 +277,9 @@ func TestWriteYAMLMasksSecretsAndRoundTrips(t *testing.T) {
 	for _, cfg := range []*config.Config{c, back} {
 		for name, d := range cfg.Dispatchers {
 			d.Handler.Raw = nil
+			// The print writes the effective on-failure where the file
+			// left it to the format: the same policy, now explicit.
+			d.OnFailure = d.FailurePolicy()
 			cfg.Dispatchers[name] = d
 		}
 	}

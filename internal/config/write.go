@@ -93,6 +93,10 @@ func (c *Config) dispatchersNode(reg *handler.Registry, mask bool) (*yaml.Node, 
 	m := mappingNode()
 	for _, name := range slices.Sorted(maps.Keys(c.Dispatchers)) {
 		disp := c.Dispatchers[name]
+		// The effective policy, where the file leaves it to the format and
+		// dead-letter.enabled: whether a failing aggregate parks is what an
+		// operator reads the print for.
+		disp.OnFailure = disp.FailurePolicy()
 		n, err := encodeFields(dispatcherFields, &disp, mask, nil)
 		if err != nil {
 			return nil, err
