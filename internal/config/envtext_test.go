@@ -90,3 +90,38 @@ func TestSecretHandlerValueIsNotQuotedInErrors(t *testing.T) {
 		t.Errorf("the error quotes the secret:\n%v", err)
 	}
 }
+
+// The topics a dispatcher writes for a topic it consumes must fit Kafka's
+// 249 characters as its source topics do: a context alias that makes the
+// command topic 249 long makes its event topic's dead-letter topic (.dlq)
+// and parked topic (.parked) longer, and their writes would fail at run
+// time, holding the partition. Raised by review.
+func TestDerivedTopicsMustFitKafkasLimit(t *testing.T) {
+	alias := strings.Repeat("a", 249-len("wow.")-len(".cart.command"))
+	doc := func(extra string) string {
+		return `
+wow:
+  service: audit
+  kafka:
+    bootstrap-servers: [localhost:9092]
+  contexts:
+    shop:
+      alias: ` + alias + `
+      aggregates: [cart]
+  dispatchers:
+    all:
+      topics: [event]
+` + extra + `      handler:
+        type: discard
+`
+	}
+	for _, tc := range []struct{ extra, want string }{
+		{"", "wow.dispatchers.all.dead-letter.topic: the dead letters of wow." + alias + ".cart.event would go to"},
+		{"      dead-letter:\n        topic: dl\n", "wow.dispatchers.all.on-failure: the parked messages of wow." + alias + ".cart.event would go to"},
+	} {
+		_, err := config.Parse([]byte(doc(tc.extra)), "test.yaml", testRegistry(), nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("a command topic of 249 characters: got %v, want an error containing %q", err, tc.want)
+		}
+	}
+}

@@ -376,6 +376,8 @@ func (d *decoder) validateDispatchers(c *Config) {
 		}
 		if t := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", "x"); t == "" || !validTopic(t) {
 			d.errorf(path+".dead-letter.topic", "%q is not a topic name (letters, digits, '.', '_', '-'; {topic} for the source topic)", disp.DeadLetter.Topic)
+		} else if key, long := longTopics(c, disp); long != "" {
+			d.errorf(path+"."+key, "%s", long)
 		} else if loop := deadLetterLoop(c, name); loop != nil {
 			if len(loop) == 1 {
 				d.errorf(path+".dead-letter.topic", "%q sends the dead letters of %s to %s, a topic the dispatcher consumes: they would come back with growing headers",
@@ -657,6 +659,22 @@ func consumedTopics(c *Config, disp Dispatcher) []string {
 		}
 	}
 	return slices.Sorted(maps.Keys(consumed))
+}
+
+// longTopics names, with its key, the first topic the dispatcher would write for a topic
+// it consumes — its dead-letter topic, and with on-failure park its parked
+// topic (<topic>.parked) — that is longer than Kafka allows, or "": such a
+// write would fail at run time, holding its partition.
+func longTopics(c *Config, disp Dispatcher) (key, msg string) {
+	for _, t := range consumedTopics(c, disp) {
+		if dl := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", t); len(dl) > maxTopicLen {
+			return "dead-letter.topic", fmt.Sprintf("the dead letters of %s would go to %s, longer than Kafka's %d characters", t, dl, maxTopicLen)
+		}
+		if p := t + ".parked"; disp.FailurePolicy() == OnFailurePark && len(p) > maxTopicLen {
+			return "on-failure", fmt.Sprintf("the parked messages of %s would go to %s, longer than Kafka's %d characters (a shorter context alias or topic prefix)", t, p, maxTopicLen)
+		}
+	}
+	return "", ""
 }
 
 // dlHop is one step of a dead letter's way: the dead letters dispatcher
