@@ -173,6 +173,37 @@ func TestUnknownKindTakesNothingFromTheRateLimit(t *testing.T) {
 	}
 }
 
+// TestBusyRefusalsTakeNothingFromTheRateLimit: a request refused because
+// max-in-flight requests are under way (503) publishes nothing, so it takes
+// no token from the rate limit: the refusals are all 503 (not 429 once the
+// burst is spent), and the next request once room is back is taken.
+// Raised by review.
+func TestBusyRefusalsTakeNothingFromTheRateLimit(t *testing.T) {
+	p := &producer{block: make(chan struct{}), entered: make(chan struct{})}
+	in, _ := newIngest(p)
+	in.MaxInFlight = 1
+	in.Rate = rate.NewLimiter(1, 2)
+	clock := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	in.now = func() time.Time { return clock }
+
+	first := make(chan int, 1)
+	go func() { first <- send(in, []byte(message)).Code }()
+	<-p.entered
+	for i := range 5 {
+		if w := send(in, []byte(message)); w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("request %d past max-in-flight: %d %s, want 503", i, w.Code, w.Body)
+		}
+	}
+	p.block <- struct{}{}
+	if code := <-first; code != http.StatusAccepted {
+		t.Fatalf("the request under way: %d, want 202", code)
+	}
+	go func() { <-p.entered; p.block <- struct{}{} }()
+	if w := send(in, []byte(message)); w.Code != http.StatusAccepted {
+		t.Fatalf("the second message of a burst of 2, after five busy refusals: %d %s, want 202", w.Code, w.Body)
+	}
+}
+
 // TestMaxInFlight: with max-in-flight requests under way, another is
 // answered 503 with Retry-After, counted as busy, and not published; once
 // one finishes, the next is taken.

@@ -333,16 +333,9 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusMethodNotAllowed, response{Error: "POST a Wow message"})
 		return
 	}
-	// An unknown kind is refused before the rate limit: it publishes
-	// nothing and must not take a token from the messages that do.
 	kind, err := handler.ParseKind(strings.TrimPrefix(req.URL.Path, Path))
 	if err != nil {
 		in.reply(w, http.StatusNotFound, response{Error: "POST " + Path + "command, event or state: " + err.Error()})
-		return
-	}
-	if wait, over := in.limited(); over {
-		w.Header().Set("Retry-After", retryAfter(wait))
-		in.reply(w, http.StatusTooManyRequests, response{Error: "over the ingest rate limit (wow.ingest.rate-limit); retry later"})
 		return
 	}
 	quit, e := in.enter()
@@ -357,6 +350,13 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer in.leave()
+	// After the refusals that publish nothing (an unknown kind, stopping,
+	// busy): they take no token from the messages that go on.
+	if wait, over := in.limited(); over {
+		w.Header().Set("Retry-After", retryAfter(wait))
+		in.reply(w, http.StatusTooManyRequests, response{Error: "over the ingest rate limit (wow.ingest.rate-limit); retry later"})
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
 	if err != nil {
 		status := http.StatusBadRequest
