@@ -58,9 +58,11 @@ type Backlog struct {
 func (g *Group) ID() uint32 { return g.id }
 
 // TopBacklogs returns up to n keys of the groups with the most tasks waiting
-// to start, largest first. The groups must share an executor. It locks each
-// shard in turn; call it at scrape frequency, not per message. Tasks already
-// taken into a running turn are not counted.
+// to start, largest first: a mailbox's unfinished tasks but the one running
+// (or next to run). The groups must share an executor. It locks each shard
+// in turn; call it at scrape frequency, not per message. (Counting only the
+// tasks submitted since the owner last took them in read 0 for a hot key
+// whose queue its running turn had taken over.)
 func TopBacklogs(n int, groups ...*Group) []Backlog {
 	if n <= 0 || len(groups) == 0 {
 		return nil
@@ -75,8 +77,8 @@ func TopBacklogs(n int, groups ...*Group) []Backlog {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		sh.m.each(func(mb *mailbox) {
-			d := len(mb.in) // empty mailboxes have none
-			if d == 0 || !wanted[mb.group] || (len(top) == n && d <= top[n-1].Tasks) {
+			d := int(mb.pending.Load()) - 1 // idle mailboxes have none
+			if d <= 0 || !wanted[mb.group] || (len(top) == n && d <= top[n-1].Tasks) {
 				return
 			}
 			b := Backlog{Group: mb.group, Key: mb.id, Tasks: d}
