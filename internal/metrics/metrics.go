@@ -28,7 +28,7 @@ const (
 	Retried                         // an attempt failed and will be retried (counted per retry)
 	DeadLettered                    // written to the dead-letter topic after a final failure
 	Skipped                         // no handler wanted it, or the handler said skip
-	Unroutable                      // no key or unknown topic: could not be given to a handler
+	Unroutable                      // no key, unknown topic or not a valid message of its topic: never given to a handler (dead-lettered when dead letters are on)
 	Dropped                         // abandoned on revoke or shutdown; redelivered later
 	Local                           // already handled when it was ingested (local first); acknowledged on return
 	DeadLetterFailed                // failed for good, and its dead-letter write was refused for good: committed past, logged as an error

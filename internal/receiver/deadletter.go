@@ -138,7 +138,11 @@ func (r *Receiver) writeDeadLetter(j *job) {
 		case err == nil:
 			r.log.Warn("record dead-lettered", append(at, zap.String("class", j.failure.class), zap.String("reason", reason),
 				zap.Bool("value_omitted", j.failure.stub))...)
-			j.finish(metrics.DeadLettered)
+			if j.failure.screened {
+				j.finish(metrics.Unroutable) // no handler failed: dead-lettered as it came
+			} else {
+				j.finish(metrics.DeadLettered)
+			}
 		case j.p.ctx.Err() != nil:
 			j.abandon()
 		case !j.failure.stub && topicsize.TooLarge(err):

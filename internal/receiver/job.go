@@ -107,6 +107,10 @@ type failure struct {
 	reason   string
 	attempts int
 	stub     bool // the record is too large for the dead-letter topic: write it without value and headers
+	// screened: the record never reached the handler (unroutable, not a
+	// valid message of its topic): once dead-lettered it counts as
+	// unroutable, not as a handler's failure (wowd_messages_total).
+	screened bool
 }
 
 var jobPool = sync.Pool{New: func() any { return new(job) }}
@@ -552,7 +556,7 @@ func (j *job) unroutable(reason string) {
 		j.finish(metrics.Unroutable)
 		return
 	}
-	j.failure = failure{class: "unroutable", reason: reason, attempts: 0}
+	j.failure = failure{class: "unroutable", reason: reason, attempts: 0, screened: true}
 	r.deadLetter(j)
 }
 

@@ -210,6 +210,6 @@ func (j *job) reject(class string, err error) {
 		j.finish(metrics.Unroutable)
 		return
 	}
-	j.failure = failure{class: class, reason: err.Error(), attempts: 0}
+	j.failure = failure{class: class, reason: err.Error(), attempts: 0, screened: true}
 	r.deadLetter(j)
 }
