@@ -178,17 +178,24 @@ func TestHelmDefaults(t *testing.T) {
 		t.FailNow()
 	}
 
-	// The ConfigMap holds the values' wow tree verbatim, and it is a valid
+	// The ConfigMap holds the values' wow tree verbatim, with the example's
+	// contexts and dispatchers (the values set none), and it is a valid
 	// configuration.
 	var values map[string]any
 	readYAML(t, path(chart+"/values.yaml"), &values)
+	wow := values["wow"].(map[string]any)
+	example := values["example"].(map[string]any)
+	if wow["contexts"] != nil || wow["dispatchers"] != nil {
+		t.Fatal("values.yaml sets wow.contexts or wow.dispatchers: they would be merged into every user's configuration")
+	}
+	wow["contexts"], wow["dispatchers"] = example["contexts"], example["dispatchers"]
 	data := get(t, objs["ConfigMap/wowd"], "data", "wowd.yaml").(string)
 	var rendered map[string]any
 	if err := yaml.Unmarshal([]byte(data), &rendered); err != nil {
 		t.Fatalf("ConfigMap wowd.yaml: %v", err)
 	}
 	if len(rendered) != 1 || !reflect.DeepEqual(normalize(t, rendered["wow"]), normalize(t, values["wow"])) {
-		t.Errorf("ConfigMap wowd.yaml is not the values' wow tree verbatim:\n%s", data)
+		t.Errorf("ConfigMap wowd.yaml is not the values' wow tree with the example:\n%s", data)
 	}
 	cfgFile := filepath.Join(t.TempDir(), "wowd.yaml")
 	if err := os.WriteFile(cfgFile, []byte(data), 0o644); err != nil {

@@ -41,9 +41,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The configuration file: the wow tree of the values, verbatim. */}}
+{{/*
+The effective wow tree: the values' wow, verbatim, with the example's
+contexts and dispatchers (values "example") when it sets none of
+contexts, metadata and dispatchers.
+*/}}
+{{- define "wowd.wow" -}}
+{{- $wow := deepCopy (.Values.wow | default dict) }}
+{{- if and (not $wow.contexts) (not $wow.metadata) (not $wow.dispatchers) }}
+{{- $ex := .Values.example | default dict }}
+{{- if $ex.contexts }}{{ $_ := set $wow "contexts" (deepCopy $ex.contexts) }}{{ end }}
+{{- if $ex.dispatchers }}{{ $_ := set $wow "dispatchers" (deepCopy $ex.dispatchers) }}{{ end }}
+{{- end }}
+{{- toYaml $wow }}
+{{- end }}
+
+{{/* The configuration file: the effective wow tree (wowd.wow). */}}
 {{- define "wowd.config" -}}
-{{ dict "wow" .Values.wow | toYaml }}
+{{ dict "wow" (include "wowd.wow" . | fromYaml) | toYaml }}
 {{- end }}
 
 {{/*
@@ -110,7 +125,7 @@ Environment overrides of wow.* (extraEnv) and wow.metadata are not seen here:
 autoscaling.kafka.consumerGroups replaces the derivation then.
 */}}
 {{- define "wowd.receivers" -}}
-{{- $wow := .Values.wow | default dict }}
+{{- $wow := include "wowd.wow" . | fromYaml }}
 {{- $kafka := $wow.kafka | default dict }}
 {{- $prefix := "wow." }}
 {{- if hasKey $kafka "topic-prefix" }}{{ $prefix = index $kafka "topic-prefix" | default "" | toString }}{{ end }}
@@ -154,7 +169,7 @@ when given, else the receivers derived from wow.
 {{- if $k.consumerGroups }}
 {{- toJson $k.consumerGroups }}
 {{- else }}
-{{- if not .Values.wow.contexts }}
+{{- if not (include "wowd.wow" . | fromYaml).contexts }}
 {{- fail "autoscaling.kafka.consumerGroups must list the consumer groups and their topics when wow.contexts is empty (wow.metadata): the chart cannot read the metadata" }}
 {{- end }}
 {{- $groups := include "wowd.receivers" . | fromJsonArray }}
