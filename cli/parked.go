@@ -46,10 +46,14 @@ to act; it does so in the aggregate's order, now or when it next owns it.
   discard   dead-letter every parked message, unpark`,
 	}
 	var dispatcher, aggregate, topic string
-	flags := func(c *cobra.Command) *cobra.Command {
+	flags := func(c *cobra.Command, needAggregate bool) *cobra.Command {
 		a.configFlag(c, "", "configuration file")
 		c.Flags().StringVar(&dispatcher, "dispatcher", "", "dispatcher name (required)")
-		c.Flags().StringVar(&aggregate, "aggregate", "", "aggregate ID")
+		aggHelp := "aggregate ID (required)"
+		if !needAggregate {
+			aggHelp = "aggregate ID: only this aggregate"
+		}
+		c.Flags().StringVar(&aggregate, "aggregate", "", aggHelp)
 		c.Flags().StringVar(&topic, "topic", "", "source topic, when the aggregate ID is parked in several")
 		_ = c.MarkFlagRequired("dispatcher")
 		return c
@@ -78,7 +82,7 @@ to act; it does so in the aggregate's order, now or when it next owns it.
 				defer cancel()
 				return run(ctx, p)
 			},
-		})
+		}, needAggregate)
 	}
 	cmd.AddCommand(
 		verb("list", "List the parked aggregates", false, func(ctx context.Context, p *parkedOps) error { return p.list(ctx) }),
