@@ -57,7 +57,7 @@ var (
 	descKeyBacklog = prometheus.NewDesc(Namespace+"_receiver_max_key_backlog",
 		"Most messages waiting for a single aggregate ID of the receiver: a hot aggregate shows here.", receiverLabels, nil)
 	descBackingOff = prometheus.NewDesc(Namespace+"_receiver_backing_off",
-		"1 while most recent handler attempts fail transiently (a sink is down): fetching is paused and failures are held, not dead-lettered.", receiverLabels, nil)
+		"1 while most recent handler attempts fail transiently (a sink is down): fetching is paused and failures are held, not dead-lettered. A receiver left without partitions or records reads 0 (it has nothing to probe the sink with) and backs off again once it owns a partition.", receiverLabels, nil)
 	descBuffered = prometheus.NewDesc(Namespace+"_receiver_buffered_bytes",
 		"Bytes of records (decompressed) fetched and not yet in the window: held by the receiver's Kafka client, or by the receiver until the window or the partition's share has room. What wow.memory.fetch-percent bounds.", receiverLabels, nil)
 	descFetchMax = prometheus.NewDesc(Namespace+"_receiver_fetch_max_bytes",

@@ -142,3 +142,32 @@ func TestHandlerErrorRatioCountsOnlyHandlerAttempts(t *testing.T) {
 			100*failing/all, failing, all, outcomes, attempts.Load())
 	}
 }
+
+// A receiver left without partitions while it backs off (every partition
+// revoked, more members than partitions) has nothing to probe the sink
+// with, and nothing ends its backoff until it gets some: it must not keep
+// wowd_receiver_backing_off, and the critical WowdReceiverBackingOff, at 1
+// as an idle member. It backs off again as soon as it owns a partition.
+// Raised by review.
+func TestAnIdleReceiverDoesNotReportBackingOff(t *testing.T) {
+	h := newHarness(t, 1)
+	r := h.receiver("g-idle-backoff", acking, 16)
+	stop(t, r) // polls driven by hand: nothing is fetched
+	r.stopping.Store(false)
+	r.closing.Store(false)
+	now := time.Now()
+	for range streakRun {
+		r.fails.record(true, now)
+	}
+	if !r.fails.isFailing() {
+		t.Fatal("setup: not backing off")
+	}
+	if r.Snapshot().BackingOff {
+		t.Error("wowd_receiver_backing_off = 1 for a receiver without partitions or records")
+	}
+	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
+	if !r.Snapshot().BackingOff {
+		t.Error("wowd_receiver_backing_off = 0 once the receiver owns a partition again, still backing off")
+	}
+	r.closePartition(r.parts[tp{testTopic, 0}])
+}

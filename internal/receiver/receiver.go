@@ -673,11 +673,14 @@ func (r *Receiver) stop(ctx context.Context) error {
 // Snapshot implements metrics.ReceiverSource.
 func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 	s := metrics.ReceiverSnapshot{
-		InFlight:      int(r.inFlight.Load()),
-		MaxInFlight:   int(r.window),
-		Paused:        r.paused.Load() && topicPause(r.pausedFor.Load()) == pauseWindowFull,
-		Ready:         r.Ready(),
-		BackingOff:    r.fails.isFailing(),
+		InFlight:    int(r.inFlight.Load()),
+		MaxInFlight: int(r.window),
+		Paused:      r.paused.Load() && topicPause(r.pausedFor.Load()) == pauseWindowFull,
+		Ready:       r.Ready(),
+		// A receiver left without partitions has nothing to probe the
+		// sink with: it keeps its backoff for when it gets some, but an
+		// idle member is not a sink down (WowdReceiverBackingOff).
+		BackingOff:    r.fails.isFailing() && (r.nparts.Load() > 0 || r.inFlight.Load() > 0),
 		BackoffDelay:  r.fails.current(),
 		FetchMaxBytes: int64(r.fetchMaxSeen.Load()),
 		BufferedBytes: r.cl.BufferedFetchBytes() + r.heldBytes.Load(),
