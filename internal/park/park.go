@@ -65,9 +65,10 @@ type State struct {
 	Service    string `json:"service"`
 	Dispatcher string `json:"dispatcher"`
 	// Topic and Partition are the aggregate's source topic and partition;
-	// Offset is the source offset of the message that parked it (-1 when
-	// parked by hand); a redrive's progress moves it past the messages
-	// it redrove. The aggregate's records below it are resolved: one
+	// Offset is the source offset of the message that parked it (parked
+	// by hand: of the first of the aggregate's records not handled before
+	// the park; -1 in states written before 2026-12-07); a redrive's
+	// progress moves it past the messages it redrove. The aggregate's records below it are resolved: one
 	// delivered again is skipped, a parked copy below it is a duplicate.
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`

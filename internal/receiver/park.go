@@ -1383,7 +1383,7 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park
 	// partitioner hashes the key over the parked topic's partitions.
 	head := kgo.StickyKeyPartitioner(nil).ForTopic(parked).Partition(&kgo.Record{Key: []byte(k.key)}, len(ends))
 	st := park.State{
-		Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: k.topic, Partition: p.partition, Offset: -1,
+		Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: k.topic, Partition: p.partition, Offset: resolvedBelow(p, k.key),
 		Aggregate: k.key, Head: park.Position{Partition: int32(head), Offset: ends[int32(head)]},
 		Since: time.Now(), Class: park.ClassByHand, Reason: "parked by hand by " + req.By, Epoch: p.parkEpoch.Load(),
 	}
@@ -1401,6 +1401,26 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park
 	r.m.ParkAction(req.Action, "done")
 	r.log.Warn("aggregate parked by hand: its next messages wait in the parked topic for wowd parked redrive|skip|discard", at...)
 	r.endRequest(p, k, a, req)
+}
+
+// resolvedBelow returns the source offset of p below which the aggregate
+// id's records are resolved, for a park by hand running in id's mailbox:
+// those the mailbox ran before it. The aggregate's records queued behind it
+// are unfinished in p's tracker, and those delivered later come after the
+// newest delivered record, so the lowest of those is the bound. A record
+// delivered again below it (a rewind, a commit that was behind) is then
+// finished as the duplicate it is instead of parked behind the head, and a
+// redrive passes over its parked copies.
+func resolvedBelow(p *partition, id string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	from := p.tr.last + 1
+	p.tr.jobs(func(j *job) {
+		if j.msg.AggregateID == id && j.rec.Offset < from {
+			from = j.rec.Offset
+		}
+	})
+	return from
 }
 
 // ParkByHand asks, in the state topic, for the aggregate id to be parked in
