@@ -246,8 +246,12 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	if st.Parked.Available && len(st.Parked.Aggregates) > 0 {
 		fmt.Fprintln(tw, "\nPARKED\tAGGREGATE\tID\tAT\tFOR\tWHY")
 		for _, p := range st.Parked.Aggregates {
+			why := p.Reason
+			if p.HeadPastFailure {
+				why = "head past the failed message: " + why // as the page and wowd parked list say
+			}
 			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\t%s: %s\n", termSafe(p.Dispatcher), termSafe(p.Context), termSafe(p.Aggregate), termSafe(p.ID),
-				termSafe(p.Topic), p.Partition, p.Offset, short(time.Since(p.Since).Seconds()), termSafe(p.Class), termSafe(p.Reason))
+				termSafe(p.Topic), p.Partition, p.Offset, short(time.Since(p.Since).Seconds()), termSafe(p.Class), termSafe(why))
 		}
 	}
 	return tw.Flush()
