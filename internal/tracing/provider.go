@@ -175,10 +175,10 @@ func newExporter(ctx context.Context, o Options) (sdktrace.SpanExporter, error) 
 	case ExporterHTTP:
 		var opts []otlptracehttp.Option
 		if u != nil {
-			opts = append(opts, otlptracehttp.WithEndpoint(u.Host), otlptracehttp.WithURLPath(path.Join("/", u.Path, "v1/traces")))
-			if u.Scheme == "http" {
-				opts = append(opts, otlptracehttp.WithInsecure())
-			}
+			// The whole URL: its scheme decides TLS both ways, whatever
+			// OTEL_EXPORTER_OTLP_ENDPOINT or _INSECURE said (the key wins).
+			traces := url.URL{Scheme: u.Scheme, Host: u.Host, Path: path.Join("/", u.Path, "v1/traces")}
+			opts = append(opts, otlptracehttp.WithEndpointURL(traces.String()))
 		}
 		exp, err := otlptracehttp.New(ctx, opts...)
 		if err != nil {
@@ -188,10 +188,7 @@ func newExporter(ctx context.Context, o Options) (sdktrace.SpanExporter, error) 
 	case ExporterGRPC:
 		var opts []otlptracegrpc.Option
 		if u != nil {
-			opts = append(opts, otlptracegrpc.WithEndpoint(u.Host))
-			if u.Scheme == "http" {
-				opts = append(opts, otlptracegrpc.WithInsecure())
-			}
+			opts = append(opts, otlptracegrpc.WithEndpointURL(u.Scheme+"://"+u.Host)) // TLS from the scheme, as for HTTP
 		}
 		exp, err := otlptracegrpc.New(ctx, opts...)
 		if err != nil {

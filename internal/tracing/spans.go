@@ -93,11 +93,14 @@ func End(span trace.Span, m *handler.Message, outcome string, failed bool, class
 	if span.IsRecording() {
 		attrs := []attribute.KeyValue{AttrOutcome.String(outcome)}
 		if w := m.Wow; w != nil {
+			// Texts any producer writes, cut as the key is: one message's
+			// 17 KiB id would make its batch of spans larger than a
+			// collector takes, and cost every span in it.
 			if w.ID != "" {
-				attrs = append(attrs, semconv.MessagingMessageID(w.ID))
+				attrs = append(attrs, semconv.MessagingMessageID(truncate(w.ID, maxKeyText)))
 			}
 			if id, ok := w.HeaderValue("trace_id"); ok && id != "" {
-				attrs = append(attrs, AttrWowTraceID.String(id))
+				attrs = append(attrs, AttrWowTraceID.String(truncate(id, maxKeyText)))
 			}
 		}
 		if failed {
