@@ -49,8 +49,10 @@ it; --watch shows it again every --interval.
 
 Exit code 0 when healthy; 1 when a partition has made no progress, or has been
 paused (for another reason than a full window), for --stuck-after or longer,
-when a receiver is not in its group, or when the status cannot be read; 2 on
-a usage error. With --watch, the code of the last status shown.`,
+when a receiver is not in its group once wowd has run for --stuck-after (a
+start joins its groups meanwhile; /readyz answers 503 until it did), or when
+the status cannot be read; 2 on a usage error. With --watch, the code of the
+last status shown.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return configError(fmt.Errorf("unexpected argument %q: wowd status takes flags only", args[0]))
