@@ -75,7 +75,7 @@ type State struct {
 	Offset    int64  `json:"offset"`
 	Aggregate string `json:"aggregate"`
 	// AggregateBytes holds the aggregate ID, in base64, where it is not
-	// valid UTF-8 (a raw dispatcher's binary record key): JSON would
+	// valid UTF-8 (an ID parked by hand as %FF): JSON would
 	// replace its bytes, and the state would no longer match its key.
 	// Set by Marshal and read by Unmarshal only; Aggregate holds the ID.
 	AggregateBytes []byte `json:"aggregate_bytes,omitempty"`
