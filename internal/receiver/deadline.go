@@ -111,15 +111,24 @@ func (r *Receiver) timedOut(j *job) {
 		zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
 		zap.Duration("timeout", r.o.HandlerTimeout))
 	j.kept = true // the handler still has the message: never give the job another record
-	j.conclude(handler.Classed(handler.Transient, fmt.Errorf("%w (timeout %v)", ErrHandlerTimeout, r.o.HandlerTimeout)))
+	// The try made the attempts up to the one after the last it reported
+	// failed (numbered on from the earlier tries': handler.AttemptsBefore),
+	// so that the next try numbers on past them.
+	n := 1
+	if rep := int(j.reported.Load()); rep > 0 {
+		n = max(1, rep+1-j.attempted)
+	}
+	j.conclude(handler.WithAttempts(n, handler.Classed(handler.Transient, fmt.Errorf("%w (timeout %v)", ErrHandlerTimeout, r.o.HandlerTimeout))))
 }
 
 // extend moves the deadline of m's armed attempt to HandlerTimeout after
-// wait from now: the handler reported a retry it makes after wait. Retries
-// are rare, so finding m's job by a scan of its partition is fine.
-func (r *Receiver) extend(m *handler.Message, wait time.Duration) {
+// wait from now: the handler reported that attempt number attempt failed
+// and that it retries after wait; the job keeps the highest number
+// reported. Retries are rare, so finding m's job by a scan of its
+// partition is fine.
+func (r *Receiver) extend(m *handler.Message, attempt int, wait time.Duration) {
 	if r.o.HandlerTimeout <= 0 {
-		return
+		return // no deadline: nothing to move, and no try is timed out
 	}
 	start := int64(r.since() + wait)
 	scan := func(p *partition) {
@@ -131,6 +140,8 @@ func (r *Receiver) extend(m *handler.Message, wait time.Duration) {
 			if &j.msg == m && j.token.Load()&1 == 1 {
 				if tc := j.try.Load(); tc != nil && tc.p == p {
 					j.attemptStart.Store(start)
+					for rep := j.reported.Load(); int64(attempt) > rep && !j.reported.CompareAndSwap(rep, int64(attempt)); rep = j.reported.Load() {
+					}
 				}
 			}
 		})

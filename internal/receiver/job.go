@@ -34,6 +34,11 @@ type job struct {
 	// attemptStart is when the armed attempt started (Receiver.since), for
 	// the deadline watcher. Written before the token is armed.
 	attemptStart atomic.Int64
+	// reported is the highest attempt number the handler reported failed
+	// (Retrying) during the armed try, 0 before any; reset as a try is
+	// armed. A try the deadline takes made the attempts up to the one after
+	// it (timedOut).
+	reported atomic.Int64
 	// try is the context of the latest attempt, stored before the token is
 	// armed; the deadline watcher and closePartition end it.
 	try atomic.Pointer[tryContext]
@@ -325,6 +330,7 @@ func (j *job) retryHere() {
 // attempt's Ack carries.
 func (j *job) arm() uint64 {
 	j.attemptStart.Store(int64(j.tried))
+	j.reported.Store(0)
 	return j.token.Add(1) // even to odd
 }
 
@@ -452,7 +458,9 @@ func (j *job) conclude(err error) {
 		if errors.Is(err, handler.ErrPanicked) {
 			cls = "panic"
 		}
-		j.failure = failure{class: cls, reason: err.Error(), attempts: handler.Attempts(err)}
+		// Every attempt of the record: those of the tries held before this
+		// one too (the dead letter's and the parked copy's attempts).
+		j.failure = failure{class: cls, reason: err.Error(), attempts: j.attempted + handler.Attempts(err)}
 		j.tries = 0
 		switch {
 		case j.redriven:
@@ -570,7 +578,7 @@ func (r *Receiver) holdBackoff(n int) time.Duration {
 // Retrying is told by the handler that an attempt of m failed and will be
 // retried after wait. The try's deadline starts again after the wait.
 func (r *Receiver) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
-	r.extend(m, wait)
+	r.extend(m, attempt, wait)
 	r.traceRetrying(m, attempt, err, wait)
 	r.outcome(true)
 	r.m.Count(metrics.Retried, 1)

@@ -1355,8 +1355,17 @@ func (r *Receiver) admitRecords(p *partition, recs []*kgo.Record) {
 	}
 	if p.paused&pauseSpan == 0 && p.tr.span() > r.spanCap {
 		r.pauseLocked(p, pauseSpan)
+		// Named, as the docs and WowdPartitionHeld say: the oldest
+		// unfinished record is the one holding the commit.
+		head, key := int64(-1), ""
+		p.tr.jobs(func(j *job) {
+			if head < 0 {
+				head, key = j.rec.Offset, j.msg.AggregateID
+			}
+		})
 		r.log.Info("partition paused: a record holds its commit while later ones finish (a slow or hot aggregate)",
-			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("span", p.tr.span()))
+			zap.String("topic", p.topic), zap.Int32("partition", p.partition), zap.Int("span", p.tr.span()),
+			zap.Int64("offset", head), zap.String("aggregate", key))
 	}
 	p.mu.Unlock()
 	// Records no handler can take are finished here; the rest go to their
