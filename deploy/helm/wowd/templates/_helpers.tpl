@@ -53,6 +53,16 @@ contexts, metadata and dispatchers.
 {{- if $ex.contexts }}{{ $_ := set $wow "contexts" (deepCopy $ex.contexts) }}{{ end }}
 {{- if $ex.dispatchers }}{{ $_ := set $wow "dispatchers" (deepCopy $ex.dispatchers) }}{{ end }}
 {{- end }}
+{{- /* Entries set to null: values written for the chart before the example
+moved out of wow removed it so (example-service: null, log-everything:
+null); Helm keeps a null whose key the defaults lack. Dropped after the
+example's decision, so that such values still mean "not the example". */}}
+{{- range $section := list "contexts" "dispatchers" }}
+{{- $m := index $wow $section }}
+{{- if kindIs "map" $m }}
+{{- range $k, $v := $m }}{{ if kindIs "invalid" $v }}{{ $_ := unset $m $k }}{{ end }}{{ end }}
+{{- end }}
+{{- end }}
 {{- toYaml $wow }}
 {{- end }}
 
