@@ -125,3 +125,30 @@ wow:
 		}
 	}
 }
+
+// With dead letters off nothing is written to the dead-letter topic, so its
+// name's length is not checked (a configuration that loaded before the
+// check still loads). Raised by review.
+func TestALongDeadLetterTopicIsFineWithDeadLettersOff(t *testing.T) {
+	alias := strings.Repeat("a", 249-len("wow.")-len(".cart.command"))
+	doc := `
+wow:
+  service: audit
+  kafka:
+    bootstrap-servers: [localhost:9092]
+  contexts:
+    shop:
+      alias: ` + alias + `
+      aggregates: [cart]
+  dispatchers:
+    all:
+      topics: [event]
+      dead-letter:
+        enabled: false
+      handler:
+        type: discard
+`
+	if _, err := config.Parse([]byte(doc), "test.yaml", testRegistry(), nil); err != nil {
+		t.Errorf("dead letters off: %v", err)
+	}
+}

@@ -226,7 +226,7 @@ var dispatcherFields = []field[Dispatcher]{
 		desc: "Write records whose handler failed for good to the dead-letter topic, then commit past them. When false they are retried forever, holding their aggregate and the partition's commit.",
 		ptr:  func(d *Dispatcher) any { return &d.DeadLetter.Enabled }},
 	{name: "dead-letter.topic", def: DefaultDeadLetterTopic,
-		desc: "Dead-letter topic; {topic} stands for the source topic. Like the parked topics (<topic>.parked), it must fit Kafka's 249 characters for every topic the dispatcher consumes.",
+		desc: "Dead-letter topic; {topic} stands for the source topic. With dead letters on, it must fit Kafka's 249 characters for every topic the dispatcher consumes, as the parked topics (<topic>.parked) must with on-failure park.",
 		ptr:  func(d *Dispatcher) any { return &d.DeadLetter.Topic }},
 	{name: "on-failure", defDoc: "park with format wow (unless dead-letter.enabled is false), else dead-letter", omitEmpty: true,
 		desc: "What a message that failed for good does to its aggregate: park (it and the aggregate's later messages go, in order, to <topic>.parked, and the aggregate waits there for `wowd parked redrive|skip|discard`; other aggregates and the partition's commit go on) or dead-letter (it goes to the dead-letter topic and the aggregate's next message runs). Undecodable and unroutable records are always dead-lettered.",

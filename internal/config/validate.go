@@ -667,7 +667,7 @@ func consumedTopics(c *Config, disp Dispatcher) []string {
 // write would fail at run time, holding its partition.
 func longTopics(c *Config, disp Dispatcher) (key, msg string) {
 	for _, t := range consumedTopics(c, disp) {
-		if dl := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", t); len(dl) > maxTopicLen {
+		if dl := strings.ReplaceAll(disp.DeadLetter.Topic, "{topic}", t); disp.DeadLetter.Enabled && len(dl) > maxTopicLen {
 			return "dead-letter.topic", fmt.Sprintf("the dead letters of %s would go to %s, longer than Kafka's %d characters", t, dl, maxTopicLen)
 		}
 		if p := t + ".parked"; disp.FailurePolicy() == OnFailurePark && len(p) > maxTopicLen {

@@ -104,3 +104,25 @@ func TestPausedGaugeMeansAFullWindow(t *testing.T) {
 		stop(t, r)
 	})
 }
+
+// wowd_receiver_paused reads 1 for back-pressure: a full window, and the
+// records waiting for room in it filling the memory budget (with a hung
+// sink and traffic on one partition, that is how a stall looks: its share
+// full, the rest held, the window half empty; WowdReceiverStalled needs
+// it); 0 for a backoff or max-parked, which have gauges of their own.
+// Raised by review of the change that made it mean a full window only.
+func TestPausedGaugeCountsBackPressureOnly(t *testing.T) {
+	h := newHarness(t, 1)
+	r := h.receiver("g-paused-reasons", acking, 16)
+	stop(t, r) // polls driven by hand
+	for _, c := range []struct {
+		why  topicPause
+		want bool
+	}{{pauseWindowFull, true}, {pauseRecordsHeld, true}, {pauseBackoff, false}, {pauseParkedCap, false}} {
+		r.paused.Store(false)
+		r.pauseTopics(c.why)
+		if got := r.Snapshot().Paused; got != c.want {
+			t.Errorf("paused for %d: wowd_receiver_paused %v, want %v", c.why, got, c.want)
+		}
+	}
+}

@@ -675,7 +675,7 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 	s := metrics.ReceiverSnapshot{
 		InFlight:    int(r.inFlight.Load()),
 		MaxInFlight: int(r.window),
-		Paused:      r.paused.Load() && topicPause(r.pausedFor.Load()) == pauseWindowFull,
+		Paused:      r.paused.Load() && topicPause(r.pausedFor.Load()) >= pauseWindowFull, // back-pressure: the window full, or records waiting for room in it
 		Ready:       r.Ready(),
 		// A receiver left without partitions has nothing to probe the
 		// sink with: it keeps its backoff for when it gets some, but an
@@ -971,6 +971,8 @@ const (
 	pauseBackoff                           // most recent attempts failed: the backoff delay
 	pauseWindowFull                        // the window has no room for a poll's batch
 	pauseRecordsHeld                       // enough fetched records wait for room (holdFull)
+	// The back-pressure reasons are pauseWindowFull and those after it
+	// (wowd_receiver_paused).
 )
 
 // pauseTopics pauses the receiver's topics in the client, if they are not,
