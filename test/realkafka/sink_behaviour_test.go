@@ -31,8 +31,9 @@ const (
 type receiverSample struct {
 	inFlight, maxInFlight map[string]float64 // by label text (dispatcher, context)
 	paused                map[string]float64
-	rss                   float64 // process_resident_memory_bytes
-	bufferedBytes         float64 // the Kafka clients' buffered fetches (kprom)
+	backingOff            map[string]float64 // wowd_receiver_backing_off: fetching paused for a sink that is down
+	rss                   float64            // process_resident_memory_bytes
+	bufferedBytes         float64            // the Kafka clients' buffered fetches (kprom)
 	bufferedRecords       float64
 	receiverBuffered      float64 // wowd_receiver_buffered_bytes, summed over receivers
 	fetchMax              float64 // wowd_receiver_fetch_max_bytes, the largest
@@ -47,6 +48,7 @@ func sampleReceivers(addr string) (receiverSample, error) {
 		inFlight:    m["wowd_receiver_in_flight"],
 		maxInFlight: m["wowd_receiver_max_in_flight"],
 		paused:      m["wowd_receiver_paused"],
+		backingOff:  m["wowd_receiver_backing_off"],
 	}
 	if v, ok := m["process_resident_memory_bytes"][""]; ok {
 		rs.rss = v
@@ -319,7 +321,10 @@ func TestSinkOutageBacksOff(t *testing.T) {
 		for labels, v := range rs.inFlight {
 			peakInFlight = math.Max(peakInFlight, v)
 			window = rs.maxInFlight[labels]
-			if rs.paused[labels] == 1 {
+			// Fetching paused: for the full window (wowd_receiver_paused),
+			// or for the backoff (wowd_receiver_backing_off, which
+			// wowd_receiver_paused leaves out).
+			if rs.paused[labels] == 1 || rs.backingOff[labels] == 1 {
 				pausedSeen = true
 			}
 		}
