@@ -384,9 +384,6 @@ func (c *retryCall) Complete(token uint64, err error) {
 	if ra, ok := errors.AsType[retryAfterError](err); ok {
 		wait = max(ra.RetryAfter(), wait)
 	}
-	if r.p.Observer != nil {
-		r.p.Observer.Retrying(c.m, c.before+int(n), err, wait)
-	}
 	r.mu.Lock()
 	if r.closed {
 		c.state = retryDone
@@ -411,6 +408,14 @@ func (c *retryCall) Complete(token uint64, err error) {
 		c.timer = time.AfterFunc(wait, c.fire)
 	}
 	r.mu.Unlock()
+	// Told only now that the retry is certain: closed or canceled before,
+	// the message was acknowledged above instead, and an observer (wowd's
+	// receiver: the retried count, the failure streak, the try's deadline)
+	// must not hear of a retry that never comes. (Outside r.mu: the
+	// observer takes locks of its own.)
+	if r.p.Observer != nil {
+		r.p.Observer.Retrying(c.m, c.before+int(n), err, wait)
+	}
 }
 
 // taken tells inPlace, if it waits, that an attempt's outcome was taken.

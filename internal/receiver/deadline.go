@@ -139,7 +139,11 @@ func (r *Receiver) extend(m *handler.Message, attempt int, wait time.Duration) {
 		p.tr.jobs(func(j *job) {
 			if &j.msg == m && j.token.Load()&1 == 1 {
 				if tc := j.try.Load(); tc != nil && tc.p == p {
-					j.attemptStart.Store(start)
+					// Only later: a report that reaches here after a later
+					// one (WithRetry tells its observer after it started
+					// waiting) never shortens the deadline.
+					for cur := j.attemptStart.Load(); start > cur && !j.attemptStart.CompareAndSwap(cur, start); cur = j.attemptStart.Load() {
+					}
 					for rep := j.reported.Load(); int64(attempt) > rep && !j.reported.CompareAndSwap(rep, int64(attempt)); rep = j.reported.Load() {
 					}
 				}
