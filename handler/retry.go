@@ -403,18 +403,25 @@ func (c *retryCall) Complete(token uint64, err error) {
 	c.state = retryWaiting
 	r.waiting[c] = struct{}{}
 	if r.blocking {
-		c.wait = wait // inPlace waits it out
-	} else {
-		c.timer = time.AfterFunc(wait, c.fire)
+		c.wait = wait // inPlace waits it out, once this Complete returned (taken)
 	}
 	r.mu.Unlock()
-	// Told only now that the retry is certain: closed or canceled before,
-	// the message was acknowledged above instead, and an observer (wowd's
-	// receiver: the retried count, the failure streak, the try's deadline)
-	// must not hear of a retry that never comes. (Outside r.mu: the
-	// observer takes locks of its own.)
+	// Told only now that the retry is certain (closed or canceled before,
+	// the message was acknowledged above instead: an observer, wowd's
+	// receiver with its retried count, failure streak and try deadline,
+	// must not hear of a retry that never comes), and before the next
+	// attempt can start: the timer starts after it. (Outside r.mu: the
+	// observer takes locks of its own.) A cancel or Close meanwhile finds
+	// c waiting without a timer and acknowledges it; then none starts.
 	if r.p.Observer != nil {
 		r.p.Observer.Retrying(c.m, c.before+int(n), err, wait)
+	}
+	if !r.blocking {
+		r.mu.Lock()
+		if c.state == retryWaiting && c.timer == nil {
+			c.timer = time.AfterFunc(wait, c.fire)
+		}
+		r.mu.Unlock()
 	}
 }
 
