@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -139,13 +140,11 @@ func (r *Receiver) extend(m *handler.Message, attempt int, wait time.Duration) {
 		p.tr.jobs(func(j *job) {
 			if &j.msg == m && j.token.Load()&1 == 1 {
 				if tc := j.try.Load(); tc != nil && tc.p == p {
-					// Only later: a report that reaches here after a later
-					// one (WithRetry tells its observer after it started
-					// waiting) never shortens the deadline.
-					for cur := j.attemptStart.Load(); start > cur && !j.attemptStart.CompareAndSwap(cur, start); cur = j.attemptStart.Load() {
-					}
-					for rep := j.reported.Load(); int64(attempt) > rep && !j.reported.CompareAndSwap(rep, int64(attempt)); rep = j.reported.Load() {
-					}
+					// Only ever raised: a report that reaches here after a
+					// later one (an observer called from another goroutine)
+					// never shortens the deadline or lowers the count.
+					raise(&j.attemptStart, start)
+					raise(&j.reported, int64(attempt))
 				}
 			}
 		})
@@ -161,5 +160,11 @@ func (r *Receiver) extend(m *handler.Message, attempt int, wait time.Duration) {
 	r.retireMu.Unlock()
 	for _, p := range retiring {
 		scan(p)
+	}
+}
+
+// raise stores v in a if it is larger than what a holds.
+func raise(a *atomic.Int64, v int64) {
+	for cur := a.Load(); v > cur && !a.CompareAndSwap(cur, v); cur = a.Load() {
 	}
 }
