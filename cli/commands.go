@@ -231,7 +231,7 @@ func (a *app) configCmd() *cobra.Command {
 files it names (TLS certificates, keys and CAs, token and password files, a
 handler's *-file keys) are opened and checked as ` + "`wowd run`" + ` would use them,
 and so are the environment variables a handler reads (the http sink's
-headers-from-env); --no-files leaves both out, for a configuration of
+headers-from-env) and, with tracing on, OTEL_RESOURCE_ATTRIBUTES; --no-files leaves both out, for a configuration of
 another machine (a container whose secrets are mounted there).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -199,6 +199,7 @@ func (d *decoder) checkEnv(c *Config, env []string) {
 		}
 	}
 	lookup := func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
+	d.checkTracingEnv(c, vars)
 	for _, name := range slices.Sorted(maps.Keys(c.Dispatchers)) {
 		eb, ok := c.Dispatchers[name].Handler.Decoded.(envBound)
 		if !ok {
@@ -211,6 +212,24 @@ func (d *decoder) checkEnv(c *Config, env []string) {
 				continue
 			}
 			d.outsidef(path, "%v", err)
+		}
+	}
+}
+
+// checkTracingEnv reports a malformed OTEL_RESOURCE_ATTRIBUTES when tracing
+// is on and OTEL_SDK_DISABLED does not turn it off: wowd run refuses it
+// (package tracing's envDetector, with the same key=value rule as
+// wow.tracing.resource-attributes).
+func (d *decoder) checkTracingEnv(c *Config, vars map[string]string) {
+	if !c.Tracing.Enabled || strings.EqualFold(strings.TrimSpace(vars["OTEL_SDK_DISABLED"]), "true") {
+		return
+	}
+	for item := range strings.SplitSeq(vars["OTEL_RESOURCE_ATTRIBUTES"], ",") {
+		if strings.TrimSpace(item) == "" {
+			continue
+		}
+		if k, _, ok := strings.Cut(item, "="); !ok || strings.TrimSpace(k) == "" {
+			d.outsidef("wow.tracing", "environment variable OTEL_RESOURCE_ATTRIBUTES: %q is not key=value", item)
 		}
 	}
 }

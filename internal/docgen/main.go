@@ -195,7 +195,7 @@ certificate files must hold a PEM certificate, key files a PEM private key
 that goes with its certificate, token, password and header files must not be
 empty) and reports those that cannot be used with the other problems, and it checks
 the environment variables the ` + "`http`" + ` sink's ` + "`headers-from-env`" + ` names, as the sink
-reads them at start. ` + "`--no-files`" + ` leaves both out, for a file meant for another machine. A relative file
+reads them at start, and, with tracing on, ` + "`OTEL_RESOURCE_ATTRIBUTES`" + `. ` + "`--no-files`" + ` leaves both out, for a file meant for another machine. A relative file
 name is relative to the working directory. Print the effective configuration, defaults
 filled in and secrets masked, with ` + "`wowd config print --config FILE`" + `. ` + "`config print`" + `,
 ` + "`rewind`" + ` and ` + "`parked`" + ` open none of those files up front (they run from an
