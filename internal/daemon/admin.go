@@ -151,8 +151,15 @@ func (p adminParked) Discard(ctx context.Context, d, id string) error {
 // ask requests action on aggregate id of dispatcher d, wherever the
 // dispatcher has it parked; each partition's owner carries it out.
 func (p adminParked) ask(ctx context.Context, d, id, action string) error {
-	if _, ok := p.rt.cfg.Dispatchers[d]; !ok {
+	disp, ok := p.rt.cfg.Dispatchers[d]
+	if !ok {
 		return fmt.Errorf("dispatcher %q: %w", d, admin.ErrNotFound)
+	}
+	if action != park.Redrive && !disp.DeadLetter.Enabled {
+		// The owner would refuse it and leave the aggregate parked (as
+		// wowd parked refuses it): say so now rather than answer 202.
+		return fmt.Errorf("%s writes to the dead-letter topic, and dispatcher %s has wow.dispatchers.%s.dead-letter.enabled false: %w",
+			action, d, d, admin.ErrNotSupported)
 	}
 	n := 0
 	for _, r := range p.rt.receivers {
