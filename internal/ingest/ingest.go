@@ -262,9 +262,11 @@ func (in *Ingest) Drain(ctx context.Context) error {
 
 // response is the JSON answer to a request.
 type response struct {
-	Topic     string   `json:"topic,omitempty"`
-	Partition int32    `json:"partition"`
-	Offset    int64    `json:"offset"`
+	Topic string `json:"topic,omitempty"`
+	// Partition and Offset are where the message was published; nil (left
+	// out) when it was not.
+	Partition *int32   `json:"partition,omitempty"`
+	Offset    *int64   `json:"offset,omitempty"`
 	Admitted  int      `json:"admitted_by"`          // receivers that admitted it locally
 	Handled   int      `json:"handled_locally"`      // receivers that finished it locally
 	Marked    bool     `json:"marked"`               // published marked as handled by some dispatchers: their receivers skip it
@@ -532,7 +534,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	pubOK, pubPart, pubOff = true, rec.Partition, rec.Offset
 	tell()
 	w.Header().Set("Location", topic+"/"+strconv.Itoa(int(rec.Partition))+"/"+strconv.FormatInt(rec.Offset, 10))
-	in.reply(w, http.StatusAccepted, response{Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
+	in.reply(w, http.StatusAccepted, response{Topic: topic, Partition: &rec.Partition, Offset: &rec.Offset,
 		Admitted: len(admitted), Handled: handled, Marked: mark, HandledBy: handledBy})
 }
 
