@@ -3,7 +3,9 @@ package receiver
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -57,6 +59,10 @@ const (
 // rather than hold the partition forever.
 const deadLetterAttempts = 8
 
+// isDeadLetterHeader reports whether h is one of the wowd-dlq-* headers a
+// dead letter is written with.
+func isDeadLetterHeader(h kgo.RecordHeader) bool { return strings.HasPrefix(h.Key, "wowd-dlq-") }
+
 // deadLetterHeadroom is what a dead-letter topic wowd creates has above its
 // source's max.message.bytes: the wowd-dlq-* headers (an error message of
 // up to maxErrorHeader bytes, the source topic of up to 249, the
@@ -94,16 +100,22 @@ func (r *Receiver) deadLetter(j *job) {
 func (r *Receiver) writeDeadLetter(j *job) {
 	reason := truncate(j.failure.reason, maxErrorHeader)
 	src := j.rec
-	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+9)
+	// A replayed dead letter that failed again keeps its own headers but
+	// not its earlier failure's: one set of wowd-dlq-* headers, this one's.
+	own := src.Headers
+	if slices.ContainsFunc(own, isDeadLetterHeader) {
+		own = slices.DeleteFunc(slices.Clone(own), isDeadLetterHeader)
+	}
+	hs := make([]kgo.RecordHeader, 0, len(own)+9)
 	value := src.Value
 	if j.failure.stub {
 		value = nil
 		hs = append(hs,
 			kgo.RecordHeader{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(src.Value)))},
-			kgo.RecordHeader{Key: HeaderHeadersOmitted, Value: []byte(strconv.Itoa(len(src.Headers)))},
+			kgo.RecordHeader{Key: HeaderHeadersOmitted, Value: []byte(strconv.Itoa(len(own)))},
 		)
 	} else {
-		hs = append(hs, src.Headers...)
+		hs = append(hs, own...)
 	}
 	hs = append(hs,
 		kgo.RecordHeader{Key: HeaderSourceTopic, Value: []byte(src.Topic)},

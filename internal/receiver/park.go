@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1171,7 +1172,9 @@ func (r *Receiver) actionNotDone(k parkKey, a *parkedAgg) {
 }
 
 // parkedDeadLetter is the dead-letter record of a parked message: as it
-// is in the parked topic, with its parking headers.
+// is in the parked topic, with its parking headers, less the wowd-dlq-*
+// headers of an earlier failure (a replayed dead letter's), which would
+// contradict them.
 func (r *Receiver) parkedDeadLetter(rec *kgo.Record) *kgo.Record {
 	src := rec.Topic
 	for _, h := range rec.Headers {
@@ -1179,7 +1182,11 @@ func (r *Receiver) parkedDeadLetter(rec *kgo.Record) *kgo.Record {
 			src = string(h.Value)
 		}
 	}
-	return &kgo.Record{Topic: r.o.DeadLetter.Topic(src), Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
+	hs := rec.Headers
+	if slices.ContainsFunc(hs, isDeadLetterHeader) {
+		hs = slices.DeleteFunc(slices.Clone(hs), isDeadLetterHeader)
+	}
+	return &kgo.Record{Topic: r.o.DeadLetter.Topic(src), Key: rec.Key, Value: rec.Value, Headers: hs, Timestamp: rec.Timestamp}
 }
 
 // waitLease runs fn again after a backoff, unless the partition goes
