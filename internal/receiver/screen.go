@@ -89,6 +89,9 @@ func (j *job) copyVersion() {
 		m.Check(j.rec.Key, j.route.Context, j.route.Aggregate) != nil {
 		return
 	}
+	if _, compensation := m.Compensation(); compensation {
+		return // a resend of an earlier version on purpose: teaches nothing, as in screen
+	}
 	r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, m.Version, j.p, true)
 }
 
