@@ -202,10 +202,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		switch {
 		case s.o.Token != nil:
 			if !s.o.Token.Allows(r) {
-				if r.Method == http.MethodGet && r.URL.Path == "/admin/" && r.URL.Query().Get("part") == "" {
-					// The page itself, for a browser that cannot send the
-					// header yet: it asks for the token, and its script
-					// fetches the rest with it.
+				if r.Method == http.MethodGet && (r.URL.Path == "/admin/" || r.URL.Path == "/admin") && r.URL.Query().Get("part") == "" {
+					// The page itself (or the redirect to it), for a
+					// browser that cannot send the header yet: it asks
+					// for the token, and its script fetches the rest with
+					// it.
 					next.ServeHTTP(w, r)
 					return
 				}
