@@ -45,7 +45,8 @@ func (a *app) statusCmd() *cobra.Command {
 a table: each receiver's membership and pause reason, each partition's
 committed offset, end, lag, messages in flight and why it is paused, and the
 hot and oldest aggregates by ID. --json prints the status as the API returns
-it; --watch shows it again every --interval.
+it; --watch shows it again every --interval, and a status it cannot read
+as a line on stderr with the time.
 
 Exit code 0 when healthy; 1 when a partition has made no progress, or has been
 paused (for another reason than a full window), for --stuck-after or longer,
@@ -136,6 +137,12 @@ func (a *app) status(o statusOptions) error {
 			return err
 		}
 		last = err
+		if err != nil && !errors.Is(err, errUnhealthy) {
+			// Shown now, not only as the exit code: the screen would keep
+			// the last status read, perhaps a healthy one, while wowd
+			// cannot be reached.
+			fmt.Fprintf(a.stderr, "== %s wowd: %s\n", time.Now().Format(time.TimeOnly), termLines(err.Error()))
+		}
 		t := time.NewTimer(o.every)
 		select {
 		case <-ctx.Done():
