@@ -34,7 +34,7 @@ func newFakeSource() *fakeSource {
 	return &fakeSource{
 		statuses: []receiver.Status{{
 			Dispatcher: "proj", Context: "shop", GroupID: "svc.proj.shop", MemberID: "m-1", Generation: 3, Joined: true,
-			InFlight: 12, MaxInFlight: 256,
+			InFlight: 12, MaxInFlight: 256, Parks: true, DeadLetters: true,
 			Partitions: []receiver.PartitionState{
 				{PartitionStatus: receiver.PartitionStatus{Topic: "wow.shop.cart.event", Partition: 0, Since: since, Committed: 90, Watermark: 95, HighWatermark: 120, Unfinished: 12, Span: 30, Paused: "span+share"}, First: 0},
 				{PartitionStatus: receiver.PartitionStatus{Topic: "wow.shop.cart.event", Partition: 1, Since: since, Committed: -1, Watermark: -1, HighWatermark: -1}, First: -1},

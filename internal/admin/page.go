@@ -43,6 +43,11 @@ type view struct {
 	Generated  time.Time
 	Top        int
 	Nonce      string // of the page's script (Content-Security-Policy)
+	// Parks and DeadLetters are the receivers' (ReceiverStatus) by
+	// dispatcher: the park button is offered for aggregates of a
+	// dispatcher that parks, skip and discard for one whose dead letters
+	// are on (the others would answer 501).
+	Parks, DeadLetters map[string]bool
 }
 
 // page serves GET /admin/: the whole page, or with ?part=body the part its
@@ -58,6 +63,11 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	if v.Authorized {
 		v.Status = s.snapshot(top)
 		v.Parked = s.parked(r)
+		v.Parks, v.DeadLetters = map[string]bool{}, map[string]bool{}
+		for _, rs := range v.Receivers {
+			v.Parks[rs.Dispatcher] = v.Parks[rs.Dispatcher] || rs.Parks
+			v.DeadLetters[rs.Dispatcher] = v.DeadLetters[rs.Dispatcher] || rs.DeadLetters
+		}
 	} else {
 		v.Instance, v.Service = s.o.Instance, s.o.Service
 	}

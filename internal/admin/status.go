@@ -96,6 +96,12 @@ type ReceiverStatus struct {
 	// none, window_full, sink_backoff, parked_cap or records_held.
 	Paused         string  `json:"paused"`
 	BackoffSeconds float64 `json:"backoff_seconds,omitempty"`
+	// Parks says the dispatcher parks failed aggregates (on-failure:
+	// park): an aggregate of it may be parked by hand. DeadLetters says
+	// its dead letters are on: a skip or discard of one of its parked
+	// aggregates needs them.
+	Parks       bool `json:"parks"`
+	DeadLetters bool `json:"dead_letters"`
 	// Rates are messages per second by outcome over the last minute (or
 	// since the start, when that is shorter); outcomes with none are left
 	// out.
@@ -222,6 +228,7 @@ func (s *Server) snapshot(top int) Status {
 			Dispatcher: rs.Dispatcher, Context: rs.Context, GroupID: rs.GroupID, MemberID: rs.MemberID,
 			Generation: rs.Generation, Joined: rs.Joined, InFlight: rs.InFlight, MaxInFlight: rs.MaxInFlight,
 			Paused: cmp.Or(rs.Paused, PauseNone), BackoffSeconds: rs.BackoffDelay.Seconds(),
+			Parks: rs.Parks, DeadLetters: rs.DeadLetters,
 			Partitions: make([]PartitionStatus, 0, len(rs.Partitions)),
 		}
 		for _, p := range rs.Partitions {

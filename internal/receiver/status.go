@@ -56,7 +56,12 @@ type Status struct {
 	// BackoffDelay is the current backoff while Paused is
 	// PausedSinkBackoff.
 	BackoffDelay time.Duration
-	Partitions   []PartitionState
+	// Parks says the dispatcher parks failed aggregates (on-failure:
+	// park), so an aggregate may be parked by hand; DeadLetters that its
+	// dead letters are on, which a skip or discard of a parked aggregate
+	// needs.
+	Parks, DeadLetters bool
+	Partitions         []PartitionState
 	// Hot are the aggregates with the most unfinished records in this
 	// receiver's mailboxes (see executor.HotKeys for the bound), largest
 	// first.
@@ -106,6 +111,8 @@ func (r *Receiver) Status(top int) Status {
 		Joined:      r.joined.Load(),
 		InFlight:    int(r.inFlight.Load()),
 		MaxInFlight: int(r.window),
+		Parks:       r.park != nil,
+		DeadLetters: r.o.DeadLetter.Enabled,
 	}
 	s.MemberID, s.Generation = r.cl.GroupMetadata()
 	if r.paused.Load() {
