@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +35,9 @@ type statusOptions struct {
 	top        int
 	stuckAfter time.Duration
 	timeout    time.Duration
+	caFile     string // CAs that sign the listener's certificate (https), besides the system's
+	certFile   string // client certificate, for a listener with tls.client-ca-file
+	keyFile    string // its key
 	shown      string // the status URL as errors show it: the user's part redacted, wowd's not
 }
 
@@ -72,6 +77,9 @@ last status shown.`,
 	f.IntVar(&o.top, "top", 10, "hot and oldest aggregates to show (0 to 100)")
 	f.DurationVar(&o.stuckAfter, "stuck-after", 5*time.Minute, "a partition without progress, or paused, this long is unhealthy")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "time limit of one status request")
+	f.StringVar(&o.caFile, "ca-file", envOr(a.env, "WOWD_ADMIN_CA_FILE", ""), "PEM file of the CAs that sign an https listener's certificate, besides the system's (env WOWD_ADMIN_CA_FILE)")
+	f.StringVar(&o.certFile, "cert-file", envOr(a.env, "WOWD_ADMIN_CERT_FILE", ""), "PEM client certificate, for a listener with tls.client-ca-file (env WOWD_ADMIN_CERT_FILE)")
+	f.StringVar(&o.keyFile, "key-file", envOr(a.env, "WOWD_ADMIN_KEY_FILE", ""), "PEM key of --cert-file (env WOWD_ADMIN_KEY_FILE)")
 	return cmd
 }
 
@@ -121,7 +129,16 @@ func (a *app) status(o statusOptions) error {
 	target := base.JoinPath("/admin/v1/status")
 	target.RawQuery = "top=" + strconv.Itoa(o.top)
 	o.shown = strings.TrimSuffix(redact.URL(base.String()), "/") + "/admin/v1/status?" + target.RawQuery
+	tc, err := o.tlsConfig()
+	if err != nil {
+		return configError(err)
+	}
 	client := &http.Client{Timeout: o.timeout}
+	if tc != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tc
+		client.Transport = tr
+	}
 	defer client.CloseIdleConnections()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -288,4 +305,41 @@ func dash(n int64) string {
 		return "-"
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// tlsConfig is the TLS configuration --ca-file, --cert-file and --key-file
+// ask for; nil without them (the system's CAs, no client certificate).
+func (o statusOptions) tlsConfig() (*tls.Config, error) {
+	if o.caFile == "" && o.certFile == "" && o.keyFile == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	var errs []error
+	if o.caFile != "" {
+		pem, err := os.ReadFile(o.caFile)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--ca-file: %w", err))
+		default:
+			pool, err := x509.SystemCertPool()
+			if err != nil {
+				pool = x509.NewCertPool()
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				errs = append(errs, fmt.Errorf("--ca-file %s: no PEM certificate in it", o.caFile))
+			}
+			tc.RootCAs = pool
+		}
+	}
+	switch {
+	case (o.certFile == "") != (o.keyFile == ""):
+		errs = append(errs, errors.New("--cert-file and --key-file go together: give both or neither"))
+	case o.certFile != "":
+		cert, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--cert-file and --key-file: %w", err))
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, errors.Join(errs...)
 }
