@@ -75,8 +75,12 @@ type jobState struct {
 	local     *localWait // admitted through Admit (ingest), not fetched: told when the record is finished or given up
 	// redriven: a parked message handed to the handler again by an
 	// operator's action (see park.go); it is never parked again, a final
-	// failure is reported to the action through local.
+	// failure (or, with on-gap park, a version gap) is reported to the
+	// action through local, which keeps the aggregate parked at it.
 	redriven bool
+	// decided: redriven, and the message the operator decided about (the
+	// head that failed or parked at a gap): handed over even at a gap.
+	decided bool
 	// slot: the job holds one of the max-parked slots (see reservePark).
 	slot bool
 	// waiting: the job waits for a max-parked slot, counted in

@@ -1019,7 +1019,11 @@ func (t *parkAction) run() {
 			// message that has not failed: an earlier action's progress
 			// moved it past the one that did (st.Skipped), or the
 			// aggregate was parked by hand.
-			headSkip := req.Action == park.Skip && n == 0 && st.HeadFailed()
+			// The same message is the one the operator decided about: a
+			// redrive hands it over even at a version gap (it parked at
+			// it), and parks the aggregate again at a later one.
+			decided := n == 0 && st.HeadFailed()
+			headSkip := req.Action == park.Skip && decided
 			deadLetter := req.Action == park.Discard || headSkip
 			n++
 			if err != nil {
@@ -1036,7 +1040,7 @@ func (t *parkAction) run() {
 				r.m.Count(metrics.DeadLettered, 1)
 				continue
 			}
-			o, f := r.runParked(rp, src, t.res)
+			o, f := r.runParked(rp, src, t.res, decided)
 			switch o {
 			case metrics.Dropped:
 				r.actionCanceled(k, a, req.Action, at)
@@ -1309,7 +1313,7 @@ func (r *Receiver) actionPartition(p *partition) *partition {
 // waits for what becomes of it: handled, skipped, dead-lettered (it does
 // not decode), Local (it was handled locally first), Parked (failed for
 // good again: f says why) or Dropped (the partition went).
-func (r *Receiver) runParked(rp *partition, src *kgo.Record, place executor.Resume) (metrics.Outcome, failure) {
+func (r *Receiver) runParked(rp *partition, src *kgo.Record, place executor.Resume, decided bool) (metrics.Outcome, failure) {
 	route := r.routes[src.Topic]
 	w := newLocalWait(src.Topic, string(src.Key))
 	rp.pending.Add(1)
@@ -1327,7 +1331,7 @@ func (r *Receiver) runParked(rp *partition, src *kgo.Record, place executor.Resu
 	rp.tr.push(0, 0, j)
 	j.route, j.kind = route, route.Kind
 	j.msg.Context, j.msg.Aggregate, j.msg.Kind = route.Context, route.Aggregate, route.Kind
-	j.local, j.redriven = w, true
+	j.local, j.redriven, j.decided = w, true, decided
 	rp.mu.Unlock()
 	// Its attempts run where the aggregate's run: a Blocker's on the
 	// blocking pool, not on the action's goroutine.

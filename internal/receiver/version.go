@@ -186,9 +186,18 @@ func (j *job) checkVersion(n int64) bool {
 		j.gapGiveUp(k, last)
 		return false
 	}
-	if r.o.OnGapPark && r.park != nil && !j.redriven {
-		r.log.Warn("event stream version gap: parking the aggregate at it", at...)
+	if r.o.OnGapPark && r.park != nil && !j.decided {
 		j.failure = failure{class: "version-gap", reason: fmt.Sprintf("version %d after %d: %d missing", n, last, n-last-1)}
+		if j.redriven {
+			// Behind the head the operator decided about: the action
+			// keeps the aggregate parked with this at its head, as for a
+			// message that fails again.
+			r.log.Warn("event stream version gap in a redrive: the aggregate stays parked at it", at...)
+			j.local.fail = j.failure
+			j.finish(metrics.Parked)
+			return false
+		}
+		r.log.Warn("event stream version gap: parking the aggregate at it", at...)
 		j.park()
 		return false
 	}
