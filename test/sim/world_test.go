@@ -1052,6 +1052,9 @@ const (
 	gapParkMessage   = "event stream version gap: parking the aggregate at it"
 	gapLocalMessage  = "event stream version gap in a local record; given up here"
 	gapAnywayMessage = "event stream version gap: handled anyway"
+	// A gap behind the head a redrive was asked for parks the aggregate
+	// again at it: judged as a park at a gap.
+	gapRedriveMessage = "event stream version gap in a redrive: the aggregate stays parked at it"
 
 	// Counted only, for the run's summary: that the faults and actions
 	// reached the paths they are there for.
@@ -1061,7 +1064,7 @@ const (
 )
 
 var watchedMessages = []string{givenUpMessage, closedMessage, lostMessage, retakenMessage, rewoundMessage, cutShortMessage, readFailMessage,
-	maxParkedMessage, tooLargeMessage, byHandMessage, duplicateMessage, gapParkMessage, gapLocalMessage, gapAnywayMessage}
+	maxParkedMessage, tooLargeMessage, byHandMessage, duplicateMessage, gapParkMessage, gapLocalMessage, gapAnywayMessage, gapRedriveMessage}
 
 func (c logWatch) Enabled(zapcore.Level) bool        { return true }
 func (c logWatch) With([]zapcore.Field) zapcore.Core { return c }
@@ -1150,7 +1153,12 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		w.seen.byHand++
 	case strings.HasPrefix(e.Message, duplicateMessage):
 		w.versionDuplicate(c.m, topicName, pos{partition, offset}, aggregate, version, last)
-	case strings.HasPrefix(e.Message, gapParkMessage):
+	case strings.HasPrefix(e.Message, gapParkMessage), strings.HasPrefix(e.Message, gapRedriveMessage):
+		if strings.HasPrefix(e.Message, gapRedriveMessage) {
+			w.mu.Lock()
+			w.ver.redriveGaps++
+			w.mu.Unlock()
+		}
 		w.gapParked(c.m, topicName, pos{partition, offset}, aggregate, version, last)
 	case strings.HasPrefix(e.Message, gapLocalMessage):
 		w.mu.Lock()
@@ -1162,6 +1170,12 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		defer w.mu.Unlock()
 		w.ver.handledAnyway++
 		c.m.gapsLogged++
+		if w.park && !w.parkedAtLocked(aggregate, version) {
+			// With on-gap park, a gap is handed over only as the head a
+			// redrive was asked for: the aggregate parked at it first.
+			w.violateLocked("member %d handed %s version %d (partition %d offset %d) to the handler past a version gap (last handled %d) without parking at it first",
+				c.m.id, aggregate, version, partition, offset, last)
+		}
 	default: // a redrive cut short, or failing to read
 		w.mu.Lock()
 		defer w.mu.Unlock()
