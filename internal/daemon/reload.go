@@ -123,6 +123,12 @@ func (r *reloader) close() {
 // once per distinct error. ReloadNow reads the file at once, changed or
 // not. Call it before Start.
 func (rt *Daemon) WatchConfig(r Reload) error {
+	// Absolute from here on: the watcher names events by the directories
+	// it watches, and a relative path's link target (EvalSymlinks keeps
+	// it relative) would never match them.
+	if abs, err := filepath.Abs(r.Path); err == nil {
+		r.Path = abs
+	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watching the configuration: %w", err)
@@ -381,6 +387,7 @@ func (rt *Daemon) apply(data []byte) (metrics.ReloadOutcome, error) {
 		commits []func()
 		level   *zapcore.Level
 		done    = map[string]bool{} // dispatchers whose handler was prepared
+		refused []error             // of the dispatchers' handlers, each problem
 	)
 	for _, c := range changed {
 		if !c.Reload {
@@ -406,13 +413,32 @@ func (rt *Daemon) apply(data []byte) (metrics.ReloadOutcome, error) {
 		}
 		done[name] = true
 		if err := fitsRunningTry(r.Path, name, cfg, rt.cfg); err != nil {
-			return 0, err
+			refused = append(refused, err)
+			continue
 		}
 		commit, err := h.Reconfigure(cfg.Dispatchers[name].Handler.Decoded)
 		if err != nil {
-			return 0, fmt.Errorf("wow.dispatchers.%s.handler: %w", name, err)
+			refused = append(refused, fmt.Errorf("wow.dispatchers.%s.handler: %w", name, err))
+			continue
 		}
 		commits = append(commits, commit)
+	}
+	if len(refused) > 0 {
+		// Every dispatcher's problem at once, nothing applied (the
+		// prepared ones are dropped uncommitted). One the file itself
+		// refuses (config.Invalid) goes first: the file then stands
+		// refused until it changes, however passing the others are.
+		slices.SortStableFunc(refused, func(a, b error) int {
+			ia, ib := config.Invalid(a), config.Invalid(b)
+			switch {
+			case ia && !ib:
+				return -1
+			case ib && !ia:
+				return 1
+			}
+			return 0
+		})
+		return 0, errors.Join(refused...)
 	}
 	r.mu.Lock()
 	if r.closing {
