@@ -13,9 +13,10 @@
 // always returns the first batch), so the bound holds for batches smaller
 // than a receiver's part.
 //
-// Concurrency: Budget.mu guards the member count; a Fetch's ratio is an
-// atomic written by the client's fetch goroutines and read by its
-// receiver's poll loop, which alone calls Limits.
+// Concurrency: Budget.mu guards the member count; a Fetch's per-topic
+// ratios are guarded by its topicMu (the client's fetch goroutines write
+// them), and the highest is published in an atomic that its receiver's
+// poll loop, which alone calls Limits, reads.
 package memory
 
 import (
@@ -210,12 +211,14 @@ func (b *Budget) Reserve(n int) {
 // Fetch is one client's part of the budget. It is the client's
 // kgo.HookFetchBatchRead (pass it to kgo.WithHooks).
 type Fetch struct {
-	b                 *Budget       // nil: Unbudgeted
-	maxBytes, maxPart int32         // configured upper bounds (Configure)
-	ratio             atomic.Uint64 // float64 bits: decompressed / compressed bytes of recent batches
-	perRecord         atomic.Uint64 // float64 bits: compressed bytes per record of recent batches; 0 before the first
-	maxBatch          atomic.Int64  // the largest compressed batch read
-	held              atomic.Int64  // decompressed bytes the client's owner holds of records it took (Hold)
+	b                 *Budget            // nil: Unbudgeted
+	maxBytes, maxPart int32              // configured upper bounds (Configure)
+	ratio             atomic.Uint64      // float64 bits: the highest of topicRatio: what fetches are sized by
+	topicMu           sync.Mutex         // guards topicRatio
+	topicRatio        map[string]float64 // per topic: decompressed / compressed bytes of its recent batches
+	perRecord         atomic.Uint64      // float64 bits: compressed bytes per record of recent batches; 0 before the first
+	maxBatch          atomic.Int64       // the largest compressed batch read
+	held              atomic.Int64       // decompressed bytes the client's owner holds of records it took (Hold)
 	left              atomic.Bool
 }
 
@@ -253,27 +256,38 @@ func (f *Fetch) Leave() {
 	f.b.mu.Unlock()
 }
 
-// OnFetchBatchRead notes the decompression ratio of a batch: a moving
-// average weighted towards the batch when it compresses better than the
-// average (the side that would overrun the budget), so the fetch size
-// shrinks at once and grows back slowly.
-func (f *Fetch) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+// OnFetchBatchRead notes the decompression ratio of a batch in its topic's
+// moving average, weighted towards the batch when it compresses better than
+// the average (the side that would overrun the budget), so the fetch size
+// shrinks at once and grows back slowly. Fetches are sized by the highest
+// topic's: one client reads all the topics of its context, and a topic
+// that compresses far better than the others, averaged with them, would be
+// fetched several times the part once it comes alone (a backlog of its
+// own, a partition resuming).
+func (f *Fetch) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.FetchBatchMetrics) {
 	if m.CompressedBytes <= 0 || m.UncompressedBytes <= 0 {
 		return
 	}
 	r := float64(m.UncompressedBytes) / float64(m.CompressedBytes)
-	for {
-		old := f.ratio.Load()
-		avg := math.Float64frombits(old)
-		w := 1.0 / 16
-		if r > avg {
-			w = 1.0 / 2
-		}
-		next := avg + w*(r-avg)
-		if f.ratio.CompareAndSwap(old, math.Float64bits(next)) {
-			break
-		}
+	f.topicMu.Lock()
+	if f.topicRatio == nil {
+		f.topicRatio = map[string]float64{}
 	}
+	avg, ok := f.topicRatio[topic]
+	if !ok {
+		avg = InitialRatio
+	}
+	w := 1.0 / 16
+	if r > avg {
+		w = 1.0 / 2
+	}
+	f.topicRatio[topic] = avg + w*(r-avg)
+	highest := 0.0
+	for _, tr := range f.topicRatio {
+		highest = max(highest, tr)
+	}
+	f.ratio.Store(math.Float64bits(highest))
+	f.topicMu.Unlock()
 	for b := int64(m.CompressedBytes); ; {
 		old := f.maxBatch.Load()
 		if b <= old || f.maxBatch.CompareAndSwap(old, b) {
