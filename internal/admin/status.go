@@ -45,7 +45,7 @@ const (
 	PauseShareCap    = "share_cap"                // the partition holds half the window and more of its messages wait while others go on
 	PauseParkedCap   = receiver.PausedParkedCap   // max-parked aggregates parked: every partition waits for an unpark
 	PauseParkedState = "parked_state"             // newly assigned: waits until its parked aggregates are read
-	PauseRecordsHeld = receiver.PausedRecordsHeld // fetched records waiting for room fill the receiver's part of the memory budget: every partition waits
+	PauseRecordsHeld = receiver.PausedRecordsHeld // fetched records waiting for room fill the receiver's part of the memory budget, or reach twice its window: every partition waits
 )
 
 // backPressure reports whether a pause reason is back-pressure: a full

@@ -405,7 +405,7 @@ fetch and produce byte counters add ` + "`topic`" + `. Among them:
 | ` + "`wowd_kafka_read_errors_total`" + `, ` + "`wowd_kafka_write_errors_total`" + ` | failed reads from and writes to a broker connection |
 | ` + "`wowd_kafka_read_bytes_total`" + `, ` + "`wowd_kafka_write_bytes_total`" + ` | bytes read from and written to brokers |
 | ` + "`wowd_kafka_fetch_bytes_total`" + ` | uncompressed bytes fetched, per topic |
-| ` + "`wowd_kafka_buffered_fetch_records_total`" + `, ` + "`wowd_kafka_buffered_fetch_bytes`" + ` | records and bytes fetched but not yet polled (bounded by the fetch limits) |
+| ` + "`wowd_kafka_buffered_fetch_records_total`" + `, ` + "`wowd_kafka_buffered_fetch_bytes`" + ` | records and bytes fetched but not yet polled, decompressed (the fetch limits count compressed bytes: bounded by them times the compression, and by the memory budget) |
 | ` + "`wowd_kafka_produce_bytes_total`" + ` | uncompressed bytes produced, per topic: dead letters, parked-aggregate state, ingest |
 | ` + "`wowd_kafka_buffered_produce_records_total`" + `, ` + "`wowd_kafka_buffered_produce_bytes`" + ` | records and bytes waiting in the client to be produced (0 on a client that only consumes) |
 

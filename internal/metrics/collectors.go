@@ -43,7 +43,7 @@ var (
 	descMaxInFlight = prometheus.NewDesc(Namespace+"_receiver_max_in_flight",
 		"The receiver's window: most unfinished messages before it pauses fetching.", receiverLabels, nil)
 	descPaused = prometheus.NewDesc(Namespace+"_receiver_paused",
-		"1 while the receiver's fetching is paused because its window is full, or because the records that wait for room in it (or in their partition's share) fill its part of the memory budget; not while it is paused for a backoff or for max-parked (wowd_receiver_backing_off, wowd_receiver_park_full).", receiverLabels, nil)
+		"1 while the receiver's fetching is paused because its window is full, or because the records that wait for room in it (or in their partition's share) fill its part of the memory budget or reach twice its window; not while it is paused for a backoff or for max-parked (wowd_receiver_backing_off, wowd_receiver_park_full).", receiverLabels, nil)
 	descPausedPartitions = prometheus.NewDesc(Namespace+"_receiver_paused_partitions",
 		"Partitions paused because their uncommitted span grew too long (a message stuck at the head).", receiverLabels, nil)
 	descAssigned = prometheus.NewDesc(Namespace+"_receiver_assigned_partitions",

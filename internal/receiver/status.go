@@ -26,7 +26,7 @@ const (
 	PausedWindowFull  = "window_full"  // max-in-flight unfinished records: waits for a sixteenth of the window
 	PausedSinkBackoff = "sink_backoff" // most recent handler attempts failed: fetching waits for the backoff delay
 	PausedParkedCap   = "parked_cap"   // max-parked aggregates parked and another must park: fetching waits for an unpark
-	PausedRecordsHeld = "records_held" // fetched records that wait for room in the window or their partition's share fill the receiver's part of the memory budget
+	PausedRecordsHeld = "records_held" // fetched records that wait for room in the window or their partition's share fill the receiver's part of the memory budget, or reach twice its window
 )
 
 // oldestScan is the most tracker entries Status reads per partition when
