@@ -266,7 +266,8 @@ another machine (a container whose secrets are mounted there).`,
 		Short: "Print the effective configuration, defaults included, secrets masked",
 		Long: `Print the effective configuration, defaults included, secrets masked. A
 comment after each value says where it came from: default, the file and
-line, env WOW_..., or --set.`,
+line, env WOW_..., or --set; each dispatcher's, the consumer groups its
+receivers join.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, origins, err := a.loadDocument(cmd)

@@ -64,7 +64,55 @@ func (c *Config) WriteOrigins(w io.Writer, reg *handler.Registry, o *Origins) er
 		return err
 	}
 	o.annotate("", root)
+	c.annotateGroups(root)
 	return encode(w, root)
+}
+
+// annotateGroups comments each dispatcher of the tree with the consumer
+// groups its receivers join (GroupID), which group-id, a derived default
+// or an override with a suffix per context, does not show as a value.
+func (c *Config) annotateGroups(root *yaml.Node) {
+	ds := mappingAt(root, "wow", "dispatchers")
+	if ds == nil {
+		return
+	}
+	for i := 0; i+1 < len(ds.Content); i += 2 {
+		name := ds.Content[i].Value
+		d, ok := c.Dispatchers[name]
+		if !ok {
+			continue
+		}
+		var groups []string
+		for _, ctxName := range d.Contexts {
+			if bc, ok := c.Contexts[ctxName]; ok && len(d.AggregatesOf(bc)) > 0 {
+				groups = append(groups, c.GroupID(name, bc.Alias))
+			}
+		}
+		if len(groups) > 0 {
+			ds.Content[i].LineComment = "consumer groups: " + strings.Join(groups, ", ")
+		}
+	}
+}
+
+// mappingAt returns the mapping under the keys path of n, or nil.
+func mappingAt(n *yaml.Node, path ...string) *yaml.Node {
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, k := range path {
+		var next *yaml.Node
+		for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				next = n.Content[i+1]
+				break
+			}
+		}
+		if next == nil || next.Kind != yaml.MappingNode {
+			return nil
+		}
+		n = next
+	}
+	return n
 }
 
 // annotate sets the line comment of every value under n, a mapping at path,

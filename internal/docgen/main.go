@@ -246,7 +246,8 @@ from ` + "`--set`" + ` and from the file alike: ` + "`headers.X-Tenant=42`" + ` 
 
 ` + "`wowd config print`" + ` follows each value with a comment saying where it came from:
 ` + "`# default`" + `, ` + "`# FILE:LINE`" + `, ` + "`# env WOW_LOG_LEVEL`" + ` or ` + "`# --set`" + ` (` + "`--plain`" + `
-leaves them out).
+leaves them out), and each dispatcher with the consumer groups its receivers
+join (` + "`# consumer groups: carts.projection.example`" + `).
 
 `)
 	b.WriteString(reloadSection())
