@@ -212,10 +212,13 @@ func (r *Receiver) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[st
 	// see the revoke too, or it would take the revoke for a join and skip
 	// its final commit (see stop).
 	r.revoking.Add(1)
-	defer r.revoking.Add(-1)
 	r.rebalancing.Store(true)
 	r.commitMu.lock()
 	defer r.commitMu.unlock()
+	// Uncounted before commitMu is let go (defers run last first): a stop
+	// that takes commitMu next must not take this finished revoke for one
+	// still waiting for the lock, and commit into the join that follows.
+	defer r.revoking.Add(-1)
 	gone := r.take(revoked)
 	for _, p := range gone {
 		r.retire(p) // owned no more, but its tries are held to their deadline while it drains
