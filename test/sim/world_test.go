@@ -703,7 +703,7 @@ type behaviour uint8
 const (
 	ackSync       behaviour = iota // handled, acknowledged in Handle
 	ackAsync                       // handled, acknowledged later from another goroutine
-	ackTwice                       // acknowledged, then acknowledged again
+	ackTwice                       // acknowledged, then acknowledged again (in half the cases, by two goroutines at once)
 	ackStale                       // acknowledged, then the Ack of an earlier message called again
 	failOnce                       // a transient error on the first try
 	failPermanent                  // a permanent error
@@ -838,6 +838,19 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 		})
 	case ackTwice:
 		w.succeeded(at, key, seq, called)
+		if d/time.Millisecond%2 == 0 {
+			// From two goroutines released together: the two calls
+			// race for the try, and exactly one may conclude it.
+			start := make(chan struct{})
+			for range 2 {
+				w.bg.Go(func() {
+					<-start
+					ack.Done(nil)
+				})
+			}
+			close(start)
+			break
+		}
 		defer ack.Done(nil)
 		ack.Done(nil)
 	case ackStale:
