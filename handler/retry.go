@@ -166,6 +166,7 @@ type retryState uint8
 const (
 	retryRunning retryState = iota // an attempt is in progress
 	retryWaiting                   // in retrier.waiting, its timer running
+	retryQueued                    // its backoff over, handed to the Resumer's pool: no attempt yet
 	retryDone                      // outcome reported or being reported
 )
 
@@ -384,45 +385,61 @@ func (c *retryCall) Complete(token uint64, err error) {
 	if ra, ok := errors.AsType[retryAfterError](err); ok {
 		wait = max(ra.RetryAfter(), wait)
 	}
-	r.mu.Lock()
-	if r.closed {
-		c.state = retryDone
-		r.mu.Unlock()
-		c.finish(WithAttempts(int(n), fmt.Errorf("%w (last attempt: %w)", ErrClosed, err)))
+	// The observer (wowd's receiver: its retried count, failure streak
+	// and try deadline) hears of the retry while c still runs: canceled
+	// leaves a running call to this outcome, so c cannot be acknowledged,
+	// and its message handed back, before the observer is told about it.
+	// It is told only when the retry looks certain (closed or canceled
+	// before, the message is acknowledged instead), and before the next
+	// attempt can start (the timer starts after it). A Close or a cancel
+	// during the call is found below: the message is acknowledged then,
+	// and the retry the observer was told of does not come. (Outside
+	// r.mu: the observer takes locks of its own.)
+	if stop := c.abandon(n, err); stop {
 		return
 	}
-	if ctxErr := c.ctx.Err(); ctxErr != nil {
-		// Cancelled since the check above: canceled ran then, found the
-		// call running and left it to this outcome. Once c waits (under
-		// r.mu), canceled acknowledges it instead.
-		c.state = retryDone
+	if r.p.Observer != nil {
+		r.p.Observer.Retrying(c.m, c.before+int(n), err, wait)
+	}
+	r.mu.Lock()
+	if r.closed || c.ctx.Err() != nil {
 		r.mu.Unlock()
-		c.finish(WithAttempts(int(n), fmt.Errorf("%w (last attempt: %w)", ctxErr, err)))
+		c.abandon(n, err)
 		return
 	}
 	c.state = retryWaiting
 	r.waiting[c] = struct{}{}
 	if r.blocking {
 		c.wait = wait // inPlace waits it out, once this Complete returned (taken)
+	} else {
+		c.timer = time.AfterFunc(wait, c.fire)
 	}
 	r.mu.Unlock()
-	// Told only now that the retry is certain (closed or canceled before,
-	// the message was acknowledged above instead: an observer, wowd's
-	// receiver with its retried count, failure streak and try deadline,
-	// must not hear of a retry that never comes), and before the next
-	// attempt can start: the timer starts after it. (Outside r.mu: the
-	// observer takes locks of its own.) A cancel or Close meanwhile finds
-	// c waiting without a timer and acknowledges it; then none starts.
-	if r.p.Observer != nil {
-		r.p.Observer.Retrying(c.m, c.before+int(n), err, wait)
-	}
-	if !r.blocking {
-		r.mu.Lock()
-		if c.state == retryWaiting && c.timer == nil {
-			c.timer = time.AfterFunc(wait, c.fire)
-		}
+}
+
+// abandon acknowledges c, whose attempt n failed with err, instead of
+// retrying it, if the retrier closed or c's context ended, and reports
+// whether it did. Once c waits (under r.mu), canceled and Close
+// acknowledge it instead.
+func (c *retryCall) abandon(n int64, err error) bool {
+	r := c.r
+	r.mu.Lock()
+	var why error
+	switch {
+	case r.closed:
+		why = ErrClosed
+	case c.ctx.Err() != nil:
+		// Cancelled since Complete's first check: canceled ran then, found
+		// the call running and left it to this outcome.
+		why = c.ctx.Err()
+	default:
 		r.mu.Unlock()
+		return false
 	}
+	c.state = retryDone
+	r.mu.Unlock()
+	c.finish(WithAttempts(int(n), fmt.Errorf("%w (last attempt: %w)", why, err)))
+	return true
 }
 
 // taken tells inPlace, if it waits, that an attempt's outcome was taken.
@@ -442,10 +459,11 @@ func (c *retryCall) stopTimer() {
 	}
 }
 
-// endWait moves c, waiting out its backoff, to running, and counts its
-// next attempt as being handed to h (starting: the caller calls Done). It
-// reports false if c no longer waits (canceled or closed meanwhile).
-func (c *retryCall) endWait() bool {
+// endWait moves c, waiting out its backoff, to next (running, or queued
+// for the pool), and counts its next attempt as being handed to h
+// (starting: the caller calls Done). It reports false if c no longer waits
+// (canceled or closed meanwhile).
+func (c *retryCall) endWait(next retryState) bool {
 	r := c.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -454,14 +472,14 @@ func (c *retryCall) endWait() bool {
 	}
 	delete(r.waiting, c)
 	c.timer = nil
-	c.state = retryRunning
+	c.state = next
 	r.starting.Add(1)
 	return true
 }
 
 // fire runs when the backoff of c is over.
 func (c *retryCall) fire() {
-	if !c.endWait() {
+	if !c.endWait(retryRunning) {
 		return
 	}
 	defer c.r.starting.Done()
@@ -469,37 +487,51 @@ func (c *retryCall) fire() {
 }
 
 // resume runs when the backoff of c, a blocking call with a Resumer, is
-// over: its next attempts wait for a goroutine of the pool. Close waits
-// for them as for an attempt being handed to h (starting); if the pool
-// stops first, or the retrier closed while they waited, c is acknowledged
-// with ErrClosed instead.
+// over: its next attempts wait for a goroutine of the pool, queued. Close
+// waits for them as for an attempt being handed to h (starting); if the
+// pool stops first, or the retrier closed while they waited, c is
+// acknowledged with ErrClosed instead; canceled acknowledges a queued call
+// at once (no attempt is in progress), and the pool then has nothing to run.
 func (c *retryCall) resume() {
-	if !c.endWait() {
+	if !c.endWait(retryQueued) {
 		return
 	}
 	r := c.r
 	c.resumer.Resume(func() {
 		defer r.starting.Done()
 		r.mu.Lock()
-		closed := r.closed
-		r.mu.Unlock()
-		if closed {
-			c.done(c.withAttempts(ErrClosed))
+		switch {
+		case c.state != retryQueued: // canceled meanwhile: acknowledged
+			r.mu.Unlock()
+			return
+		case r.closed:
+			c.state = retryDone
+			r.mu.Unlock()
+			c.finish(c.withAttempts(ErrClosed))
 			return
 		}
+		c.state = retryRunning
+		r.mu.Unlock()
 		c.inPlace()
 	}, func() {
 		defer r.starting.Done()
-		c.done(c.withAttempts(ErrClosed))
+		r.mu.Lock()
+		if c.state != retryQueued {
+			r.mu.Unlock()
+			return
+		}
+		c.state = retryDone
+		r.mu.Unlock()
+		c.finish(c.withAttempts(ErrClosed))
 	})
 }
 
-// canceled runs when the context of c is canceled. A waiting call is
-// acknowledged at once; a running one when its attempt ends.
+// canceled runs when the context of c is canceled. A waiting or queued
+// call is acknowledged at once; a running one when its attempt ends.
 func (c *retryCall) canceled() {
 	r := c.r
 	r.mu.Lock()
-	if c.state != retryWaiting {
+	if c.state != retryWaiting && c.state != retryQueued {
 		r.mu.Unlock()
 		return
 	}
