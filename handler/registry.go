@@ -46,6 +46,18 @@ type Observer interface {
 	Retrying(m *Message, attempt int, err error, wait time.Duration)
 }
 
+// PanicObserver is an [Observer] that is also told of a panic of a handler
+// [WithRetry] wraps that came after the attempt had reported the message's
+// outcome. That outcome stands; WithRetry recovers the panic (a retry runs
+// on a timer's goroutine, where a panic would end the process), and without
+// this it would go unseen. The message is named by where it was (its
+// Context, Topic, Partition and Offset, read when WithRetry got it): it is
+// no longer the handler's.
+type PanicObserver interface {
+	Observer
+	PanickedAfterOutcome(context, topic string, partition int32, offset int64, err error)
+}
+
 // Spec describes a handler type: its name, its configuration and how to build it.
 type Spec struct {
 	// Name is the value of `handler.type` that selects this handler.

@@ -184,6 +184,10 @@ type retryCall struct {
 	// before is the attempts of earlier tries of the message
 	// (AttemptsBefore of ctx): attempt n of this call is number before+n.
 	before int
+	// Where the message was, for a PanicObserver once it is acknowledged.
+	context, topic string
+	partition      int32
+	offset         int64
 
 	state retryState    // guarded by retrier.mu
 	timer *time.Timer   // guarded by retrier.mu; set while retryWaiting, unless blocking without a resumer
@@ -216,7 +220,8 @@ func (r *retrier) Handle(ctx context.Context, m *Message, ack Ack) {
 		return
 	}
 	defer r.starting.Done()
-	c := &retryCall{r: r, ctx: ctx, m: m, ack: ack, before: AttemptsBefore(ctx)}
+	c := &retryCall{r: r, ctx: ctx, m: m, ack: ack, before: AttemptsBefore(ctx),
+		context: m.Context, topic: m.Topic, partition: m.Partition, offset: m.Offset}
 	c.stop = context.AfterFunc(ctx, c.canceled)
 	if !r.blocking {
 		c.try()
@@ -340,11 +345,17 @@ func (c *retryCall) try() bool {
 	n := c.attempts.Add(1)
 	// Attempts after the first run on a timer's goroutine (unless h
 	// blocks), where a panic of the wrapped handler would end the process:
-	// it fails the message permanently instead (an attempt that already
-	// reported its outcome keeps it).
+	// it fails the message permanently instead. An attempt that already
+	// reported its outcome keeps it, and the panic goes to the observer.
 	defer func() {
 		if v := recover(); v != nil {
-			c.Complete(uint64(n), Recovered(v, debug.Stack()))
+			err := Recovered(v, debug.Stack())
+			if c.complete(uint64(n), err) {
+				return
+			}
+			if po, ok := c.r.p.Observer.(PanicObserver); ok {
+				po.PanickedAfterOutcome(c.context, c.topic, c.partition, c.offset, err)
+			}
 		}
 	}()
 	if c.r.numbered != nil {
@@ -356,10 +367,14 @@ func (c *retryCall) try() bool {
 }
 
 // Complete implements ack.Completer: the outcome of attempt token.
-func (c *retryCall) Complete(token uint64, err error) {
+func (c *retryCall) Complete(token uint64, err error) { c.complete(token, err) }
+
+// complete is Complete; it reports false for a second outcome of the
+// attempt, which it ignores.
+func (c *retryCall) complete(token uint64, err error) bool {
 	n := int64(token)
 	if !c.acked.CompareAndSwap(n-1, n) {
-		return // a second acknowledgement of this attempt
+		return false // a second acknowledgement of this attempt
 	}
 	if c.next != nil {
 		defer c.taken()
@@ -368,15 +383,15 @@ func (c *retryCall) Complete(token uint64, err error) {
 	class, _ := Classify(err)
 	if err == nil || class != Transient || errors.Is(err, ErrClosed) {
 		c.done(WithAttempts(int(n), err))
-		return
+		return true
 	}
 	if ctxErr := c.ctx.Err(); ctxErr != nil {
 		c.done(WithAttempts(int(n), fmt.Errorf("%w (last attempt: %w)", ctxErr, err)))
-		return
+		return true
 	}
 	if r.p.MaxAttempts > 0 && int(n) >= r.p.MaxAttempts {
 		c.done(WithAttempts(int(n), Classed(Transient, fmt.Errorf("giving up after %d attempts: %w", n, err))))
-		return
+		return true
 	}
 	// A wait the failure asks for lengthens the backoff, never shortens
 	// it: a target answering Retry-After: 0 would otherwise be retried as
@@ -396,7 +411,7 @@ func (c *retryCall) Complete(token uint64, err error) {
 	// and the retry the observer was told of does not come. (Outside
 	// r.mu: the observer takes locks of its own.)
 	if stop := c.abandon(n, err); stop {
-		return
+		return true
 	}
 	if r.p.Observer != nil {
 		r.p.Observer.Retrying(c.m, c.before+int(n), err, wait)
@@ -405,7 +420,7 @@ func (c *retryCall) Complete(token uint64, err error) {
 	if r.closed || c.ctx.Err() != nil {
 		r.mu.Unlock()
 		c.abandon(n, err)
-		return
+		return true
 	}
 	c.state = retryWaiting
 	r.waiting[c] = struct{}{}
@@ -415,6 +430,7 @@ func (c *retryCall) Complete(token uint64, err error) {
 		c.timer = time.AfterFunc(wait, c.fire)
 	}
 	r.mu.Unlock()
+	return true
 }
 
 // abandon acknowledges c, whose attempt n failed with err, instead of

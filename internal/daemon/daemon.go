@@ -713,3 +713,11 @@ func (o *observer) Retrying(m *handler.Message, attempt int, err error, wait tim
 		r.Retrying(m, attempt, err, wait)
 	}
 }
+
+var _ handler.PanicObserver = (*observer)(nil)
+
+func (o *observer) PanickedAfterOutcome(context, topic string, partition int32, offset int64, err error) {
+	if r := o.byContext[context]; r != nil {
+		r.PanickedAfterOutcome(topic, partition, offset, err)
+	}
+}

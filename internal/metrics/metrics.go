@@ -95,7 +95,7 @@ func New(version string) *Metrics {
 		}, []string{"dispatcher", "context", "handler"}),
 		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "handler_panics_total",
-			Help: "Panics recovered from a handler: each fails its message permanently (class panic).",
+			Help: "Panics recovered from a handler: each fails its message permanently (class panic), unless the handler had reported the message's outcome before it panicked (that outcome stands).",
 		}, []string{"dispatcher", "context", "handler"}),
 		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "receiver_rewinds_total",

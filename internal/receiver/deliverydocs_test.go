@@ -29,6 +29,12 @@ func (o *retryObserver) Retrying(m *handler.Message, attempt int, err error, wai
 	}
 }
 
+func (o *retryObserver) PanickedAfterOutcome(_, topic string, partition int32, offset int64, err error) {
+	if r := o.r.Load(); r != nil {
+		r.PanickedAfterOutcome(topic, partition, offset, err)
+	}
+}
+
 // heldThenFailed fails agg-0's message transiently until its
 // attempts run out (which starts the receiver's backoff: the message is
 // held), lets agg-1's message succeed while agg-0's waits (which ends the

@@ -368,8 +368,8 @@ func (j *job) call() {
 			if !j.take(token) {
 				// The handler reported an outcome before it panicked, and j
 				// may be finished and reused by now: only r and at are
-				// safe to use.
-				r.panicked(at, err)
+				// safe to use. The outcome stands.
+				r.panicked(at, err, true)
 				return
 			}
 			j.kept = true // goroutines the handler started may still read the message
@@ -425,7 +425,7 @@ func (j *job) conclude(err error) {
 		return
 	}
 	if errors.Is(err, handler.ErrPanicked) {
-		r.panicked(j.position(), err)
+		r.panicked(j.position(), err, false)
 	}
 	class, _ := handler.Classify(err)
 	if class == handler.Transient && j.p.ctx.Err() == nil {
@@ -607,16 +607,28 @@ func (r *Receiver) outcome(failed bool) {
 	}
 }
 
+// PanickedAfterOutcome counts and logs a panic of the handler, recovered
+// by handler.WithRetry, that came after the attempt had reported the
+// outcome of the message at topic, partition and offset: the outcome
+// stands (handler.PanicObserver, through the daemon's observer).
+func (r *Receiver) PanickedAfterOutcome(topic string, partition int32, offset int64, err error) {
+	r.panicked(position{topic: topic, partition: partition, offset: offset}, err, true)
+}
+
 // panicked logs and counts a panic of the handler. The first panic of a
 // receiver is logged with its stack; later ones without, so a handler that
 // panics on every message cannot flood the log.
-func (r *Receiver) panicked(at position, err error) {
+func (r *Receiver) panicked(at position, err error, outcomeStands bool) {
 	r.m.Panic()
 	fields := []zap.Field{zap.String("topic", at.topic), zap.Int32("partition", at.partition),
 		zap.Int64("offset", at.offset), zap.Error(err)}
 	var withStack interface{ PanicStack() []byte }
 	if errors.As(err, &withStack) && r.panicLogged.CompareAndSwap(false, true) {
 		fields = append(fields, zap.ByteString("stack", withStack.PanicStack()))
+	}
+	if outcomeStands {
+		r.log.Error("handler panicked after reporting the message's outcome; the outcome stands", fields...)
+		return
 	}
 	r.log.Error("handler panicked; the message fails permanently", fields...)
 }
