@@ -222,11 +222,16 @@ func (a *app) sources(cmd *cobra.Command) config.Sources {
 // load reads and validates the configuration of cmd: --config (or
 // WOWD_CONFIG), the environment and --set.
 func (a *app) load(cmd *cobra.Command) (*config.Config, *config.Origins, error) {
+	return a.loadContext(context.Background(), cmd)
+}
+
+// loadContext is load that gives up reading wow.metadata once ctx is done.
+func (a *app) loadContext(ctx context.Context, cmd *cobra.Command) (*config.Config, *config.Origins, error) {
 	path := a.configPath(cmd)
 	if path == "" {
 		return nil, nil, configError(errors.New("no configuration: pass --config FILE or set WOWD_CONFIG"))
 	}
-	cfg, origins, err := config.LoadSources(path, a.reg, a.sources(cmd))
+	cfg, origins, err := config.LoadSourcesContext(ctx, path, a.reg, a.sources(cmd))
 	if err != nil {
 		return nil, nil, configError(err)
 	}

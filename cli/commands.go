@@ -36,22 +36,36 @@ file again at once, changed or not.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			hup, stopHup := hangups() // from here on, SIGHUP does not end wowd
 			defer stopHup()
+			// From here on too, SIGTERM and SIGINT stop wowd with exit 0:
+			// reading wow.metadata can take a while.
+			ctx, stopSignals := signalContext()
+			defer stopSignals()
 			// Before the load: a change of the file from here on, before
 			// it is watched, is applied once wowd runs.
 			read, _ := os.ReadFile(a.configPath(cmd))
-			cfg, _, err := a.load(cmd)
+			cfg, _, err := a.loadContext(ctx, cmd)
+			if ctx.Err() != nil {
+				return a.stoppedBeforeStart()
+			}
 			if err != nil {
 				return err
 			}
-			return a.serve(cmd, cfg, read, hup, nil)
+			return a.serve(ctx, cmd, cfg, read, hup, nil)
 		},
 	}
 	a.configFlag(cmd, "", "configuration file")
 	return cmd
 }
 
-// serve runs the runtime until a signal, then stops it within the shutdown
-// timeout. While `wowd run` runs, changes of its configuration file are
+// stoppedBeforeStart is the end of a command stopped by SIGTERM or SIGINT
+// while it read its configuration: exit 0, as for a stop once it runs.
+func (a *app) stoppedBeforeStart() error {
+	fmt.Fprintln(a.stderr, "wowd: signal received while reading the configuration; stopped before starting")
+	return nil
+}
+
+// serve runs the runtime until a signal (signals, from signalContext, is
+// done), then stops it within the shutdown timeout. While `wowd run` runs, changes of its configuration file are
 // applied as far as they can be (see daemon.WatchConfig), and SIGHUP reads
 // it again at once; without a file watched, SIGHUP is logged and ignored.
 // hup is from hangups, called before the configuration was read (which
@@ -60,7 +74,7 @@ file again at once, changed or not.`,
 // read is what the file held before cfg was loaded from it (see
 // daemon.Reload), nil when unknown. extra runs after the runtime started (dev mode's demo traffic) and
 // returns a function that undoes it.
-func (a *app) serve(cmd *cobra.Command, cfg *config.Config, read []byte, hup <-chan os.Signal, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
+func (a *app) serve(signals context.Context, cmd *cobra.Command, cfg *config.Config, read []byte, hup <-chan os.Signal, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
 	log, level, err := a.logger(cfg)
 	if err != nil {
 		return err
@@ -86,7 +100,7 @@ func (a *app) serve(cmd *cobra.Command, cfg *config.Config, read []byte, hup <-c
 			log.Warn("changes of the configuration file will need a restart", zap.Error(err))
 		}
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := context.WithCancel(signals)
 	defer cancel()
 	rt.Start(ctx)
 	var (
@@ -150,12 +164,17 @@ after it stops.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			hup, stopHup := hangups() // from here on, SIGHUP does not end wowd
 			defer stopHup()
+			ctx, stopSignals := signalContext() // and SIGTERM or SIGINT stops it with exit 0
+			defer stopSignals()
 			var cfg *config.Config
 			var err error
 			if a.configPath(cmd) != "" {
-				cfg, _, err = a.load(cmd)
-			} else if cfg, _, err = config.ParseSources(configs.Dev, "configs/dev.yaml", a.reg, a.sources(cmd)); err != nil {
+				cfg, _, err = a.loadContext(ctx, cmd)
+			} else if cfg, _, err = config.ParseSourcesContext(ctx, configs.Dev, "configs/dev.yaml", a.reg, a.sources(cmd)); err != nil {
 				err = configError(err)
+			}
+			if ctx.Err() != nil {
+				return a.stoppedBeforeStart()
 			}
 			if err != nil {
 				return err
@@ -176,7 +195,14 @@ after it stops.`,
 			}
 			b, err := devbroker.Start(cfg.Kafka.BootstrapServers[0], cfg.Dev.Partitions, topics)
 			if errors.Is(err, devbroker.ErrSetting) {
-				return configError(fmt.Errorf("wowd dev (wow.kafka.bootstrap-servers[0], wow.dev.partitions): %w", err))
+				from := "configs/dev.yaml (compiled in)"
+				switch path := a.configPath(cmd); {
+				case path != "" && cmd.Flags().Changed("config"):
+					from = path
+				case path != "":
+					from = path + " (from WOWD_CONFIG; unset it for the compiled-in configs/dev.yaml)"
+				}
+				return configError(fmt.Errorf("wowd dev, %s: wow.kafka.bootstrap-servers[0], wow.dev.partitions: %w", from, err))
 			}
 			if err != nil {
 				return err
@@ -184,7 +210,7 @@ after it stops.`,
 			defer b.Close()
 			cfg.Kafka.BootstrapServers = []string{b.Addr()}
 			fmt.Fprintf(a.stderr, "wowd dev: embedded broker on %s with %d topics of %d partitions\n", b.Addr(), len(topics), cfg.Dev.Partitions)
-			return a.serve(cmd, cfg, nil, hup, func(ctx context.Context, log *zap.Logger) (func(), error) {
+			return a.serve(ctx, cmd, cfg, nil, hup, func(ctx context.Context, log *zap.Logger) (func(), error) {
 				if !cfg.Dev.Demo {
 					return nil, nil
 				}

@@ -333,11 +333,17 @@ func Load(path string, reg *handler.Registry, env []string) (*Config, error) {
 
 // LoadSources is [Load] with every layer: see [ParseSources].
 func LoadSources(path string, reg *handler.Registry, src Sources) (*Config, *Origins, error) {
+	return LoadSourcesContext(context.Background(), path, reg, src)
+}
+
+// LoadSourcesContext is [LoadSources] that gives up reading wow.metadata
+// when ctx is done, reporting it with the other problems (Outside).
+func LoadSourcesContext(ctx context.Context, path string, reg *handler.Registry, src Sources) (*Config, *Origins, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	return parse(context.Background(), data, path, reg, src, true)
+	return parse(ctx, data, path, reg, src, true)
 }
 
 // Parse decodes data, a YAML document with the top-level key `wow`,
