@@ -95,6 +95,7 @@ func (d *decoder) validate(c *Config) {
 		}
 	}
 	d.listenerTLS("wow.admin", c.Admin.Listen != "", c.Admin.TLS)
+	d.distinctListeners(c)
 	d.oneOf("wow.log.level", c.Log.Level, "debug", "info", "warn", "error")
 	d.oneOf("wow.log.format", c.Log.Format, "json", "console")
 	d.positive("wow.shutdown.timeout", c.Shutdown.Timeout)
@@ -150,6 +151,60 @@ func (d *decoder) listenerTLS(prefix string, listening bool, t ListenerTLS) {
 	case t.CertFile != "" && !listening:
 		d.errorf(p+"cert-file", "set, but %s.listen is empty: there is no listener", prefix)
 	}
+}
+
+// distinctListeners reports two of wowd's listeners on one address: the
+// second could not bind ("address already in use" at start, a runtime
+// failure, where the file contradicts itself).
+func (d *decoder) distinctListeners(c *Config) {
+	type listener struct{ key, addr string }
+	var ls []listener
+	if c.Metrics.Listen != "" {
+		ls = append(ls, listener{"wow.metrics.listen", c.Metrics.Listen})
+	}
+	if c.Ingest.Enabled && c.Ingest.Listen != "" {
+		ls = append(ls, listener{"wow.ingest.listen", c.Ingest.Listen})
+	}
+	if c.Admin.Listen != "" {
+		ls = append(ls, listener{"wow.admin.listen", c.Admin.Listen})
+	}
+	for i, b := range ls {
+		for _, a := range ls[:i] {
+			if !sameListenAddress(a.addr, b.addr) {
+				continue
+			}
+			hint := ""
+			if b.key == "wow.ingest.listen" && a.key == "wow.metrics.listen" {
+				hint = "; leave wow.ingest.listen empty to serve ingest on the metrics listener"
+			}
+			d.errorf(b.key, "%q is the address of %s too: two listeners cannot bind one address%s", b.addr, a.key, hint)
+		}
+	}
+}
+
+// sameListenAddress reports whether listeners on a and b (host:port)
+// would take the same port: the same port, not 0, and hosts that are the
+// same or overlap (every interface, or localhost and a loopback address).
+func sameListenAddress(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	every := func(h string) bool { return h == "" || h == "::" || h == "0.0.0.0" } // every interface
+	if every(ha) || every(hb) || strings.EqualFold(ha, hb) {
+		return true
+	}
+	ipA, ipB := net.ParseIP(ha), net.ParseIP(hb)
+	switch {
+	case ipA != nil && ipB != nil:
+		return ipA.Equal(ipB)
+	case strings.EqualFold(ha, "localhost"):
+		return ipB != nil && ipB.IsLoopback()
+	case strings.EqualFold(hb, "localhost"):
+		return ipA != nil && ipA.IsLoopback()
+	}
+	return false
 }
 
 // loopback reports whether a listen address (host:port) only accepts
