@@ -531,11 +531,15 @@ func (rt *Daemon) Ready() (bool, string) {
 		return false, "stopping"
 	}
 	joining, reading := 0, 0
+	var topicless []string
 	for _, r := range rt.receivers {
 		switch {
 		case r.Ready():
 		case !r.Joined():
 			joining++
+			if ts := r.NoTopicsAtStart(); ts != nil {
+				topicless = append(topicless, fmt.Sprintf("%s/%s (%s)", r.Dispatcher(), r.Context(), strings.Join(ts, ", ")))
+			}
 		default:
 			reading++
 		}
@@ -543,6 +547,9 @@ func (rt *Daemon) Ready() (bool, string) {
 	var why []string
 	if joining > 0 {
 		why = append(why, fmt.Sprintf("%d of %d receivers have not joined their consumer group yet", joining, len(rt.receivers)))
+	}
+	if len(topicless) > 0 {
+		why = append(why, "none of the topics of "+strings.Join(topicless, ", ")+" existed at start: a receiver joins once one does (check the context's alias and wow.kafka.topic-prefix)")
 	}
 	if reading > 0 {
 		why = append(why, fmt.Sprintf("%d of %d receivers have not read their parked aggregates' state topic yet", reading, len(rt.receivers)))

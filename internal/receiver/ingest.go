@@ -16,6 +16,9 @@ var ErrStopping = errors.New("receiver stopping: not admitting")
 // Dispatcher returns the name of the receiver's dispatcher.
 func (r *Receiver) Dispatcher() string { return r.o.Dispatcher }
 
+// Context is the bounded context the receiver reads.
+func (r *Receiver) Context() string { return r.o.Context }
+
 // Routes reports whether the receiver consumes topic.
 func (r *Receiver) Routes(topic string) bool { return r.routes[topic] != nil }
 

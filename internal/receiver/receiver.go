@@ -105,6 +105,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -243,7 +244,8 @@ type Receiver struct {
 	// pausedFor is why the poll loop last paused the topics (a
 	// topicPause); read only while paused.
 	pausedFor atomic.Uint32
-	joined    atomic.Bool // a member of the group now: assigned since the last loss
+	joined    atomic.Bool              // a member of the group now: assigned since the last loss
+	noTopics  atomic.Pointer[[]string] // the receiver's topics, when none existed at start (checkTopics)
 	// member is the group member ID of the last assignment: a new one
 	// means the coordinator dropped the member (see retake). Only kgo's
 	// rebalance callbacks use it, and kgo runs them one at a time.
@@ -496,6 +498,7 @@ const startTimeout = 10 * time.Second
 // returns soon and the receiver still runs; Stop ends it.
 func (r *Receiver) Start(ctx context.Context) {
 	sctx, scancel := context.WithTimeout(ctx, startTimeout)
+	r.checkTopics(sctx)
 	if r.o.DeadLetter.Enabled {
 		// Under dlEnsureMu: a local record dead-lettered while Start runs
 		// (the ingest takes records before the receivers start) may make
@@ -1451,4 +1454,42 @@ func (r *Receiver) rewind(p *partition, first, last, unfinished int64, epoch int
 		return nil
 	}
 	return np
+}
+
+// checkTopics lists the receiver's topics at start and says which do not
+// exist: a receiver none of whose topics exists joins its group only once
+// one does (kgo consumes no topic it cannot find), which leaves the
+// replica unready with nothing else to name why. A failed listing says
+// nothing.
+func (r *Receiver) checkTopics(ctx context.Context) {
+	listed, err := kadm.NewClient(r.cl).ListTopics(ctx, r.topics...)
+	if err != nil {
+		return
+	}
+	var missing []string
+	for _, t := range r.topics {
+		if st, ok := listed[t]; !ok || st.Err != nil {
+			missing = append(missing, t)
+		}
+	}
+	switch {
+	case len(missing) == 0:
+		return
+	case len(missing) == len(r.topics):
+		r.noTopics.Store(&missing)
+		r.log.Warn("none of the receiver's topics exists: it joins its consumer group once one does (a Wow service creates them as it first writes; check the context's alias and wow.kafka.topic-prefix)",
+			zap.Strings("topics", missing))
+	default:
+		r.log.Info("some of the receiver's topics do not exist yet; they are read once they do", zap.Strings("topics", missing))
+	}
+}
+
+// NoTopicsAtStart returns the receiver's topics when none of them existed
+// at start (nil otherwise, or when they could not be listed): why it may
+// not have joined its group.
+func (r *Receiver) NoTopicsAtStart() []string {
+	if p := r.noTopics.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
