@@ -200,11 +200,18 @@ func sameListenAddress(a, b string) bool {
 	case ipA != nil && ipB != nil:
 		return ipA.Equal(ipB)
 	case strings.EqualFold(ha, "localhost"):
-		return ipB != nil && ipB.IsLoopback()
+		return localhostIP(ipB)
 	case strings.EqualFold(hb, "localhost"):
-		return ipA != nil && ipA.IsLoopback()
+		return localhostIP(ipA)
 	}
 	return false
+}
+
+// localhostIP reports whether a listener on localhost may take ip's
+// address: 127.0.0.1 or ::1, what localhost resolves to (another loopback
+// address, 127.0.0.2, is free beside it).
+func localhostIP(ip net.IP) bool {
+	return ip != nil && (ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback))
 }
 
 // loopback reports whether a listen address (host:port) only accepts
