@@ -20,6 +20,7 @@ func (r *Receiver) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[
 	<-r.fitted
 	assigned = r.retake(ctx, cl, assigned) // while commits still wait (rebalancing)
 	r.joined.Store(true)
+	r.noTopics.Store(nil) // joined: a topic exists; a later loss of membership has another cause
 	r.rebalancing.Store(false)
 	select {
 	case r.assignedSig <- struct{}{}:
