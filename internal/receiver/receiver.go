@@ -1459,9 +1459,13 @@ func (r *Receiver) rewind(p *partition, first, last, unfinished int64, epoch int
 // checkTopics lists the receiver's topics at start and says which do not
 // exist: a receiver none of whose topics exists joins its group only once
 // one does (kgo consumes no topic it cannot find), which leaves the
-// replica unready with nothing else to name why. A failed listing says
-// nothing.
+// replica unready with nothing else to name why. A failed listing (within
+// 2 s) says nothing.
 func (r *Receiver) checkTopics(ctx context.Context) {
+	// Briefly: with Kafka unreachable at start, the rest of Start's budget
+	// is the dead-letter topics' and the producer ID's.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	listed, err := kadm.NewClient(r.cl).ListTopics(ctx, r.topics...)
 	if err != nil {
 		return
