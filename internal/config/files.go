@@ -228,8 +228,15 @@ func (d *decoder) checkTracingEnv(c *Config, vars map[string]string) {
 		if strings.TrimSpace(item) == "" {
 			continue
 		}
-		if k, _, ok := strings.Cut(item, "="); !ok || strings.TrimSpace(k) == "" {
+		if !keyValue(item) {
 			d.outsidef("wow.tracing", "environment variable OTEL_RESOURCE_ATTRIBUTES: %q is not key=value", item)
 		}
 	}
+}
+
+// keyValue reports whether a resource attribute is key=value with a key
+// (package tracing's rule, ParseResourceAttribute).
+func keyValue(kv string) bool {
+	k, _, ok := strings.Cut(kv, "=")
+	return ok && strings.TrimSpace(k) != ""
 }

@@ -813,7 +813,7 @@ func (d *decoder) validateTracing(t *Tracing) {
 		}
 	}
 	for i, kv := range t.ResourceAttributes {
-		if k, _, ok := strings.Cut(kv, "="); !ok || strings.TrimSpace(k) == "" {
+		if !keyValue(kv) {
 			d.errorf(fmt.Sprintf("wow.tracing.resource-attributes[%d]", i), "%q is not key=value", kv)
 		}
 	}

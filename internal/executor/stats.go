@@ -60,10 +60,11 @@ func (g *Group) ID() uint32 { return g.id }
 // TopBacklogs returns up to n keys of the groups with the most tasks waiting
 // to start, largest first: a mailbox's unfinished tasks but the one running
 // (or next to run). While a turn runs, the tasks it finished already are
-// counted until it settles them: up to throughput-1 more than wait. The groups must share an executor. It locks each shard
-// in turn; call it at scrape frequency, not per message. (Counting only the
-// tasks submitted since the owner last took them in read 0 for a hot key
-// whose queue its running turn had taken over.)
+// counted until it settles them: up to throughput-1 more than wait. The
+// groups must share an executor. It locks each shard in turn; call it at
+// scrape frequency, not per message. (Counting only the tasks submitted
+// since the owner last took them in read 0 for a hot key whose queue its
+// running turn had taken over.)
 func TopBacklogs(n int, groups ...*Group) []Backlog {
 	if n <= 0 || len(groups) == 0 {
 		return nil

@@ -63,6 +63,16 @@ const deadLetterAttempts = 8
 // dead letter is written with.
 func isDeadLetterHeader(h kgo.RecordHeader) bool { return strings.HasPrefix(h.Key, "wowd-dlq-") }
 
+// withoutDeadLetterHeaders returns hs less the wowd-dlq-* headers of an
+// earlier failure (a replayed dead letter's): hs itself when it has none,
+// else a copy.
+func withoutDeadLetterHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
+	if !slices.ContainsFunc(hs, isDeadLetterHeader) {
+		return hs
+	}
+	return slices.DeleteFunc(slices.Clone(hs), isDeadLetterHeader)
+}
+
 // deadLetterHeadroom is what a dead-letter topic wowd creates has above its
 // source's max.message.bytes: the wowd-dlq-* headers (an error message of
 // up to maxErrorHeader bytes, the source topic of up to 249, the
@@ -102,10 +112,7 @@ func (r *Receiver) writeDeadLetter(j *job) {
 	src := j.rec
 	// A replayed dead letter that failed again keeps its own headers but
 	// not its earlier failure's: one set of wowd-dlq-* headers, this one's.
-	own := src.Headers
-	if slices.ContainsFunc(own, isDeadLetterHeader) {
-		own = slices.DeleteFunc(slices.Clone(own), isDeadLetterHeader)
-	}
+	own := withoutDeadLetterHeaders(src.Headers)
 	hs := make([]kgo.RecordHeader, 0, len(own)+9)
 	value := src.Value
 	if j.failure.stub {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1186,11 +1185,7 @@ func (r *Receiver) parkedDeadLetter(rec *kgo.Record) *kgo.Record {
 			src = string(h.Value)
 		}
 	}
-	hs := rec.Headers
-	if slices.ContainsFunc(hs, isDeadLetterHeader) {
-		hs = slices.DeleteFunc(slices.Clone(hs), isDeadLetterHeader)
-	}
-	return &kgo.Record{Topic: r.o.DeadLetter.Topic(src), Key: rec.Key, Value: rec.Value, Headers: hs, Timestamp: rec.Timestamp}
+	return &kgo.Record{Topic: r.o.DeadLetter.Topic(src), Key: rec.Key, Value: rec.Value, Headers: withoutDeadLetterHeaders(rec.Headers), Timestamp: rec.Timestamp}
 }
 
 // waitLease runs fn again after a backoff, unless the partition goes
