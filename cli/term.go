@@ -1,27 +1,14 @@
 package cli
 
 import (
-	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/wowd/wowd/internal/printable"
 )
 
-// termSafe returns s as it is when it is valid UTF-8 and every rune of it
-// is printable, else quoted with Go escapes. What the terminal tables show
-// comes from Kafka (aggregate IDs, topics, handler errors), so a producer
-// could otherwise put escape sequences, carriage returns, bidi overrides
-// (U+202A–U+202E, U+2066–U+2069, not printable for strconv) or invalid
-// UTF-8 on an operator's terminal. The quotes tell such a string apart
-// from a plain one that looks the same: a string that starts with a quote
-// itself (`"\xff"`, six characters, is not the byte 0xff) or with or
-// after white space (which a table column does not show) is quoted too.
-func termSafe(s string) string {
-	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 ||
-		strings.HasPrefix(s, `"`) || strings.TrimSpace(s) != s {
-		return strconv.Quote(s)
-	}
-	return s
-}
+// termSafe is what the terminal tables show of text from Kafka (aggregate
+// IDs, topics, handler errors): printable.String.
+func termSafe(s string) string { return printable.String(s) }
 
 // termLines is termSafe for each line of s: an error may carry what Kafka
 // says (a group's member and client IDs, which any client chooses; a

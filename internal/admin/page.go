@@ -11,12 +11,12 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
+
+	"github.com/wowd/wowd/internal/printable"
 )
 
 //go:embed page.html
@@ -34,18 +34,9 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 }).Parse(pageSource))
 
 // shown is how the page shows an aggregate ID or a handler's reason, which
-// producers and handlers choose: as it is when it is valid UTF-8 of
-// printable characters, else quoted with escapes (\u202e, \xff), so that
-// bidirectional overrides and invisible characters cannot make one ID look
-// like another, and bytes that are not UTF-8 are shown exactly (wowd
-// parked shows them the same way).
-func shown(s string) string {
-	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 ||
-		strings.HasPrefix(s, `"`) || strings.TrimSpace(s) != s {
-		return strconv.Quote(s)
-	}
-	return s
-}
+// producers and handlers choose: as wowd status and wowd parked do
+// (printable.String).
+func shown(s string) string { return printable.String(s) }
 
 // pageRefresh is how often the page's script reloads its body.
 const pageRefresh = 5 * time.Second
