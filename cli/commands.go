@@ -65,15 +65,16 @@ func (a *app) stoppedBeforeStart() error {
 }
 
 // serve runs the runtime until a signal (signals, from signalContext, is
-// done), then stops it within the shutdown timeout. While `wowd run` runs, changes of its configuration file are
-// applied as far as they can be (see daemon.WatchConfig), and SIGHUP reads
-// it again at once; without a file watched, SIGHUP is logged and ignored.
-// hup is from hangups, called before the configuration was read (which
-// can take a while: wow.metadata), so that a SIGHUP meanwhile does not end
-// wowd; one received then reads the file again once the runtime runs.
-// read is what the file held before cfg was loaded from it (see
-// daemon.Reload), nil when unknown. extra runs after the runtime started (dev mode's demo traffic) and
-// returns a function that undoes it.
+// done), then stops it within the shutdown timeout. While `wowd run` runs,
+// changes of its configuration file are applied as far as they can be (see
+// daemon.WatchConfig), and SIGHUP reads it again at once; without a file
+// watched, SIGHUP is logged and ignored. hup is from hangups, called before
+// the configuration was read (which can take a while: wow.metadata), so that
+// a SIGHUP meanwhile does not end wowd; one received then reads the file
+// again once the runtime runs. read is what the file held before cfg was
+// loaded from it (see daemon.Reload), nil when unknown. extra runs after the
+// runtime started (dev mode's demo traffic) and returns a function that
+// undoes it.
 func (a *app) serve(signals context.Context, cmd *cobra.Command, cfg *config.Config, read []byte, hup <-chan os.Signal, extra func(ctx context.Context, log *zap.Logger) (func(), error)) error {
 	log, level, err := a.logger(cfg)
 	if err != nil {
