@@ -273,15 +273,15 @@ func (f *Fetch) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, m 
 	if f.topicRatio == nil {
 		f.topicRatio = map[string]float64{}
 	}
-	next := r // a topic's first batch: its own ratio (InitialRatio is the client's before any)
-	if avg, ok := f.topicRatio[topic]; ok {
-		w := 1.0 / 16
-		if r > avg {
-			w = 1.0 / 2
-		}
-		next = avg + w*(r-avg)
+	avg, ok := f.topicRatio[topic]
+	if !ok {
+		avg = InitialRatio
 	}
-	f.topicRatio[topic] = next
+	w := 1.0 / 16
+	if r > avg {
+		w = 1.0 / 2
+	}
+	f.topicRatio[topic] = avg + w*(r-avg)
 	highest := 0.0
 	for _, tr := range f.topicRatio {
 		highest = max(highest, tr)
