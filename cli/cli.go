@@ -39,10 +39,40 @@ func version() string {
 	if Version != "" {
 		return Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+	bi, _ := debug.ReadBuildInfo()
+	return buildVersion(bi)
+}
+
+// buildVersion is the version the Go toolchain recorded in bi: the module
+// version a `go build` in a checkout derives from its commit, else (`go
+// run`, `go test`, a build outside git: "(devel)") "devel" followed by the
+// commit the build settings name, if any, so that two unstamped builds can
+// still be told apart.
+func buildVersion(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return "devel"
 	}
-	return "devel"
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	v := "devel-" + rev[:min(12, len(rev))]
+	if modified {
+		v += "-dirty"
+	}
+	return v
 }
 
 // exitError carries an exit code with an error.
