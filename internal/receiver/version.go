@@ -59,10 +59,13 @@ type versionEntry struct {
 	// p is the incarnation of the record that taught n: a partition's, or
 	// the local pseudo-partition of the ingest's records.
 	p *partition
-	// clock is incarnations' value when n was recorded: a local record's
-	// version is news to an incarnation opened before it, not to one
-	// opened after (that one's owner may have missed the messages another
-	// member handled in between).
+	// clock is incarnations' value when n was anchored: for a local
+	// record, when it was checked next to an owner's version, or the
+	// clock of the local record it followed; not when its handler
+	// finished, which may be after a rebalance. A local record's version
+	// is news to an incarnation opened before that, not to one opened
+	// after (that one's owner may have missed the messages another member
+	// handled in between).
 	clock uint64
 	// anchored: a local record's n followed a version its partition's
 	// owner learnt, with nothing missing in between (always true of a
@@ -105,14 +108,30 @@ func newVersions(window int) *versions {
 // trust it, and whether a local record next to it is anchored; an entry q
 // may not trust is as none.
 func (v *versions) get(k parkKey, q *partition) (last int64, anchored, ok bool) {
+	e, ok := v.entry(k, q)
+	return e.n, e.anchored, ok
+}
+
+// entry returns k's entry if a record of incarnation q may trust it.
+func (v *versions) entry(k parkKey, q *partition) (versionEntry, bool) {
 	q = versionScope(q)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e, ok := v.last[k]
 	if !ok || !e.validFor(q) {
-		return 0, false, false
+		return versionEntry{}, false
 	}
-	return e.n, e.anchored, true
+	return e, true
+}
+
+// anchorClock is the clock of a local record checked next to e at now
+// (incarnations' value read before e): e's own where e is a local
+// record's (the chain's anchor), now where e is an open incarnation's.
+func (e versionEntry) anchorClock(now uint64) uint64 {
+	if e.p.partition < 0 {
+		return min(e.clock, now)
+	}
+	return now
 }
 
 // handled records version n of k as handled by a record of incarnation q;
@@ -120,11 +139,16 @@ func (v *versions) get(k parkKey, q *partition) (last int64, anchored, ok bool) 
 // anchored version (see versionEntry.anchored). What a closed
 // incarnation's late handler finished is not recorded.
 func (v *versions) handled(k parkKey, n int64, q *partition, anchored bool) {
+	v.handledAt(k, n, q, anchored, incarnations.Load())
+}
+
+// handledAt is handled with the entry's clock given: for an anchored local
+// record, its anchor's (see versionEntry.clock).
+func (v *versions) handledAt(k parkKey, n int64, q *partition, anchored bool, clock uint64) {
 	q = versionScope(q)
 	if q.isClosed() {
 		return
 	}
-	clock := incarnations.Load()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e, ok := v.last[k]
@@ -163,13 +187,17 @@ func (v *versions) forget(k parkKey) {
 func (j *job) checkVersion(n int64) bool {
 	r := j.r
 	k := parkKey{j.rec.Topic, j.msg.AggregateID}
-	last, anchored, ok := r.versions.get(k, j.p)
-	j.version = n
+	// Read before the entry: an incarnation opened after this check may
+	// not trust what the record anchors to here.
+	now := incarnations.Load()
+	e, ok := r.versions.entry(k, j.p)
+	last := e.n
+	j.version, j.versionClock = n, now
 	switch {
 	case !ok:
 		return true
 	case n == last+1:
-		j.versionAnchored = anchored
+		j.versionAnchored, j.versionClock = e.anchored, e.anchorClock(now)
 		return true
 	case n <= last:
 		r.m.VersionDuplicate()
@@ -239,6 +267,6 @@ func (j *job) gapGiveUp(k parkKey, last int64) {
 // handler), if it has one.
 func (j *job) versionHandled() {
 	if j.version > 0 && j.r.versions != nil {
-		j.r.versions.handled(parkKey{j.rec.Topic, j.msg.AggregateID}, j.version, j.p, j.versionAnchored)
+		j.r.versions.handledAt(parkKey{j.rec.Topic, j.msg.AggregateID}, j.version, j.p, j.versionAnchored, j.versionClock)
 	}
 }
