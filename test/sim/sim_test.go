@@ -1215,8 +1215,8 @@ func check(t *testing.T, w *world, members []*member) {
 		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
 			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, %d produce stalls, producer buffer %s (%d writes refused for a full buffer), parking: %s, group protocol %s, HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v)%s, %s",
-		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, w.produceStalls, bufferName(w), w.fullBuffer, parking, protocolName(w), w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.rateSummaryLocked(), w.versionSummaryLocked())
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, %d produce stalls, producer buffer %s (%d writes refused for a full buffer), parking: %s, group protocol %s (%d partition sets taken again, %d revoked as lost under a new member ID), HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v)%s, %s",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, w.produceStalls, bufferName(w), w.fullBuffer, parking, protocolName(w), w.seen.retaken, w.seen.droppedRevoke, w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.rateSummaryLocked(), w.versionSummaryLocked())
 }
 
 // bufferName names the run's producer buffer for its summary.

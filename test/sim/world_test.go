@@ -148,8 +148,11 @@ type world struct {
 	// a stub could not be named yet, decided once every position is known
 	// (checkDeferredLocked).
 	deferred []orderCheck
-	// seen counts what the receivers logged of parking's failure paths.
-	seen        struct{ maxParked, tooLarge, byHand int }
+	// seen counts what the receivers logged of parking's failure paths,
+	// and of a membership the coordinator ended: partitions kgo kept
+	// across it taken again (retaken), and partitions kgo revoked at the
+	// start of the new one let go as lost (droppedRevoke).
+	seen        struct{ maxParked, tooLarge, byHand, retaken, droppedRevoke int }
 	sinkCancels int // sink closes that canceled requests in flight
 	// With the HTTP sink (ratereload_test.go): the limit the sinks run
 	// with now, each member's sink's limits since it was built, and when
@@ -1074,9 +1077,13 @@ const (
 	maxParkedMessage = "max-parked reached"
 	tooLargeMessage  = "parked copy too large for the parked topic"
 	byHandMessage    = "aggregate parked by hand"
+	// kgo revoked, at the start of a session under a new member ID, what
+	// the dropped membership still held, and the receiver let it go as
+	// lost (its onLost logs lostMessage for the partitions, judged so).
+	droppedMessage = "the group coordinator had dropped this member: partitions it still held are let go as lost"
 )
 
-var watchedMessages = []string{givenUpMessage, closedMessage, lostMessage, retakenMessage, rewoundMessage, cutShortMessage, readFailMessage,
+var watchedMessages = []string{givenUpMessage, closedMessage, lostMessage, retakenMessage, droppedMessage, rewoundMessage, cutShortMessage, readFailMessage,
 	maxParkedMessage, tooLargeMessage, byHandMessage, duplicateMessage, gapParkMessage, gapLocalMessage, gapAnywayMessage, gapRedriveMessage}
 
 func (c logWatch) Enabled(zapcore.Level) bool        { return true }
@@ -1136,9 +1143,16 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 			return nil
 		}
 		w.uncommitted[partition] = append(w.uncommitted[partition], span{from, to})
+	case strings.HasPrefix(e.Message, droppedMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.seen.droppedRevoke++
 	case strings.HasPrefix(e.Message, lostMessage), strings.HasPrefix(e.Message, retakenMessage):
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		if strings.HasPrefix(e.Message, retakenMessage) {
+			w.seen.retaken++
+		}
 		for _, p := range parts[topic] {
 			w.lostParts[p]++
 			c.m.lostLogged++
