@@ -252,6 +252,7 @@ type member struct {
 	// sink is the member's HTTP sink in a sink run, else nil.
 	sink *sinkHandler
 
+	wire     *memberWire   // its receiver's Kafka connections, read (wire_test.go)
 	crashed  atomic.Bool   // cut off for good: its process ends soon
 	stopping atomic.Bool   // claimed by the first stop (a channel, not a sync.Once, so that a second caller waits durably)
 	done     chan struct{} // closed once stopped and closed
@@ -282,6 +283,9 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	w.window = 16 << rng.IntN(3)
 	w.park = mix(seed, 99)%2 == 0     // not from rng: the other choices of a seed stay as they were
 	w.consumer = mix(seed, 97)%4 == 0 // likewise
+	// Likewise: in a third of the classic seeds, members are cut off as
+	// they rejoin (the consumer protocol has no rejoin).
+	w.rejoinCutsOn = !w.consumer && mix(seed, 84)%3 == 0
 	w.maxParked = 1000
 	if w.park && mix(seed, 96)%3 == 0 { // likewise
 		w.maxParked = 2 + int(mix(seed, 95)%4)
@@ -393,6 +397,8 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	writes := rand.New(rand.NewPCG(seed, 8))
 	// Rate-limit reloads of the sinks (ratereload_test.go). Drawn apart too.
 	reloads := rand.New(rand.NewPCG(seed, 9))
+	// Members armed to be cut off as they next rejoin. Drawn apart too.
+	rejoins := rand.New(rand.NewPCG(seed, 10))
 	var faults []*kfake.FaultHandle
 	for deadline := time.Now().Add(chaos); time.Now().Before(deadline); {
 		time.Sleep(time.Duration(200+rng.IntN(2500)) * time.Millisecond)
@@ -423,6 +429,28 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 			// An aggregate, parked or not, parked by hand.
 			k := later.IntN(keys)
 			w.bg.Go(func() { w.parkByHand(t, "agg-"+strconv.Itoa(k)) })
+		}
+		if w.rejoinCutsOn && rejoins.IntN(5) == 0 {
+			// A member cut off as it rejoins, after the revoke that ended
+			// its session, for longer than its session: the coordinator
+			// drops it before its JoinGroup arrives, and the client joins
+			// again under a new member ID with the partitions it held (see
+			// memberWire.rejoining). (Cut off at any other time, its
+			// heartbeat would learn of the drop first, and the client
+			// would let its partitions go as lost.) Where the group has
+			// room, a member starts with it: its join begins the
+			// rebalance in which the member rejoins, and it takes the
+			// member's partitions once the coordinator dropped it.
+			if ms := live(); len(ms) > 0 {
+				m := ms[rejoins.IntN(len(ms))]
+				d := time.Duration(6500+rejoins.IntN(3000)) * time.Millisecond
+				if m.wire.rejoinCut.CompareAndSwap(0, int64(d)) {
+					w.event("member %d: cut off the network for %v as it next rejoins the group", m.id, d)
+					if len(ms) < 3 {
+						startMember()
+					}
+				}
+			}
 		}
 		ms := live()
 		switch a := rng.IntN(100); {
@@ -595,6 +623,9 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	w.mu.Unlock()
 	for _, f := range faults {
 		f.Remove()
+	}
+	for _, m := range members {
+		m.wire.rejoinCut.Store(0)
 	}
 	if w.sink != nil && w.rateReloads > 0 {
 		w.event("the sinks' rate-limit is reloaded back to the seed's")
@@ -793,6 +824,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		done: make(chan struct{}),
 		quit: make(chan struct{}),
 	}
+	m.wire = &memberWire{w: w, m: m}
 	var h handler.Handler = &simHandler{w: w, member: id}
 	handlerType := "sim"
 	var obs *sinkObserver
@@ -825,7 +857,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		DeadLetter:     receiver.DeadLetter{Enabled: true, Topic: func(string) string { return dlqTopic }},
 		ClientOpts: []kgo.Opt{
 			kgo.SeedBrokers("127.0.0.1:9092"),
-			kgo.Dialer(m.net.dial),
+			kgo.Dialer(m.wire.dial),
 			kgo.ClientID("sim-" + strconv.Itoa(id)),
 			kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -1215,8 +1247,8 @@ func check(t *testing.T, w *world, members []*member) {
 		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
 			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, %d produce stalls, producer buffer %s (%d writes refused for a full buffer), parking: %s, group protocol %s (%d partition sets taken again, %d revoked as lost under a new member ID), HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v)%s, %s",
-		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, w.produceStalls, bufferName(w), w.fullBuffer, parking, protocolName(w), w.seen.retaken, w.seen.droppedRevoke, w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.rateSummaryLocked(), w.versionSummaryLocked())
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, %d produce stalls, producer buffer %s (%d writes refused for a full buffer), parking: %s, group protocol %s (%d members cut off as they rejoined, %d partition sets taken again, %d revoked as lost under a new member ID), HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v)%s, %s",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, w.produceStalls, bufferName(w), w.fullBuffer, parking, protocolName(w), w.rejoinCuts, w.seen.retaken, w.seen.droppedRevoke, w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.rateSummaryLocked(), w.versionSummaryLocked())
 }
 
 // bufferName names the run's producer buffer for its summary.

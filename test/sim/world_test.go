@@ -65,6 +65,12 @@ type world struct {
 	// consumer: the members join with the consumer group protocol
 	// (KIP-848) instead of the classic one.
 	consumer bool
+	// rejoinCutsOn: now and then a member is armed to be cut off the
+	// network as it next rejoins the group under its member ID, for
+	// longer than its session (see memberWire.rejoinCut); rejoinCuts
+	// counts the cuts made.
+	rejoinCutsOn bool
+	rejoinCuts   int
 	// budget, when set, is the memory budget the members' receivers share
 	// (wow.memory.limit at its least, 1% for fetches), with values padded
 	// by pad bytes, so that they hold fetched records and give them back
