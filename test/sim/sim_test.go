@@ -252,6 +252,7 @@ type member struct {
 	// sink is the member's HTTP sink in a sink run, else nil.
 	sink *sinkHandler
 
+	born     time.Time     // when it was made, before its receiver
 	wire     *memberWire   // its receiver's Kafka connections, read (wire_test.go)
 	crashed  atomic.Bool   // cut off for good: its process ends soon
 	stopping atomic.Bool   // claimed by the first stop (a channel, not a sync.Once, so that a second caller waits durably)
@@ -818,6 +819,7 @@ func bufferedRecords(w *world) kgo.Opt {
 func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 	m := &member{
 		id:   id,
+		born: time.Now(),
 		net:  &memberNet{vn: w.vn},
 		ex:   executor.New(executor.Options{Workers: 2, BlockingWorkers: simBlockingWorkers}),
 		m:    metrics.New("sim"),
@@ -1034,6 +1036,7 @@ func (m *member) stop(t *testing.T, w *world, limit time.Duration, check bool) {
 		}
 		ccancel()
 		m.crossCheckLog(w)
+		m.wire.checkCommitCounts(deadline)
 		m.ended = time.Now()
 		close(m.done)
 		w.mu.Lock()
