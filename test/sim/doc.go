@@ -13,7 +13,9 @@
 // transient and permanent errors, Skip, a panic, a try that hangs past its
 // deadline, one that waits for its cancellation), the group churn (members
 // joining, stopping with a random deadline, crashing, cut off the network
-// long enough to lose their session) and the broker faults (failed commits,
+// long enough to lose their session, and, in a third of the classic-protocol
+// seeds, cut off just as they rejoin the group, for 6.5-9.5 s: see below)
+// and the broker faults (failed commits,
 // in runs with stalls coordinators that answer no commit for up to 15 s,
 // so that the commit, and the member's heartbeats and leave behind it,
 // wait);
@@ -73,6 +75,20 @@
 // position and attempt (at the sink, the request's number), not on the
 // order in which goroutines run.
 //
+// The cut as a member rejoins (wire_test.go) is armed for a member now and
+// then, with a member started beside it where the group has room (its join
+// begins a rebalance); it falls when the member's client writes its
+// JoinGroup under its member ID, after the revoke that ended its session.
+// The coordinator drops the member before that JoinGroup arrives, the other
+// members take its partitions, and the client, answered UNKNOWN_MEMBER_ID,
+// joins again under a new member ID still holding what it owned: the new
+// session revokes the partitions that went to others, which the receiver
+// lets go as lost instead of draining and committing them, and takes again
+// those it gets back (Receiver.retake). Only there: a member cut off while
+// its session runs hears of the drop from its heartbeat first, and its
+// client lets everything go as lost. The run's summary counts the cuts and
+// how often the receivers took that path.
+//
 // After each run the invariants are checked; see check in sim_test.go:
 //
 //   - every produced record was handled (or skipped by the handler) or
@@ -110,6 +126,20 @@
 //     an aggregate for the ingest or a start barrier (within 10 s): a hold
 //     never released would send the aggregate through Kafka until a
 //     restart, slower but in order, which no order check sees;
+//   - each member's commit counter (wowd_commits_total by result) agrees
+//     with the answers to its commits that its client read from the broker
+//     (its connections are read as they pass, wire_test.go): no more
+//     commits counted ok than answers without an error; at least as many
+//     counted failed as answers whose error ends the commit (not a
+//     coordinator error, nor STALE_MEMBER_EPOCH, which franz-go may try
+//     again); at least as many counted in all as answers that ended a
+//     commit; and at least as many counted ok as answers without an error
+//     read while their commit surely still waited: read at the instant its
+//     request was written, by a commit that began after its member's
+//     previous commit was answered for good, less than 2 s before, and not
+//     at its stop's deadline. (A commit given up, past its timeout or the
+//     stop's deadline, counts as failed, though its answer may still come
+//     and be read.)
 //   - no receiver held more unfinished records than its window, local
 //     records included;
 //   - no receiver kept fetching paused for max-parked for more than a
