@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -164,17 +165,19 @@ func (w *world) checkGapParksLocked() {
 		// The versions between (last+1 .. version-1) whose records the
 		// owner should have read.
 		var seen []string
+		low := g.at.o
 		for s := int(g.last); s <= int(g.version)-2; s++ {
 			if at, in := w.kafkaPosLocked(keySeq{g.key, s}); in && at.p == g.at.p && at.o < g.at.o {
 				seen = append(seen, fmt.Sprintf("#%d at %v: %s", s, at, w.historyLocked(at)))
+				low = min(low, at.o)
 			}
 		}
 		if len(seen) == 0 {
 			w.ver.realGaps++
 			continue
 		}
-		w.violateLocked("member %d parked %s at %v (%.3fs) for a version gap, version %d after %d, but %d of the versions between are in the partition before it: %s",
-			g.member, g.key, g.at, float64(g.when.Sub(start))/1e9, g.version, g.last, len(seen), strings.Join(seen, "; "))
+		w.violateLocked("member %d parked %s at %v (%.3fs) for a version gap, version %d after %d, but %d of the versions between are in the partition before it: %s; the partition's commits between them: %s",
+			g.member, g.key, g.at, float64(g.when.Sub(start))/1e9, g.version, g.last, len(seen), strings.Join(seen, "; "), w.commitsBetweenLocked(g.at.p, low, g.at.o))
 	}
 }
 
@@ -186,4 +189,23 @@ func (w *world) versionSummaryLocked() string {
 	v := w.ver
 	return fmt.Sprintf("version check: %d duplicates skipped (%d copies given up by the ingest), %d parks at a gap (%d real, %d in a redrive), %d local records given up at a gap, %d gaps handled anyway",
 		v.duplicates, v.strayDups, len(v.gapParks), v.realGaps, v.redriveGaps, v.localGaps, v.handledAnyway)
+}
+
+// commitsBetweenLocked lists the commits of partition p, as the broker
+// received them, whose offsets lie in [from, to]: with a park at a gap,
+// they show whether the group committed past the versions between, and
+// when (a rewind commits lower offsets again).
+func (w *world) commitsBetweenLocked(p int32, from, to int64) string {
+	var in []string
+	for _, c := range w.commitLog[p] {
+		i := strings.LastIndex(c, ": ")
+		o, err := strconv.ParseInt(c[i+2:], 10, 64)
+		if err == nil && o >= from && o <= to {
+			in = append(in, c)
+		}
+	}
+	if len(in) == 0 {
+		return "none"
+	}
+	return strings.Join(in, ", ")
 }

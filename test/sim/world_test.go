@@ -1232,8 +1232,8 @@ func (w *world) missedLocked(key string, seq int) string {
 		return fmt.Sprintf(" (given up by the ingest; local record %v: %s)", w.localAt[keySeq{key, seq}], w.historyLocked(w.localAt[keySeq{key, seq}]))
 	}
 	log := w.commitLog[at.p][max(0, len(w.commitLog[at.p])-12):]
-	return fmt.Sprintf(" (partition %d offset %d: %s, parked %d times; last commits of the partition: %s)",
-		at.p, at.o, w.historyLocked(at), w.parked[at], strings.Join(log, ", "))
+	return fmt.Sprintf(" (partition %d offset %d: %s; last commits of the partition: %s)",
+		at.p, at.o, w.historyLocked(at), strings.Join(log, ", "))
 }
 
 // historyLocked describes what happened to the record at so far.
@@ -1246,5 +1246,5 @@ func (w *world) historyLocked(at pos) string {
 	if w.sink != nil {
 		tries = tries[:0] // a try's behaviour is chosen per request at the sink
 	}
-	return fmt.Sprintf("tries [%s] by members %v, handled %d, dead letters %d%s", strings.Join(tries, " "), w.deliveredTo[at], w.handled[at], w.deadLetter[at], w.sinkServedLocked(at))
+	return fmt.Sprintf("tries [%s] by members %v, handled %d, dead letters %d, parked copies %d%s", strings.Join(tries, " "), w.deliveredTo[at], w.handled[at], w.deadLetter[at], w.parked[at], w.sinkServedLocked(at))
 }
