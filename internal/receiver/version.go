@@ -126,12 +126,14 @@ func (v *versions) entry(k parkKey, q *partition) (versionEntry, bool) {
 
 // anchorClock is the clock of a local record checked next to e at now
 // (incarnations' value read before e): e's own where e is a local
-// record's (the chain's anchor), now where e is an open incarnation's.
+// record's (the chain's anchor), now where e is an open incarnation's, or
+// that incarnation's opening where it opened after now (between the read
+// and the look-up): the incarnation the record follows must trust it.
 func (e versionEntry) anchorClock(now uint64) uint64 {
 	if e.p.partition < 0 {
 		return min(e.clock, now)
 	}
-	return now
+	return max(now, e.p.opened)
 }
 
 // handled records version n of k as handled by a record of incarnation q;

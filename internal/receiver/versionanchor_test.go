@@ -91,3 +91,23 @@ func TestALocalChainAnchoredBeforeAReassignIsNotTheNextIncarnations(t *testing.T
 		t.Errorf("q2 reads (%d, %v); want the local 10, anchored to its own 9", last, ok)
 	}
 }
+
+// TestALocalRecordFollowingAnIncarnationOpenedDuringItsCheckIsTrustedByIt:
+// the check reads the clock, then looks the entry up; an incarnation of the
+// partition can open in between and learn the aggregate's version (found
+// by review). A local record anchored to that version must be trusted by
+// that incarnation, or its next message is taken as it comes and a real gap
+// (a version whose copy never reached Kafka) is not parked; a later
+// incarnation must still not trust it.
+func TestALocalRecordFollowingAnIncarnationOpenedDuringItsCheckIsTrustedByIt(t *testing.T) {
+	now := incarnations.Load() // read by the check before the look-up
+	q2 := newPartition(testTopic, 0)
+	e := versionEntry{n: 5, p: q2, clock: incarnations.Load(), anchored: true}
+	local := versionEntry{n: 6, p: newLocalPartition(), clock: e.anchorClock(now), anchored: true}
+	if !local.validFor(q2) {
+		t.Errorf("q2 does not trust the local 6 anchored to its own 5 (clock %d, q2 opened %d): its v8 would be taken as it comes, v7 missing", local.clock, q2.opened)
+	}
+	if q3 := newPartition(testTopic, 0); local.validFor(q3) {
+		t.Errorf("q3, opened after the check, trusts the local 6 anchored to q2 (clock %d, q3 opened %d)", local.clock, q3.opened)
+	}
+}
