@@ -92,8 +92,8 @@ type jobState struct {
 	// versionAnchored: version followed an anchored version (see
 	// versionEntry.anchored).
 	versionAnchored bool
-	// versionClock: the clock its version is recorded with, read when it
-	// was checked (see versionEntry.clock).
+	// versionClock: the clock its version is recorded with, taken when it
+	// was checked (versionEntry.anchorClock, versionEntry.clock).
 	versionClock uint64
 	// kept is set when a try's outcome was taken from the handler (its
 	// deadline passed, or it panicked): the handler may still hold

@@ -59,10 +59,11 @@ type versionEntry struct {
 	// p is the incarnation of the record that taught n: a partition's, or
 	// the local pseudo-partition of the ingest's records.
 	p *partition
-	// clock is incarnations' value when n was anchored: for a local
-	// record, when it was checked next to an owner's version, or the
-	// clock of the local record it followed; not when its handler
-	// finished, which may be after a rebalance. A local record's version
+	// clock is incarnations' value when n was anchored (anchorClock): for
+	// a local record, when it was checked next to an owner's version (at
+	// least that incarnation's opening), or the clock of the local record
+	// it followed; not when its handler finished, which may be after a
+	// rebalance. A local record's version
 	// is news to an incarnation opened before that, not to one opened
 	// after (that one's owner may have missed the messages another member
 	// handled in between).
@@ -102,14 +103,6 @@ func (e versionEntry) validFor(q *partition) bool {
 
 func newVersions(window int) *versions {
 	return &versions{last: make(map[parkKey]versionEntry), max: versionsPerWindow * window}
-}
-
-// get returns k's last handled version as a record of incarnation q may
-// trust it, and whether a local record next to it is anchored; an entry q
-// may not trust is as none.
-func (v *versions) get(k parkKey, q *partition) (last int64, anchored, ok bool) {
-	e, ok := v.entry(k, q)
-	return e.n, e.anchored, ok
 }
 
 // entry returns k's entry if a record of incarnation q may trust it.

@@ -111,3 +111,11 @@ func TestALocalRecordFollowingAnIncarnationOpenedDuringItsCheckIsTrustedByIt(t *
 		t.Errorf("q3, opened after the check, trusts the local 6 anchored to q2 (clock %d, q3 opened %d)", local.clock, q3.opened)
 	}
 }
+
+// get returns k's last handled version as a record of incarnation q may
+// trust it, and whether a local record next to it is anchored; an entry q
+// may not trust is as none. The tests' reader of the table.
+func (v *versions) get(k parkKey, q *partition) (last int64, anchored, ok bool) {
+	e, ok := v.entry(k, q)
+	return e.n, e.anchored, ok
+}
