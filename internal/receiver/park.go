@@ -1388,8 +1388,16 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park
 	// Where the client puts the aggregate's parked messages: the default
 	// partitioner hashes the key over the parked topic's partitions.
 	head := kgo.StickyKeyPartitioner(nil).ForTopic(parked).Partition(&kgo.Record{Key: []byte(k.key)}, len(ends))
+	below, open := resolvedBelow(p, k.key)
+	if !open {
+		// Lost or revoked while the parked topic's end was read: its
+		// queued records were dropped, so no bound can be told, and the
+		// next owner of the partition acts on the request.
+		r.actionCanceled(k, from, req.Action, at)
+		return
+	}
 	st := park.State{
-		Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: k.topic, Partition: p.partition, Offset: resolvedBelow(p, k.key),
+		Service: r.o.Service, Dispatcher: r.o.Dispatcher, Topic: k.topic, Partition: p.partition, Offset: below,
 		Aggregate: k.key, Head: park.Position{Partition: int32(head), Offset: ends[int32(head)]},
 		Since: time.Now(), Class: park.ClassByHand, Reason: "parked by hand by " + req.By, Epoch: p.parkEpoch.Load(),
 	}
@@ -1416,17 +1424,23 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park
 // newest delivered record, so the lowest of those is the bound. A record
 // delivered again below it (a rewind, a commit that was behind) is then
 // finished as the duplicate it is instead of parked behind the head, and a
-// redrive passes over its parked copies.
-func resolvedBelow(p *partition, id string) int64 {
+// redrive passes over its parked copies. Only an open incarnation has the
+// bound: once p closed, its queued records are dropped (and their jobs
+// let go by its tracker), so open is false and the bound is not to be
+// written.
+func resolvedBelow(p *partition, id string) (from int64, open bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	from := p.tr.last + 1
+	if p.closed.Load() {
+		return -1, false
+	}
+	from = p.tr.last + 1
 	p.tr.jobs(func(j *job) {
 		if j.msg.AggregateID == id && j.rec.Offset < from {
 			from = j.rec.Offset
 		}
 	})
-	return from
+	return from, true
 }
 
 // ParkByHand asks, in the state topic, for the aggregate id to be parked in

@@ -250,6 +250,10 @@ func (r *Receiver) finished(p *partition, seq int64) {
 			r.unpauseLocked(p, pauseSpan)
 			lifted = true
 		}
+	} else {
+		// A closed incarnation's watermark stays where its close left it,
+		// but its tracker lets the job go: the caller pools it next.
+		p.tr.detach(seq)
 	}
 	n := p.pending.Add(-1)
 	if r.liftShareLocked(p, n) {
@@ -307,11 +311,12 @@ func (r *Receiver) releaseOf(p *partition) {
 var testHookDone atomic.Pointer[func(r *Receiver, p *partition, lifted bool)]
 
 // forget detaches the job of seq from p's tracker without finishing the
-// record: the job was dropped and may be reused.
+// record: the job was dropped and may be reused. Closed or not: a tracker
+// never holds a job that went back to the pool, whose fields a scan of it
+// (resolvedBelow, the deadline watcher's) would read while another record
+// is being written into them.
 func (r *Receiver) forget(p *partition, seq int64) {
 	p.mu.Lock()
-	if !p.closed.Load() {
-		p.tr.detach(seq)
-	}
+	p.tr.detach(seq)
 	p.mu.Unlock()
 }
