@@ -789,18 +789,7 @@ func (j *job) writeParked(st *park.State) {
 			j.after(r.holdBackoff(1), func() { j.writeParked(st) })
 		case err == nil:
 			ps := r.park
-			// A partition that went meanwhile is its next owner's: it loads
-			// this state from the topic. One rewound meanwhile (a new
-			// incarnation of the same ownership, see rewind) keeps it.
-			// (A partition being revoked is still its own until closed.)
-			// Checked under ps.mu: a partition closes before unloadParked
-			// takes ps.mu to forget its aggregates.
-			r.partsMu.RLock()
-			cur := r.parts[tp{st.Topic, st.Partition}]
-			r.partsMu.RUnlock()
-			ps.mu.Lock()
-			owned := !j.p.isClosed() || (cur != nil && !cur.isClosed() && cur.parkEpoch.Load() == st.Epoch)
-			if owned {
+			if r.lockKeepsParking(j.p, st.Epoch) {
 				ps.parked[parkKey{st.Topic, st.Aggregate}] = &parkedAgg{state: *st}
 				r.nparked.Store(int32(len(ps.parked)))
 			}
@@ -824,6 +813,33 @@ func (j *job) writeParked(st *park.State) {
 			j.after(wait, func() { j.writeParked(st) })
 		}
 	})
+}
+
+// lockKeepsParking takes park.mu and reports whether a parking written
+// under the incarnation p, at the owner epoch epoch, stays with this
+// member: p is still open (one being revoked is its own until closed), or
+// the incarnation that took its place is open under the same ownership (a
+// rewind, see rewind). A partition that went is its next owner's, which
+// loads the parking from the state topic. Decided under park.mu, which the
+// caller releases: a partition closes before unloadParked takes park.mu to
+// forget its aggregates. A rewind puts its incarnation in parts before it
+// closes p, and a rebalance replaces or removes p before or under partsMu,
+// so one look-up after p was seen closed finds what took its place, if
+// anything (the stop closes p in place: nothing does).
+func (r *Receiver) lockKeepsParking(p *partition, epoch int64) bool {
+	for again := false; ; again = true {
+		r.partsMu.RLock()
+		cur := r.parts[tp{p.topic, p.partition}]
+		r.partsMu.RUnlock()
+		r.park.mu.Lock()
+		if !p.isClosed() {
+			return true
+		}
+		if cur != p || again {
+			return cur != p && cur != nil && !cur.isClosed() && cur.parkEpoch.Load() == epoch
+		}
+		r.park.mu.Unlock() // p closed after the look-up: look once more
+	}
 }
 
 func stateRecord(topic string, st *park.State) *kgo.Record {
@@ -1390,9 +1406,10 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park
 	head := kgo.StickyKeyPartitioner(nil).ForTopic(parked).Partition(&kgo.Record{Key: []byte(k.key)}, len(ends))
 	below, open := resolvedBelow(p, k.key)
 	if !open {
-		// Lost or revoked while the parked topic's end was read: its
-		// queued records were dropped, so no bound can be told, and the
-		// next owner of the partition acts on the request.
+		// Closed while the parked topic's end was read (lost, revoked
+		// past its drain, rewound, stopping): its queued records were
+		// dropped, so no bound can be told. The request stays for the
+		// partition's next owner (after a rewind, the next incarnation).
 		r.actionCanceled(k, from, req.Action, at)
 		return
 	}
@@ -1406,8 +1423,7 @@ func (r *Receiver) parkByHand(p *partition, k parkKey, from *parkedAgg, req park
 		return
 	}
 	a := &parkedAgg{state: st, lastReq: req.ID}
-	ps.mu.Lock()
-	if !p.isClosed() {
+	if r.lockKeepsParking(p, st.Epoch) {
 		ps.parked[k] = a
 		r.nparked.Store(int32(len(ps.parked)))
 	}

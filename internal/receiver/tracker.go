@@ -32,7 +32,7 @@ type entry struct {
 	offset int64
 	epoch  int32
 	done   bool
-	j      *job // the record's job until it finished or was dropped; for the deadline watcher
+	j      *job // the record's job until it finished or was dropped (closed incarnations too: the job is pooled next); for the scans of the deadline watcher and resolvedBelow
 }
 
 func newTracker() *tracker { return &tracker{last: -1} }
