@@ -22,6 +22,7 @@ import (
 
 	"github.com/wowd/wowd/internal/admin"
 	"github.com/wowd/wowd/internal/redact"
+	"github.com/wowd/wowd/internal/tlsconf"
 )
 
 // statusOptions are the flags of wowd status.
@@ -316,20 +317,12 @@ func (o statusOptions) tlsConfig() (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	var errs []error
 	if o.caFile != "" {
-		pem, err := os.ReadFile(o.caFile)
-		switch {
-		case err != nil:
+		system, _ := x509.SystemCertPool() // nil where there is none: the file's CAs alone
+		pool, err := tlsconf.CertPool(o.caFile, system)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("--ca-file: %w", err))
-		default:
-			pool, err := x509.SystemCertPool()
-			if err != nil {
-				pool = x509.NewCertPool()
-			}
-			if !pool.AppendCertsFromPEM(pem) {
-				errs = append(errs, fmt.Errorf("--ca-file %s: no PEM certificate in it", o.caFile))
-			}
-			tc.RootCAs = pool
 		}
+		tc.RootCAs = pool
 	}
 	switch {
 	case (o.certFile == "") != (o.keyFile == ""):

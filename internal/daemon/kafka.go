@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wowd/wowd/internal/config"
+	"github.com/wowd/wowd/internal/tlsconf"
 )
 
 // ClientOptions turns wow.kafka into franz-go options for a client named
@@ -151,13 +151,9 @@ func readSecretFile(path string) (string, error) {
 func tlsConfig(t config.TLS) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented
 	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
+		pool, err := tlsconf.CertPool(t.CAFile, nil)
 		if err != nil {
 			return nil, &ConfigError{Path: "wow.kafka.tls.ca-file", Err: err}
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, &ConfigError{Path: "wow.kafka.tls.ca-file", Err: fmt.Errorf("no PEM certificate in %s", t.CAFile)}
 		}
 		tc.RootCAs = pool
 	}

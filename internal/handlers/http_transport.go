@@ -3,12 +3,12 @@ package handlers
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"math"
 	"net"
 	"net/http"
-	"os"
+
+	"github.com/wowd/wowd/internal/tlsconf"
 )
 
 // newTransport returns the connection pool of a sink: keep-alive
@@ -60,13 +60,9 @@ func (t HTTPTLSConfig) config() (*tls.Config, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented
 	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
+		pool, err := tlsconf.CertPool(t.CAFile, nil)
 		if err != nil {
 			return nil, fmt.Errorf("tls.ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca-file: no PEM certificate in %s", t.CAFile)
 		}
 		tc.RootCAs = pool
 	}

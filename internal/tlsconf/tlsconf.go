@@ -11,11 +11,13 @@
 // cannot be used (a certificate whose new key has not been written yet, a
 // half-written file) leave the previous pair in use until they change
 // again.
+//
+// CertPool reads a CA file for any of wowd's TLS, its clients' included
+// (the Kafka clients, the HTTP sinks, `wowd status`).
 package tlsconf
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -181,13 +183,9 @@ func build(f Files) (*tls.Config, error) {
 		Certificates: []tls.Certificate{cert},
 	}
 	if f.ClientCAFile != "" {
-		pem, err := os.ReadFile(f.ClientCAFile)
+		pool, err := CertPool(f.ClientCAFile, nil)
 		if err != nil {
 			return nil, fmt.Errorf("reading the client CAs: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("reading the client CAs: no PEM certificate in %s", f.ClientCAFile)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
