@@ -183,7 +183,9 @@
 //     before the one parked at (never accepted into Kafka: the ingest gave
 //     up on it, or answered 502, handled locally or not; or accepted only
 //     after it); an operator's skip or discard needs no
-//     allowance, as it forgets the aggregate's version; and no message
+//     allowance, as it forgets the aggregate's version; a redrive's park
+//     at versions all settled and delivered again after a rewind for lost
+//     records is allowed (documented; version_test.go says why); and no message
 //     lost to the duplicate check: a message skipped as a duplicate is
 //     not counted as handled, and its position counts as settled only if
 //     the message, at any of its positions, was handled, skipped by the

@@ -1187,12 +1187,7 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	case strings.HasPrefix(e.Message, duplicateMessage):
 		w.versionDuplicate(c.m, topicName, pos{partition, offset}, aggregate, version, last)
 	case strings.HasPrefix(e.Message, gapParkMessage), strings.HasPrefix(e.Message, gapRedriveMessage):
-		if strings.HasPrefix(e.Message, gapRedriveMessage) {
-			w.mu.Lock()
-			w.ver.redriveGaps++
-			w.mu.Unlock()
-		}
-		w.gapParked(c.m, topicName, pos{partition, offset}, aggregate, version, last)
+		w.gapParked(c.m, topicName, pos{partition, offset}, aggregate, version, last, strings.HasPrefix(e.Message, gapRedriveMessage))
 	case strings.HasPrefix(e.Message, gapLocalMessage):
 		w.mu.Lock()
 		defer w.mu.Unlock()
