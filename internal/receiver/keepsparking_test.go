@@ -50,3 +50,73 @@ func TestAParkingStaysWithTheIncarnationThatTookItsPlace(t *testing.T) {
 		}
 	}
 }
+
+// The interleaving lockKeepsParking exists for: its look-up finds the
+// incarnation open and in place, and before it takes park.mu a rewind puts
+// a successor of the same ownership in its place and closes it (or the
+// partition is lost, or the stop closes it in place). Deciding on that
+// first look-up alone left a rewound partition's parking unkept here while
+// the state topic had it parked.
+func TestAParkingDecisionLooksAgainAfterAChangeBeforeItsLock(t *testing.T) {
+	const epoch = 7
+	successor := func(e int64, closed bool) *partition {
+		q := newPartition(testTopic, 0)
+		q.parkEpoch.Store(e)
+		q.closed.Store(closed)
+		return q
+	}
+	for _, c := range []struct {
+		name string
+		next *partition // what takes p's place in parts between the look-up and the lock; nil: nothing
+		want bool
+	}{
+		{"rewound in between", successor(epoch, false), true},
+		{"rewound in between, the successor already closed", successor(epoch, true), false},
+		{"lost and assigned again in between", successor(epoch+1, false), false},
+		{"lost in between", nil, false},
+	} {
+		p := newPartition(testTopic, 0)
+		p.parkEpoch.Store(epoch)
+		r := &Receiver{park: &parkState{parked: map[parkKey]*parkedAgg{}}, parts: map[tp]*partition{{testTopic, 0}: p}}
+		looks := 0
+		hook := func() {
+			looks++
+			if looks > 1 {
+				return
+			}
+			r.partsMu.Lock()
+			if c.next != nil {
+				r.parts[tp{testTopic, 0}] = c.next // a rewind places its successor, then closes p
+			} else {
+				delete(r.parts, tp{testTopic, 0})
+			}
+			r.partsMu.Unlock()
+			p.closed.Store(true)
+		}
+		testHookKeepsParking.Store(&hook)
+		got := r.lockKeepsParking(p, epoch)
+		r.park.mu.Unlock()
+		testHookKeepsParking.Store(nil)
+		if got != c.want || looks != 2 {
+			t.Errorf("%s: kept %v after %d look-ups, want %v after 2", c.name, got, looks, c.want)
+		}
+	}
+
+	// The stop closes p in place: the second look-up finds it again and
+	// the loop ends there, unkept.
+	p := newPartition(testTopic, 0)
+	p.parkEpoch.Store(epoch)
+	r := &Receiver{park: &parkState{parked: map[parkKey]*parkedAgg{}}, parts: map[tp]*partition{{testTopic, 0}: p}}
+	looks := 0
+	hook := func() {
+		looks++
+		p.closed.Store(true)
+	}
+	testHookKeepsParking.Store(&hook)
+	t.Cleanup(func() { testHookKeepsParking.Store(nil) })
+	got := r.lockKeepsParking(p, epoch)
+	r.park.mu.Unlock()
+	if got || looks != 2 {
+		t.Errorf("closed in place by the stop in between: kept %v after %d look-ups, want false after 2", got, looks)
+	}
+}

@@ -831,6 +831,9 @@ func (r *Receiver) lockKeepsParking(p *partition, epoch int64) bool {
 		r.partsMu.RLock()
 		cur := r.parts[tp{p.topic, p.partition}]
 		r.partsMu.RUnlock()
+		if hook := testHookKeepsParking.Load(); hook != nil {
+			(*hook)()
+		}
 		r.park.mu.Lock()
 		if !p.isClosed() {
 			return true
@@ -841,6 +844,11 @@ func (r *Receiver) lockKeepsParking(p *partition, epoch int64) bool {
 		r.park.mu.Unlock() // p closed after the look-up: look once more
 	}
 }
+
+// testHookKeepsParking, when a test sets it, runs in lockKeepsParking
+// between each look-up of the partition and taking park.mu: where a rewind,
+// a loss or the stop may come in between.
+var testHookKeepsParking atomic.Pointer[func()]
 
 func stateRecord(topic string, st *park.State) *kgo.Record {
 	return &kgo.Record{Topic: topic, Key: []byte(st.RecordKey()), Value: st.Marshal()}
