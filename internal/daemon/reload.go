@@ -82,7 +82,7 @@ type reloader struct {
 	realDir string         // real's directory, watched too when it is not the path's; "": not watched
 	applied *config.Config // the running configuration, reloadable keys as last applied
 	wait    time.Duration  // the pause before the next retry of a passing refusal; 0: none due
-	failure string         // the passing refusal last logged; "" since the last handled read
+	failure string         // the passing refusal last logged; "" since the last handled read, change or SIGHUP
 	force   bool           // the read due is asked for (ReloadNow): it reads contents handled already
 	now     chan struct{}  // ReloadNow's requests, one pending at most; never closed
 	started bool           // set by Start: the goroutine runs
@@ -204,10 +204,13 @@ func (rt *Daemon) watch() {
 			}
 			rt.log.Warn("watching the configuration file", zap.String("path", r.Path), zap.Error(err))
 		case <-settle.C:
-			r.wait = 0 // a new change: its retries start over
+			// A new change: its retries start over, and its refusal is
+			// logged and counted even when it repeats the last one (only
+			// the timed retries of one change are quiet).
+			r.wait, r.failure = 0, ""
 			rt.read(false, retry)
 		case <-r.now:
-			r.wait = 0
+			r.wait, r.failure = 0, ""
 			rt.log.Info("reading the configuration file again, as asked", zap.String("path", r.Path))
 			rt.read(true, retry)
 		case <-retry.C:
@@ -342,8 +345,9 @@ func (rt *Daemon) reloadFile(force bool) (passing bool) {
 	return false
 }
 
-// refused logs and counts a refusal for a passing reason, once while it
-// repeats with the same error.
+// refused logs and counts a refusal for a passing reason, once while its
+// retries repeat it with the same error (a new change or a SIGHUP counts
+// again, see watch).
 func (rt *Daemon) refused(err error) {
 	r := rt.reload
 	if err.Error() == r.failure {
@@ -487,19 +491,30 @@ func running(cfg, prev, start *config.Config) *config.Config {
 	return &out
 }
 
+// runningFitter is a handler configuration whose time limits, as a reload
+// would apply them, must fit in a try of the handler.timeout the handler
+// runs with, its restart-only keys in force as running (the configuration
+// the handler was built from) has them (handlers.HTTPConfig: a new
+// request-timeout with the running batch.linger).
+type runningFitter interface {
+	FitRunning(running any, tryTimeout time.Duration) error
+}
+
 // fitsRunningTry reports, as a refusal for what the file at path says,
-// whether the time limits of dispatcher name's handler in cfg do not fit
-// in a try of the handler.timeout it runs with, that of start, which
-// takes a restart to change. Validated, cfg's fit its own handler.timeout:
-// a file raising both would otherwise be refused by the handler as for a
-// passing reason, and read again every minute until wowd stopped.
+// whether the time limits of dispatcher name's handler in cfg, with its
+// restart-only keys as start has them, do not fit in a try of the
+// handler.timeout it runs with, that of start: those take a restart to
+// change, so what the file says of them neither makes room nor takes it.
+// Validated, cfg's fit its own handler.timeout: a file raising both would
+// otherwise be refused by the handler as for a passing reason, and read
+// again every minute until wowd stopped.
 func fitsRunningTry(path, name string, cfg, start *config.Config) error {
-	tb, ok := cfg.Dispatchers[name].Handler.Decoded.(interface{ FitTry(time.Duration) error })
-	running := start.Dispatchers[name].Handler.Timeout
-	if !ok || running <= 0 {
+	tb, ok := cfg.Dispatchers[name].Handler.Decoded.(runningFitter)
+	was := start.Dispatchers[name].Handler
+	if !ok || was.Timeout <= 0 {
 		return nil
 	}
-	if err := tb.FitTry(running); err != nil {
+	if err := tb.FitRunning(was.Decoded, was.Timeout); err != nil {
 		return &config.Errors{File: path, List: []config.Error{{
 			Path: "wow.dispatchers." + name + ".handler",
 			Msg:  fmt.Sprintf("%v; a new handler.timeout applies at a restart only", err),

@@ -983,3 +983,91 @@ func editInPlace(t *testing.T, file string, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestReloadFitsRequestTimeoutWithTheRunningBatch: the batch keys take a
+// restart, so a file's new request-timeout must fit the running
+// handler.timeout with the running batch.linger, whatever linger the file
+// names. A file lowering the linger and raising request-timeout was applied
+// (8.5 s of request after 3 s of linger in a 10 s try); a file raising the
+// timeout and the linger (both for a restart) beside reloadable keys was
+// refused whole, its log level and max-concurrency with it.
+func TestReloadFitsRequestTimeoutWithTheRunningBatch(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	yaml := func(broker, level string, conc int, limits string) string {
+		return strings.Replace(reloadYAML(broker, "http://127.0.0.1:1/", conc, level, 1),
+			fmt.Sprintf("        max-concurrency: %d\n", conc), fmt.Sprintf("        max-concurrency: %d\n%s", conc, limits), 1)
+	}
+	const running = "        timeout: 10s\n        request-timeout: 5s\n        batch: {max-messages: 10, linger: 3s}\n"
+
+	t.Run("a request-timeout that fits only with the file's linger", func(t *testing.T) {
+		c := newCluster(t)
+		b := c.ListenAddrs()[0]
+		r := startReloading(t, yaml(b, "info", 1, running), documentLoader(handler.Default()))
+		r.write(t, yaml(b, "debug", 1, "        timeout: 10s\n        request-timeout: 8500ms\n        batch: {max-messages: 10, linger: 1s}\n"))
+		testwait.For(t, 10*time.Second, "the change read", func() bool {
+			return r.count(t, metrics.ReloadInvalid)+r.count(t, metrics.ReloadRestartNeeded)+r.count(t, metrics.ReloadApplied) > 0
+		})
+		if n := r.count(t, metrics.ReloadInvalid); n != 1 {
+			t.Errorf("invalid %d, restart needed %d: want the file refused", n, r.count(t, metrics.ReloadRestartNeeded))
+		}
+		if r.level.Enabled(zapcore.DebugLevel) {
+			t.Error("the refused file's log level applied")
+		}
+		refused := r.logs.FilterMessageSnippet("refused").All()
+		if len(refused) != 1 || !strings.Contains(fmt.Sprint(refused[0].ContextMap()["error"]), "batch.linger: 3s") {
+			t.Errorf("refusals logged: %+v, want one naming the running linger", refused)
+		}
+	})
+
+	t.Run("restart-only limits beside reloadable keys", func(t *testing.T) {
+		c := newCluster(t)
+		b := c.ListenAddrs()[0]
+		r := startReloading(t, yaml(b, "info", 1, running), documentLoader(handler.Default()))
+		r.write(t, yaml(b, "debug", 2, "        timeout: 60s\n        request-timeout: 5s\n        batch: {max-messages: 10, linger: 30s}\n"))
+		testwait.For(t, 10*time.Second, "the change read", func() bool {
+			return r.count(t, metrics.ReloadInvalid)+r.count(t, metrics.ReloadRestartNeeded)+r.count(t, metrics.ReloadApplied) > 0
+		})
+		if n := r.count(t, metrics.ReloadRestartNeeded); n != 1 {
+			t.Errorf("restart needed %d, invalid %d: want the reloadable keys applied and the rest reported", n, r.count(t, metrics.ReloadInvalid))
+		}
+		if !r.level.Enabled(zapcore.DebugLevel) {
+			t.Error("the new log level not applied")
+		}
+		if n := r.logs.FilterMessage("configuration reloaded").FilterField(zap.Strings("applied", []string{
+			"wow.dispatchers.sink.handler.max-concurrency", "wow.log.level"})).Len(); n != 1 {
+			t.Errorf("%d reloads applying max-concurrency and the log level logged, want 1: %+v", n, r.logs.FilterMessageSnippet("configuration").All())
+		}
+	})
+}
+
+// TestReloadReportsARepeatedRefusalOfANewChange: a refusal for a passing
+// reason is logged and counted once while its timed retries repeat it,
+// but a new change of the file, or a SIGHUP, refused for the same reason
+// is news to the operator who made it: it is logged and counted again. It
+// was neither (a SIGHUP logged only that it read the file).
+func TestReloadReportsARepeatedRefusalOfANewChange(t *testing.T) {
+	reloadSettle = 20 * time.Millisecond
+	was := reloadRetryMin
+	t.Cleanup(func() { reloadRetryMin = was }) // after the daemon's stop, registered later
+	reloadRetryMin = time.Hour                 // no timed retry during the test
+	c := newCluster(t)
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old")
+	if err := os.WriteFile(old, []byte("Bearer old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startReloading(t, headerYAML(c.ListenAddrs()[0], old, "info"), documentLoader(handler.Default()))
+	missing := filepath.Join(dir, "new") // never there
+	r.write(t, headerYAML(c.ListenAddrs()[0], missing, "debug"))
+	testwait.For(t, 10*time.Second, "the change refused", func() bool { return r.count(t, metrics.ReloadRetrying) == 1 })
+	r.write(t, headerYAML(c.ListenAddrs()[0], missing, "warn"))
+	testwait.For(t, 10*time.Second, "the new change refused", func() bool { return r.count(t, metrics.ReloadRetrying) == 2 })
+	r.rt.ReloadNow()
+	testwait.For(t, 10*time.Second, "the SIGHUP's read refused", func() bool { return r.count(t, metrics.ReloadRetrying) == 3 })
+	if n := r.logs.FilterMessageSnippet("cannot be applied yet").Len(); n != 3 {
+		t.Errorf("%d refusals logged for a change, a new change and a SIGHUP, want 3", n)
+	}
+	if l := r.level.Level(); l != zapcore.InfoLevel {
+		t.Errorf("log level %v: a refused file's applied", l)
+	}
+}

@@ -330,20 +330,24 @@ contents of the header files are read again within a second of a change anyway.)
 change of any other key is logged as needing a restart, naming the keys, and is not
 applied (the reloadable keys of the same file are). A file that does not load or
 validate, or whose new header files cannot be read, is refused whole and logged with
-every problem; the running configuration stays. ` + "`handler.timeout`" + ` is not among
+every problem; the running configuration stays. (A header file the sink reads already,
+under the same header name, is not read again for a reload: while it cannot be used,
+the sink keeps its last good value, and a reload of the other keys applies.) ` + "`handler.timeout`" + ` is not among
 them: each receiver sizes its deadline checks from it when it starts. Each change read
 is counted in
 ` + "`wowd_config_reloads_total{outcome}`" + ` (` + "`applied`, `restart_needed`, `invalid`, `retrying`, and `unchanged`" + ` for a file read again, after
 a change or a SIGHUP, whose keys all stay as they run: a comment edited, a change reverted).
 
 A refusal for what the file says (a key unknown or out of range, a request-timeout that
-does not fit the handler.timeout wowd started with) stands until the file
+does not fit the handler.timeout and the batch.linger wowd started with, whatever
+the file says of those two, which take a restart) stands until the file
 changes again. A refusal for a reason outside it may pass while the file stays as it
 is, and the file is read again after 1s, then twice as long each time up to a minute,
 until it applies or changes: the file or a header file it names cannot be read (a
 secret mounted a moment after the ConfigMap changed), or ` + "`wow.metadata`" + ` cannot be
 read or disagrees with the file. Such a refusal is logged and counted as ` + "`retrying`" + `
-(not ` + "`invalid`" + `) once per distinct error, not per attempt. A stop ends a reload under way (a read of
+(not ` + "`invalid`" + `) once per distinct error while it is retried, and again for each
+new change of the file or SIGHUP that meets it. A stop ends a reload under way (a read of
 ` + "`wow.metadata`" + ` included) without applying it.
 
 ` + "`SIGHUP`" + ` makes ` + "`wowd run`" + ` read the file at once, as for a change, even if it did

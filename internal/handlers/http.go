@@ -160,7 +160,7 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 		log = zap.NewNop()
 	}
 	static, errs := staticHeaders(cfg)
-	live, err := newLive(cfg, deps.Timeout, log)
+	live, err := newLive(cfg, deps.Timeout, log, nil)
 	if err != nil {
 		errs = append(errs, err)
 	}

@@ -72,6 +72,20 @@ func (c *HTTPConfig) FitTry(tryTimeout time.Duration) error {
 	return c.Batch.fitTry(c.RequestTimeout, tryTimeout)
 }
 
+// FitRunning is FitTry for c read again for a reload of a sink built from
+// running, with the handler.timeout it runs with: the batch keys take a
+// restart, so the running sink goes on batching with running's, and the
+// new request-timeout must fit with those (a new linger of the file, not
+// in force, neither makes room for it nor takes any). running of another
+// type than c (a handler retyped, which takes a restart) leaves c's own.
+func (c *HTTPConfig) FitRunning(running any, tryTimeout time.Duration) error {
+	fit := *c
+	if r, ok := running.(*HTTPConfig); ok && r != nil {
+		fit.Batch = r.Batch
+	}
+	return fit.FitTry(tryTimeout)
+}
+
 // Validate checks the configuration, reporting every problem. It reads no
 // environment variable and no file: that happens when the sink is built.
 func (c *HTTPConfig) Validate() error {

@@ -65,14 +65,20 @@ func (c *HTTPConfig) CheckEnv(lookup func(string) (string, bool)) []error {
 }
 
 // fileHeaders returns headers-from-file, each file read once now, or why
-// they cannot be.
-func fileHeaders(cfg HTTPConfig, log *zap.Logger) ([]*fileHeader, []error) {
+// they cannot be; one that reuse reads already under the same header name
+// is taken from it as it is (a reload: it keeps its value and its checks).
+func fileHeaders(cfg HTTPConfig, log *zap.Logger, reuse []*fileHeader) ([]*fileHeader, []error) {
 	var (
 		files []*fileHeader
 		errs  []error
 	)
 	for _, k := range slices.Sorted(maps.Keys(cfg.HeadersFromFile)) {
-		f := &fileHeader{name: http.CanonicalHeaderKey(k), path: cfg.HeadersFromFile[k], every: fileCheckEvery, log: log}
+		name, path := http.CanonicalHeaderKey(k), cfg.HeadersFromFile[k]
+		if i := slices.IndexFunc(reuse, func(f *fileHeader) bool { return f.name == name && f.path == path }); i >= 0 {
+			files = append(files, reuse[i])
+			continue
+		}
+		f := &fileHeader{name: name, path: path, every: fileCheckEvery, log: log}
 		if err := f.load(time.Now()); err != nil {
 			errs = append(errs, fmt.Errorf("headers-from-file.%s: %w", k, err))
 			continue

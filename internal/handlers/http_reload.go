@@ -35,10 +35,10 @@ type httpLive struct {
 }
 
 // newLive returns the live settings of cfg, reading the header files it
-// names (headers-from-file). The static headers are not among them: a
+// names (headers-from-file) but those of reuse (see fileHeaders). The static headers are not among them: a
 // reload leaves them as the sink was built.
-func newLive(cfg HTTPConfig, tryTimeout time.Duration, log *zap.Logger) (*httpLive, error) {
-	files, errs := fileHeaders(cfg, log)
+func newLive(cfg HTTPConfig, tryTimeout time.Duration, log *zap.Logger, reuse []*fileHeader) (*httpLive, error) {
+	files, errs := fileHeaders(cfg, log, reuse)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -72,13 +72,17 @@ func (s *httpSink) Reconfigure(cfg any) (apply func(), err error) {
 		return nil, err
 	}
 	old := s.live.Load()
-	if err := c.FitTry(old.tryTimeout); err != nil {
+	if err := c.FitRunning(&s.cfg, old.tryTimeout); err != nil {
 		return nil, err
 	}
 	// Only the header files: headers-from-env, read at start, needs a
 	// restart, and a variable it names anew that is not set must not
 	// refuse the reloadable keys (the daemon reports it for a restart).
-	l, err := newLive(*c, old.tryTimeout, s.log)
+	// A header file the sink reads already, under the same header name, is
+	// kept as it is, not read again: the sink keeps its last good value
+	// while the file cannot be used (a token mid-rotation), and that must
+	// not refuse a reload of the other keys.
+	l, err := newLive(*c, old.tryTimeout, s.log, old.files)
 	if err != nil {
 		return nil, err
 	}

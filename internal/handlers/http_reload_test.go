@@ -348,3 +348,76 @@ func testAttemptKeepsItsSettings(t *testing.T, batched bool) {
 		}
 	}
 }
+
+// TestHTTPReconfigureFitsTheRunningBatch: batch.linger and
+// batch.max-messages take a restart, so a reload's new request-timeout
+// must fit the handler.timeout with the linger the sink still batches
+// with. A file lowering the linger (or turning batching off) and raising
+// request-timeout was checked with its own linger: the new timeout was
+// applied, a batch member could then wait 3 s and its request 8.5 s in a
+// 10 s try, and a slow request that succeeded had its try timed out (the
+// message delivered again, maybe parked though handled). The reverse, a
+// file raising the linger past what the running timeout allows, does not
+// refuse a request-timeout that fits with the running linger.
+func TestHTTPReconfigureFitsTheRunningBatch(t *testing.T) {
+	h := build(t, "http", sinkConfig("http://127.0.0.1:1/", map[string]any{
+		"request-timeout": "5s",
+		"batch":           map[string]any{"max-messages": 10, "linger": "3s"},
+	}), handler.Deps{Timeout: 10 * time.Second})
+	s := h.(*httpSink)
+	for name, batch := range map[string]map[string]any{
+		"linger lowered":   {"max-messages": 10, "linger": "1s"},
+		"batching dropped": {"max-messages": 0},
+	} {
+		_, err := s.Reconfigure(decodeSink(t, sinkConfig("http://127.0.0.1:1/", map[string]any{
+			"request-timeout": "8500ms",
+			"batch":           batch,
+		})))
+		if err == nil || !strings.Contains(err.Error(), "batch.linger: 3s") {
+			t.Errorf("%s: request-timeout 8.5s beside the running linger of 3s in a 10s try: %v, want a refusal naming the running linger", name, err)
+		}
+	}
+	apply, err := s.Reconfigure(decodeSink(t, sinkConfig("http://127.0.0.1:1/", map[string]any{
+		"request-timeout": "6s",
+		"batch":           map[string]any{"max-messages": 10, "linger": "30s"},
+	})))
+	if err != nil {
+		t.Fatalf("request-timeout 6s beside the running linger of 3s, the file's 30s for a restart: %v", err)
+	}
+	apply()
+	if got := s.live.Load().requestTimeout; got != 6*time.Second {
+		t.Errorf("request-timeout %v after the reload, want 6s", got)
+	}
+}
+
+// TestHTTPReconfigureKeepsAHeaderFileItReads: the sink keeps a header
+// file's last good value while the file cannot be used (a token being
+// rotated), and a reload that leaves that header as it is must not read
+// the file again and be refused for it: lowering rate-limit or changing
+// max-concurrency during an incident waited for the token file.
+func TestHTTPReconfigureKeepsAHeaderFileItReads(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(tok, []byte("Bearer a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := func(conc int, header string) map[string]any {
+		return sinkConfig("http://127.0.0.1:1/", map[string]any{"max-concurrency": conc, "headers-from-file": map[string]any{header: tok}})
+	}
+	s := build(t, "http", conf(1, "Authorization"), handler.Deps{}).(*httpSink)
+	if err := os.WriteFile(tok, nil, 0o600); err != nil { // emptied mid-rotation
+		t.Fatal(err)
+	}
+	apply, err := s.Reconfigure(decodeSink(t, conf(4, "authorization")))
+	if err != nil {
+		t.Fatalf("max-concurrency reload with the header file unchanged: %v", err)
+	}
+	apply()
+	l := s.live.Load()
+	if l.maxConcurrency != 4 || len(l.files) != 1 || l.files[0].get(time.Now()) != "Bearer a" {
+		t.Errorf("after the reload: max-concurrency %d, %d header files, want 4 and the file's last good value", l.maxConcurrency, len(l.files))
+	}
+	// The same file under another header is a new header: read, refused.
+	if _, err := s.Reconfigure(decodeSink(t, conf(4, "X-Token"))); err == nil || !strings.Contains(err.Error(), "headers-from-file.X-Token") {
+		t.Errorf("the emptied file named for a new header: %v, want a refusal naming it", err)
+	}
+}
