@@ -62,10 +62,22 @@ const (
 	maxBatchMessages = 10_000
 	minBatchBytes    = 1 << 10
 	maxBatchBytes    = 64 << 20
-	// maxBatchResponse is the largest batch response body read; a longer
-	// one is malformed.
+	// maxBatchResponse is the largest batch response body read, or
+	// batchResponsePerMessage for each message a batch may carry when that
+	// is more (batchResponseCap); a longer one is malformed.
 	maxBatchResponse = 1 << 20
+	// batchResponsePerMessage is room for one message's entry in a batch
+	// response: its id, its action, a reason of a few hundred bytes (wowd
+	// keeps 256 of it) and a retry-after, so that a full list of them is
+	// read whatever max-messages.
+	batchResponsePerMessage = 1 << 10
 )
+
+// responseCap is the largest batch response body read: 1 MiB, or room for
+// an entry of each message a batch may carry when that is more.
+func (b HTTPBatchConfig) responseCap() int {
+	return max(maxBatchResponse, b.MaxMessages*batchResponsePerMessage)
+}
 
 // batchContentType is the media type of a batch request: a JSON array of
 // structured-mode CloudEvents (CloudEvents JSON format, "Batch format").
@@ -409,7 +421,7 @@ func (s *httpSink) batchOutcomes(resp *http.Response, sent []*call) []error {
 		}
 		return all(err)
 	}
-	results, err := readBatchResults(resp.Body)
+	results, err := readBatchResults(resp.Body, s.cfg.Batch.responseCap())
 	if err != nil {
 		// The members' fate is unknown: each is retried.
 		err = s.wrap(fmt.Errorf("batch of %d: status %d: %w", len(sent), resp.StatusCode, err))
@@ -474,39 +486,87 @@ func (s *httpSink) newBatchRequest(ctx context.Context, body []byte, live *httpL
 
 // batchResult is the outcome of one message in a batch response.
 type batchResult struct {
-	ID         string   `json:"id"`
-	Action     string   `json:"action"`
-	RetryAfter *float64 `json:"retry-after"`
-	Reason     string   `json:"reason"`
+	ID         string
+	Action     string
+	RetryAfter *float64
+	Reason     string
+}
+
+// UnmarshalJSON reads an entry of a batch response strictly, as HTTP.md
+// states its shape: an object whose id, action and reason, when there, are
+// strings and whose retry-after is a number, by their exact names. A null
+// in their place, or a null entry, is the wrong shape too: encoding/json
+// would skip it (and match the names in any case), so that an endpoint
+// writing nulls had its other entries applied and the null's message
+// counted done. Other names are ignored.
+func (r *batchResult) UnmarshalJSON(b []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil || fields == nil {
+		return fmt.Errorf("an entry that is not an object: %.64s", b)
+	}
+	for name, v := range fields {
+		var err error
+		switch name {
+		case "id":
+			err = jsonString(v, &r.ID)
+		case "action":
+			err = jsonString(v, &r.Action)
+		case "reason":
+			err = jsonString(v, &r.Reason)
+		case "retry-after":
+			var f float64
+			if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+				err = errors.New("not a number")
+			} else if err = json.Unmarshal(v, &f); err == nil {
+				r.RetryAfter = &f
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("an entry's %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// jsonString decodes v, a JSON value, into s if it is a string.
+func jsonString(v json.RawMessage, s *string) error {
+	if len(v) == 0 || v[0] != '"' {
+		return errors.New("not a string")
+	}
+	return json.Unmarshal(v, s)
 }
 
 // errMalformedResults is wrapped by the failure of the members of a batch
 // whose response body is not a result list.
 var errMalformedResults = errors.New("malformed batch response")
 
-// readBatchResults reads the body of a successful batch response: nothing
-// (every message done) or {"results": [...]}.
-func readBatchResults(body io.Reader) ([]batchResult, error) {
-	raw, err := io.ReadAll(io.LimitReader(body, maxBatchResponse+1))
+// readBatchResults reads the body of a successful batch response, at most
+// limit bytes: nothing (every message done) or {"results": [...]}, by that
+// exact name.
+func readBatchResults(body io.Reader, limit int) ([]batchResult, error) {
+	raw, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading the batch response: %w", err)
 	}
-	if len(raw) > maxBatchResponse {
-		return nil, fmt.Errorf("%w: body larger than %d bytes", errMalformedResults, maxBatchResponse)
+	if len(raw) > limit {
+		return nil, fmt.Errorf("%w: body larger than %d bytes", errMalformedResults, limit)
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
-	var doc struct {
-		Results *[]batchResult `json:"results"`
-	}
+	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("%w: %v: %q", errMalformedResults, err, quoteBody(raw))
 	}
-	if doc.Results == nil {
+	list, ok := doc["results"]
+	if !ok || len(list) == 0 || list[0] != '[' {
 		return nil, fmt.Errorf("%w: no \"results\" array: %q", errMalformedResults, quoteBody(raw))
 	}
-	return *doc.Results, nil
+	var results []batchResult
+	if err := json.Unmarshal(list, &results); err != nil {
+		return nil, fmt.Errorf("%w: %v: %q", errMalformedResults, err, quoteBody(raw))
+	}
+	return results, nil
 }
 
 // quoteBody is the start of a response body, for an error.

@@ -82,7 +82,8 @@ func FuzzBatchEvent(f *testing.F) {
 // FuzzBatchResponse gives the sink arbitrary bodies of a 200 response to a
 // batch of three messages, with or without Retry-After, and checks the
 // documented rules: an empty body means every message is done; a body that
-// is not an object with a results array retries every message; otherwise
+// is not an object with a results array, or has an entry of the wrong
+// shape (strictResults), retries every message; otherwise
 // each message gets the action of the first entry with its id (done without
 // one; an unknown action retries it), and a retry's wait is within
 // [0, maxRetryAfter].
@@ -92,6 +93,11 @@ func FuzzBatchResponse(f *testing.F) {
 	f.Add([]byte(`{"results":[{"id":"m0","action":"dead-letter","reason":"\u0000"},{"id":"m0","action":"done"}]}`), "")
 	f.Add([]byte(`{"results":null}`), "x")
 	f.Add([]byte(`[1,2]`), "")
+	f.Add([]byte(`{"results":[{"id":"m0","action":"dead-letter"},{"id":"m1","action":null}]}`), "")
+	f.Add([]byte(`{"results":[{"id":"m0","action":"skip"},null]}`), "")
+	f.Add([]byte(`{"Results":[{"ID":"m0","ACTION":"dead-letter"}]}`), "")
+	f.Add([]byte(`{"results":[{"id":"m2","action":"retry","retry-after":null}]}`), "")
+	f.Add([]byte(`{"results":[{"id":"m2","action":"retry","retry-after":"5"}]}`), "")
 	s := buildFuzzSink(f)
 	live := []*call{{id: "m0"}, {id: "m1"}, {id: "m2"}}
 	f.Fuzz(func(t *testing.T, body []byte, retryAfter string) {
@@ -110,20 +116,13 @@ func FuzzBatchResponse(f *testing.F) {
 			}
 		}
 		want := make([]string, len(live))
-		var doc struct {
-			Results *[]struct {
-				ID         string   `json:"id"`
-				Action     string   `json:"action"`
-				RetryAfter *float64 `json:"retry-after"`
-				Reason     string   `json:"reason"`
-			} `json:"results"`
-		}
+		entries, wellFormed := strictResults(body)
 		switch {
 		case len(bytes.TrimSpace(body)) == 0:
 			for i := range want {
 				want[i] = "done"
 			}
-		case len(body) > maxBatchResponse || json.Unmarshal(body, &doc) != nil || doc.Results == nil:
+		case len(body) > s.cfg.Batch.responseCap() || !wellFormed:
 			for i, err := range out {
 				if c, _ := handler.Classify(err); c != handler.Transient || !errors.Is(err, errMalformedResults) {
 					t.Fatalf("body %q: message %d: %v, want a transient malformed batch response", body, i, err)
@@ -133,11 +132,12 @@ func FuzzBatchResponse(f *testing.F) {
 		default:
 			for i, m := range live {
 				want[i] = "done"
-				for _, r := range *doc.Results {
-					if r.ID != m.id {
+				for _, e := range entries {
+					if id, _ := e["id"].(string); id != m.id {
 						continue
 					}
-					if a, ok := parseAction(r.Action); ok {
+					action, _ := e["action"].(string)
+					if a, ok := parseAction(action); ok {
 						want[i] = a.outcome()
 					} else {
 						want[i] = "transient"
@@ -152,6 +152,44 @@ func FuzzBatchResponse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// strictResults is the fuzz test's own reading of a batch response body as
+// HTTP.md states its shape, decoded generically: an object with a
+// "results" array (that exact name) of objects whose id, action and reason,
+// when there, are strings and whose retry-after is a number (a null is
+// none of these). It reports false for any other body.
+func strictResults(body []byte) ([]map[string]any, bool) {
+	var doc any
+	if json.Unmarshal(body, &doc) != nil {
+		return nil, false
+	}
+	obj, _ := doc.(map[string]any)
+	list, ok := obj["results"].([]any)
+	if !ok {
+		return nil, false
+	}
+	entries := make([]map[string]any, 0, len(list))
+	for _, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		for _, k := range []string{"id", "action", "reason"} {
+			if v, has := m[k]; has {
+				if _, ok := v.(string); !ok {
+					return nil, false
+				}
+			}
+		}
+		if v, has := m["retry-after"]; has {
+			if _, ok := v.(float64); !ok {
+				return nil, false
+			}
+		}
+		entries = append(entries, m)
+	}
+	return entries, true
 }
 
 // A result's retry-after is a wait within [0, maxRetryAfter].

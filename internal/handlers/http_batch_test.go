@@ -660,3 +660,79 @@ func TestHTTPBatchEventCarriesTraceContext(t *testing.T) {
 		t.Errorf("traceparent attribute %v, want %s", got["traceparent"], parent)
 	}
 }
+
+// TestBatchResponseShapeIsStrict: HTTP.md's rule that an entry of the
+// wrong shape makes the whole body malformed (every member retried) holds
+// for a null in place of a string or a number, a null entry, and names in
+// another case. encoding/json skips a null and matches names in any case,
+// so such a body had its other entries applied and the null's member, or
+// every member under "Results", counted done.
+func TestBatchResponseShapeIsStrict(t *testing.T) {
+	s := build(t, "http", sinkConfig("http://sink.test/wow", map[string]any{"max-attempts": 1}), handler.Deps{}).(*httpSink)
+	live := []*call{{id: "m0"}, {id: "m1"}, {id: "m2"}}
+	for _, body := range []string{
+		`{"results":[{"id":"m0","action":"dead-letter"},{"id":"m1","action":null}]}`,
+		`{"results":[{"id":"m0","action":"dead-letter"},null]}`,
+		`{"results":[{"id":"m0","action":"dead-letter"},{"id":null,"action":"skip"}]}`,
+		`{"results":[{"id":"m0","action":"dead-letter","reason":null}]}`,
+		`{"results":[{"id":"m0","action":"retry","retry-after":null}]}`,
+		`{"results":[{"id":"m0","action":"retry","retry-after":"30"}]}`,
+		`{"Results":[{"id":"m0","action":"dead-letter"}]}`,
+		`{"results":null}`,
+	} {
+		resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body))}
+		for i, err := range s.batchOutcomes(resp, live) {
+			if outcomeOf(err) != "transient" || !errors.Is(err, errMalformedResults) {
+				t.Errorf("body %s: member %d: %s (%v), want retried as malformed", body, i, outcomeOf(err), err)
+			}
+		}
+	}
+	// Names other than the four are ignored, and a name's case matters
+	// only for those: an entry's "ID" is not its id.
+	body := `{"results":[{"id":"m0","action":"skip","note":null},{"ID":"m1","action":"dead-letter"}],"trace":null}`
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body))}
+	got := s.batchOutcomes(resp, live)
+	if outcomeOf(got[0]) != "skip" || got[1] != nil || got[2] != nil {
+		t.Errorf("body %s: outcomes %s, %v, %v; want skip, done, done", body, outcomeOf(got[0]), got[1], got[2])
+	}
+}
+
+// TestBatchResponseHoldsAFullResultList: a batch of max-messages members
+// may each get an entry with a reason; the body is read up to 1 KiB per
+// member the batch may carry (beyond 1 MiB), so such a list is applied.
+// With a cap of 1 MiB whatever max-messages, 3,500 dead-letter entries with
+// 256-byte reasons (1.1 MB) were malformed: every member retried, those
+// the endpoint handled delivered again.
+func TestBatchResponseHoldsAFullResultList(t *testing.T) {
+	s := build(t, "http", sinkConfig("http://sink.test/wow", map[string]any{
+		"max-attempts": 1, "batch": map[string]any{"max-messages": 4000},
+	}), handler.Deps{}).(*httpSink)
+	const n = 3500
+	live := make([]*call, n)
+	var b strings.Builder
+	b.WriteString(`{"results":[`)
+	reason := strings.Repeat("r", 256)
+	for i := range live {
+		live[i] = &call{id: fmt.Sprintf("0ZX4dZ4Q%08d", i)}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"id":%q,"action":"dead-letter","reason":%q}`, live[i].id, reason)
+	}
+	b.WriteString(`]}`)
+	if b.Len() <= maxBatchResponse {
+		t.Fatalf("body of %d bytes: want more than %d", b.Len(), maxBatchResponse)
+	}
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(b.String()))}
+	for i, err := range s.batchOutcomes(resp, live) {
+		if outcomeOf(err) != "permanent" {
+			t.Fatalf("member %d of a %d-byte list: %s (%v), want dead-lettered (permanent)", i, b.Len(), outcomeOf(err), err)
+		}
+	}
+	// Beyond the cap, the body is malformed as before.
+	big := `{"results":[],"pad":"` + strings.Repeat("x", s.cfg.Batch.responseCap()) + `"}`
+	resp = &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(big))}
+	if err := s.batchOutcomes(resp, live[:1])[0]; !errors.Is(err, errMalformedResults) {
+		t.Errorf("a body over the cap: %v, want malformed", err)
+	}
+}
