@@ -402,25 +402,53 @@ func Execute(ctx context.Context, adm *kadm.Client, groups Groups, receivers []R
 	return n, errors.Join(errs...)
 }
 
-// Write prints plan as a table.
+// Write prints plan as a table, then the records it replays and those it
+// skips, each summed on its own: a net figure would hide a partition that
+// skips ahead (its committed offset behind a time) behind the others'
+// replays. Each partition that skips ahead is named.
 func Write(w io.Writer, plan *Plan) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tNEW\tREPLAY")
-	var total int64
+	var replay, skip int64
+	var ahead []Row
 	for _, r := range plan.Rows {
-		committed, replay := "-", "-"
+		committed, shown := "-", "-"
 		if n, ok := r.Replay(); ok {
-			committed, replay = strconv.FormatInt(r.Committed, 10), strconv.FormatInt(n, 10)
-			total += n
+			committed, shown = strconv.FormatInt(r.Committed, 10), strconv.FormatInt(n, 10)
+			if n >= 0 {
+				replay += n
+			} else {
+				skip -= n
+				ahead = append(ahead, r)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", r.Group, r.Topic, r.Partition, committed, r.New, replay)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", r.Group, r.Topic, r.Partition, committed, r.New, shown)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "to %s: %d partitions, %d records to replay in all (negative: skipped)\n", plan.Target, len(plan.Rows), total)
+	fmt.Fprintf(w, "to %s: %d partitions, %d records to replay, %d to skip\n", plan.Target, len(plan.Rows), replay, skip)
+	if len(ahead) > 0 {
+		fmt.Fprintf(w, "skipping ahead on %d %s: the records between the committed offset and the new one are never handled:", len(ahead), plural(len(ahead), "partition", "partitions"))
+		const named = 5
+		for i, r := range ahead {
+			if i == named {
+				fmt.Fprintf(w, " and %d more", len(ahead)-named)
+				break
+			}
+			fmt.Fprintf(w, " %s %s[%d] %d->%d", r.Group, r.Topic, r.Partition, r.Committed, r.New)
+		}
+		fmt.Fprintln(w)
+	}
 	for _, t := range plan.Missing {
 		fmt.Fprintf(w, "topic %s does not exist: nothing to rewind there\n", t)
 	}
 	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -255,11 +255,34 @@ func TestWrite(t *testing.T) {
 g      t      0          8          3    5
 g      t      1          -          0    -
 g      t      2          2          5    -3
-to earliest: 3 partitions, 2 records to replay in all (negative: skipped)
+to earliest: 3 partitions, 5 records to replay, 3 to skip
+skipping ahead on 1 partition: the records between the committed offset and the new one are never handled: g t[2] 2->5
 topic wow.x.y.event does not exist: nothing to rewind there
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+
+	// Without a partition skipping ahead, no such line; with many, five
+	// are named.
+	b.Reset()
+	if err := Write(&b, &Plan{Target: Target{Latest: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "GROUP  TOPIC  PARTITION  COMMITTED  NEW  REPLAY\nto latest: 0 partitions, 0 records to replay, 0 to skip\n"; b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+	many := &Plan{Target: Target{Latest: true}}
+	for p := range int32(7) {
+		many.Rows = append(many.Rows, Row{Group: "g", Topic: "t", Partition: p, Committed: 1, New: 4})
+	}
+	b.Reset()
+	if err := Write(&b, many); err != nil {
+		t.Fatal(err)
+	}
+	if want := "skipping ahead on 7 partitions: the records between the committed offset and the new one are never handled: g t[0] 1->4 g t[1] 1->4 g t[2] 1->4 g t[3] 1->4 g t[4] 1->4 and 2 more\n"; !strings.HasSuffix(b.String(), want) ||
+		!strings.Contains(b.String(), "7 partitions, 0 records to replay, 21 to skip") {
+		t.Errorf("got\n%s\nwant the totals and a last line\n%s", b.String(), want)
 	}
 }
 
