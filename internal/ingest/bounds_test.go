@@ -21,8 +21,9 @@ import (
 // producer publishes by recording; with block set, each publish waits for
 // a value on it, after saying so on entered.
 type producer struct {
-	mu      sync.Mutex // guards n
+	mu      sync.Mutex // guards n and values
 	n       int
+	values  [][]byte // of the records published, in order
 	block   chan struct{}
 	entered chan struct{}
 }
@@ -35,6 +36,7 @@ func (p *producer) ProduceSync(_ context.Context, rs ...*kgo.Record) kgo.Produce
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.n++
+	p.values = append(p.values, rs[0].Value)
 	rs[0].Offset = int64(p.n - 1)
 	return kgo.ProduceResults{{Record: rs[0]}}
 }

@@ -395,8 +395,13 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusUnprocessableEntity, response{Error: fmt.Sprintf("aggregate %s of context %s is not configured", m.AggregateName, m.ContextName)})
 		return
 	}
-	marked, err := markLocalFirst(kind, body)
-	if err != nil {
+	// The copy published is the body as posted: wowd's mark is in the
+	// record's headers (wowd-handled-by), and the Wow header local_first
+	// is the caller's word on Wow's own local handling, which wowd does
+	// not do. Set to "true" here, it told the consuming Wow services that
+	// have the aggregate local (its owner, for a command) to skip the
+	// message as handled by their local bus, which never saw it.
+	if err := checkKind(kind, body); err != nil {
 		in.reply(w, http.StatusBadRequest, response{Error: err.Error()})
 		return
 	}
@@ -407,7 +412,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			routing = append(routing, r)
 		}
 	}
-	if refusal, err := in.fits(req.Context(), topic, m.AggregateID, marked, routing); err != nil {
+	if refusal, err := in.fits(req.Context(), topic, m.AggregateID, body, routing); err != nil {
 		// Its size cannot be checked yet (the topic missing, its limit
 		// unread for now): nothing is handled or published.
 		w.Header().Set("Retry-After", "5")
@@ -498,7 +503,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	handled := len(handledBy)
-	out := &kgo.Record{Topic: topic, Key: []byte(m.AggregateID), Value: marked}
+	out := &kgo.Record{Topic: topic, Key: []byte(m.AggregateID), Value: body}
 	mark := handled > 0
 	if mark {
 		slices.Sort(handledBy)
@@ -538,13 +543,13 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		Admitted: len(admitted), Handled: handled, Marked: mark, HandledBy: handledBy})
 }
 
-// fits says why the message, published to topic as marked, would be
+// fits says why the message, value, published to topic with its mark, would be
 // refused for its size, or "" when it fits: with every receiver of the
 // topic (routing) listed in its mark, as large as it can be. It is asked
 // before the message is admitted anywhere: handled locally and then
 // refused by Kafka, the message would have run its handlers and never be
 // published.
-func (in *Ingest) fits(ctx context.Context, topic, key string, marked []byte, routing []Receiver) (string, error) {
+func (in *Ingest) fits(ctx context.Context, topic, key string, value []byte, routing []Receiver) (string, error) {
 	limit, read := int32(topicsize.DefaultBatchMax), false
 	if in.Sizes != nil {
 		var err error
@@ -556,7 +561,7 @@ func (in *Ingest) fits(ctx context.Context, topic, key string, marked []byte, ro
 	for _, r := range routing {
 		names = append(names, r.Dispatcher())
 	}
-	out := &kgo.Record{Topic: topic, Key: []byte(key), Value: marked}
+	out := &kgo.Record{Topic: topic, Key: []byte(key), Value: value}
 	if len(names) > 0 {
 		out.Headers = []kgo.RecordHeader{
 			{Key: receiver.HeaderHandledBy, Value: []byte(in.Service)},
@@ -574,31 +579,14 @@ func (in *Ingest) fits(ctx context.Context, topic, key string, marked []byte, ro
 	return fmt.Sprintf("the message takes %d bytes published to %s (marked as handled here), over its limit of %d bytes (%s); nothing was handled or published", need, topic, limit, of), nil
 }
 
-// markLocalFirst sets the Wow header local_first to "true" in a message of
-// kind, keeping every other value as written (compacted: without
-// whitespace between tokens; the top-level keys and the header's in sorted
-// order), once kindFits found the message fit for its kind.
-func markLocalFirst(kind wow.Kind, value []byte) ([]byte, error) {
+// checkKind refuses a message posted as a kind of message it is not
+// (kindFits).
+func checkKind(kind wow.Kind, value []byte) error {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(value, &top); err != nil {
-		return nil, fmt.Errorf("reading the message's fields: %w", err)
+		return fmt.Errorf("reading the message's fields: %w", err)
 	}
-	if err := kindFits(kind, top); err != nil {
-		return nil, err
-	}
-	header := map[string]string{}
-	if raw, ok := top["header"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &header); err != nil {
-			return nil, fmt.Errorf("marking local_first: header: %w", err)
-		}
-	}
-	header[wow.HeaderLocalFirst] = "true"
-	raw, err := marshalAsWritten(header)
-	if err != nil {
-		return nil, fmt.Errorf("marking local_first: %w", err)
-	}
-	top["header"] = raw
-	return marshalAsWritten(top)
+	return kindFits(kind, top)
 }
 
 // kindFits refuses an event message posted as the other kind of event: a
@@ -621,20 +609,6 @@ func kindFits(kind wow.Kind, top map[string]json.RawMessage) error {
 		return errors.New(`a state event needs "deleted" (true once the aggregate is deleted)`)
 	}
 	return nil
-}
-
-// marshalAsWritten is json.Marshal without its HTML escaping, which would
-// rewrite <, > and & in the message's strings (and its json.RawMessage
-// values) as six-byte escapes: the copy would differ from what the caller
-// sent and grow past a size it was checked to fit.
-func marshalAsWritten(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func contains(xs []string, x string) bool {

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,28 +11,34 @@ import (
 	"github.com/wowd/wowd/internal/wow"
 )
 
-// TestMarkLocalFirstKeepsTheMessagesBytes: marking a message local_first
-// adds the header and changes no string of it: <, > and & stay as sent
-// (json.Marshal would escape them as \u003c and the like, six bytes each:
-// a message checked to fit its topic would grow, and its consumers would
-// read other bytes than the caller sent).
-func TestMarkLocalFirstKeepsTheMessagesBytes(t *testing.T) {
-	in := []byte(`{"id":"a<b>&c","header":{"x":"<y>"},"body":[{"name":"n","body":{"html":"<p>&amp;</p>"}}]}`)
-	out, err := markLocalFirst(wow.KindEvent, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{`"a<b>&c"`, `"x":"<y>"`, `"html":"<p>&amp;</p>"`, `"local_first":"true"`} {
-		if !bytes.Contains(out, []byte(s)) {
-			t.Errorf("marked message lacks %s: %s", s, out)
+// TestThePublishedCopyIsTheMessageAsPosted: wowd marks its copy as
+// handled here in the record's headers, and publishes the message's bytes
+// as they were posted. It set the Wow header local_first to "true" in
+// them, which tells every consuming Wow service that has the aggregate
+// local (a command's owner) to skip the message as handled by its own
+// local bus: a message the caller sent with local_first "false" (Wow's
+// for a void command, or for a message its local bus could not take) or
+// without it was lost to them.
+func TestThePublishedCopyIsTheMessageAsPosted(t *testing.T) {
+	for name, body := range map[string]string{
+		"local_first false": strings.Replace(message, `"header":{}`, `"header":{"local_first":"false","trace_id":"t"}`, 1),
+		"local_first true":  strings.Replace(message, `"header":{}`, `"header":{"local_first":"true"}`, 1),
+		"no local_first":    message,
+		"no header":         strings.Replace(message, `"header":{},`, ``, 1),
+		"as written":        strings.Replace(message, `"header":{}`, "\"header\" : { \"x\":\"<y>&\" }", 1),
+	} {
+		p := &producer{}
+		in, _ := newIngest(p)
+		if w := send(in, []byte(body)); w.Code != http.StatusAccepted {
+			t.Fatalf("%s: answered %d (%s)", name, w.Code, w.Body)
 		}
-	}
-	if grew, mark := len(out)-len(in), len(`,"local_first":"true"`); grew != mark {
-		t.Errorf("marked message grew by %d bytes, want %d (the mark alone): %s", grew, mark, out)
-	}
-	var v map[string]any
-	if err := json.Unmarshal(out, &v); err != nil {
-		t.Fatalf("marked message does not decode: %v: %s", err, out)
+		if len(p.values) != 1 || !bytes.Equal(p.values[0], []byte(body)) {
+			t.Errorf("%s: published %q, want the message as posted %q", name, p.values, body)
+		}
+		var m wow.Message
+		if err := m.Decode(wow.KindEvent, p.values[0]); err != nil {
+			t.Fatalf("%s: the published copy does not decode: %v", name, err)
+		}
 	}
 }
 

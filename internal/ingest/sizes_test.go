@@ -42,7 +42,7 @@ func padded(n int) []byte {
 
 // TestAMessageItsTopicWouldRefuseIsNotHandled: the topic takes records of
 // up to 5000 bytes. A message that would be published larger (its value
-// marked local_first, plus the mark naming the receivers) is answered 413,
+// with the mark naming the receivers in its headers) is answered 413,
 // counted as too_large, and neither admitted to a receiver nor published;
 // one that fits is admitted. Handled locally first, the larger one would
 // have run its handlers and then been refused by Kafka.
