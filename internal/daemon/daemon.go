@@ -471,6 +471,7 @@ func (rt *Daemon) receiver(dispatcher string, d config.Dispatcher, ctxName strin
 		Logger:     log,
 		Metrics:    rt.metrics,
 		Tracer:     rt.tracer(),
+		Ingest:     cfg.Ingest.Enabled,
 	})
 	if err != nil {
 		fetch.Leave() // the others' parts stay whole

@@ -73,20 +73,21 @@ var (
 // and Stop; now is ReloadNow's.
 type reloader struct {
 	Reload
-	watcher *fsnotify.Watcher
-	events  <-chan fsnotify.Event // the watcher's (a test's stand-in)
-	errs    <-chan error          // the watcher's (a test's stand-in)
-	count   *metrics.Reloads
-	last    []byte         // the contents last handled: applied, or refused for what they say; at first Reload.Read
-	real    string         // the file the path led to when last looked at
-	realDir string         // real's directory, watched too when it is not the path's; "": not watched
-	applied *config.Config // the running configuration, reloadable keys as last applied
-	wait    time.Duration  // the pause before the next retry of a passing refusal; 0: none due
-	failure string         // the passing refusal last logged; "" since the last handled read, change or SIGHUP
-	force   bool           // the read due is asked for (ReloadNow): it reads contents handled already
-	now     chan struct{}  // ReloadNow's requests, one pending at most; never closed
-	started bool           // set by Start: the goroutine runs
-	done    chan struct{}  // closed when the goroutine ends
+	watcher  *fsnotify.Watcher
+	events   <-chan fsnotify.Event // the watcher's (a test's stand-in)
+	errs     <-chan error          // the watcher's (a test's stand-in)
+	count    *metrics.Reloads
+	last     []byte         // the contents last handled: applied, or refused for what they say; at first Reload.Read
+	real     string         // the file the path led to when last looked at
+	realDir  string         // real's directory, watched too when it is not the path's; "": not watched
+	applied  *config.Config // the running configuration, reloadable keys as last applied
+	wait     time.Duration  // the pause before the next retry of a passing refusal; 0: none due
+	failure  string         // the passing refusal last logged; "" since the last handled read or SIGHUP
+	failedOn []byte         // the contents failure was for
+	force    bool           // the read due is asked for (ReloadNow): it reads contents handled already
+	now      chan struct{}  // ReloadNow's requests, one pending at most; never closed
+	started  bool           // set by Start: the goroutine runs
+	done     chan struct{}  // closed when the goroutine ends
 
 	// ctx is cancelled when Stop begins: it ends the goroutine and the
 	// reload under way (Load).
@@ -204,12 +205,11 @@ func (rt *Daemon) watch() {
 			}
 			rt.log.Warn("watching the configuration file", zap.String("path", r.Path), zap.Error(err))
 		case <-settle.C:
-			// A new change: its retries start over, and its refusal is
-			// logged and counted even when it repeats the last one (only
-			// the timed retries of one change are quiet).
-			r.wait, r.failure = 0, ""
+			r.wait = 0 // a new change: its retries start over
 			rt.read(false, retry)
 		case <-r.now:
+			// Asked for: its refusal is logged and counted even when it
+			// repeats the last one.
 			r.wait, r.failure = 0, ""
 			rt.log.Info("reading the configuration file again, as asked", zap.String("path", r.Path))
 			rt.read(true, retry)
@@ -228,7 +228,7 @@ func (rt *Daemon) read(force bool, retry *time.Timer) {
 	r.force = r.force || force
 	if !rt.reloadFile(r.force) {
 		r.wait = 0
-		r.failure = ""
+		r.failure, r.failedOn = "", nil
 		r.force = false
 		retry.Stop()
 		return
@@ -318,7 +318,7 @@ func (rt *Daemon) reloadFile(force bool) (passing bool) {
 	}
 	data, err := os.ReadFile(r.Path)
 	if err != nil {
-		rt.refused(fmt.Errorf("reading %s: %w", r.Path, err))
+		rt.refused(fmt.Errorf("reading %s: %w", r.Path, err), nil)
 		return true
 	}
 	if !force && bytes.Equal(data, r.last) {
@@ -331,7 +331,7 @@ func (rt *Daemon) reloadFile(force bool) (passing bool) {
 			return false
 		}
 		if !config.Invalid(err) {
-			rt.refused(err)
+			rt.refused(err, data)
 			return true
 		}
 		r.last = data
@@ -345,15 +345,16 @@ func (rt *Daemon) reloadFile(force bool) (passing bool) {
 	return false
 }
 
-// refused logs and counts a refusal for a passing reason, once while its
-// retries repeat it with the same error (a new change or a SIGHUP counts
-// again, see watch).
-func (rt *Daemon) refused(err error) {
+// refused logs and counts a refusal for a passing reason of the file's
+// contents data, once while it repeats with the same error for the same
+// contents (retries, an event that changed nothing): a new change refused
+// for the same reason is reported, as is a SIGHUP's read (see watch).
+func (rt *Daemon) refused(err error, data []byte) {
 	r := rt.reload
-	if err.Error() == r.failure {
+	if err.Error() == r.failure && bytes.Equal(data, r.failedOn) {
 		return
 	}
-	r.failure = err.Error()
+	r.failure, r.failedOn = err.Error(), data
 	rt.log.Error("the configuration file cannot be applied yet; it is read again until it can, the running configuration stays meanwhile",
 		zap.String("path", r.Path), zap.Error(err))
 	r.count.Count(metrics.ReloadRetrying)

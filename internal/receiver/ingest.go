@@ -141,6 +141,9 @@ func (w *localWait) report(r *Receiver, published bool, partition int32, offset 
 // acknowledged without handling when it comes back; the caller must list a
 // dispatcher in the mark only once its receiver finished the record.
 func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error) {
+	if !r.o.Ingest {
+		return Admitted{}, errors.New("receiver takes no ingested records (Options.Ingest)")
+	}
 	route := r.routes[rec.Topic]
 	if route == nil {
 		return Admitted{}, errors.New("receiver does not consume " + rec.Topic)
@@ -148,12 +151,15 @@ func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error)
 	if len(rec.Key) == 0 {
 		return Admitted{}, errors.New("record has no key (the aggregate ID)")
 	}
-	// Take a slot of the window, waiting for one to free up.
+	// Take a slot of the window, waiting for one to free up; while the
+	// poll loop waits for room to poll, not one of the last batch it
+	// waits for (a steady stream of admissions would otherwise take every
+	// slot as it freed, and no record would be fetched while it lasted).
 	admitted := false
 	err := r.changed.Wait(ctx, func() bool {
 		for !r.stopping.Load() {
 			n := r.inFlight.Load()
-			if n >= r.window {
+			if n >= r.window || (r.pollWaits.Load() && n >= r.window-r.batch) {
 				return false
 			}
 			if r.inFlight.CompareAndSwap(n, n+1) {

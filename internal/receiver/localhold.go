@@ -96,8 +96,11 @@ type tpOffset struct {
 	offset int64
 }
 
-func newLocalHolds() *localHolds {
-	return &localHolds{seed: maphash.MakeSeed(), barrier: make(map[tp]int64), wake: make(chan struct{}, 1)}
+// newLocalHolds returns the holds of a receiver; without ingest nothing is
+// ever admitted locally, so there is no start barrier to read (nothing
+// waits for one).
+func newLocalHolds(ingest bool) *localHolds {
+	return &localHolds{seed: maphash.MakeSeed(), barrier: make(map[tp]int64), wake: make(chan struct{}, 1), barrierRead: !ingest}
 }
 
 // bucket returns the bucket of the aggregate. h.mu held.
@@ -352,6 +355,10 @@ func (h *localHolds) release(committed func(topic string, partition int32) (int6
 // that). It runs from Start until holdStop is closed.
 func (r *Receiver) watchHolds() {
 	defer close(r.holdDone)
+	if !r.o.Ingest {
+		<-r.holdStop // nothing is admitted locally: nothing to watch
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {

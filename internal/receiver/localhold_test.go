@@ -310,7 +310,7 @@ func TestVersionCheckKeepsALocalEventGivenUpAtStart(t *testing.T) {
 // aggregate's later copy keeps it; holds of many aggregates hold few of
 // the others (by hash, 8192 buckets), and none once committed.
 func TestLocalHoldsRelease(t *testing.T) {
-	r := &Receiver{holds: newLocalHolds(), log: zap.NewNop()}
+	r := &Receiver{holds: newLocalHolds(true), log: zap.NewNop()}
 	r.holds.setBarrier(nil)
 	committed := map[int32]int64{}
 	release := func() {
@@ -380,7 +380,7 @@ func keyOn(t *testing.T, p, n int) string {
 // committed past the end of the partition its messages go to (copies an
 // earlier process gave up may lie below), whatever the other partitions'.
 func TestLocalHoldStartBarrier(t *testing.T) {
-	r := &Receiver{holds: newLocalHolds(), log: zap.NewNop()}
+	r := &Receiver{holds: newLocalHolds(true), log: zap.NewNop()}
 	on0, on1, on2 := keyOn(t, 0, 3), keyOn(t, 1, 3), keyOn(t, 2, 3)
 	if !r.heldLocally(testTopic, on0) || !r.heldLocally(testTopic, on1) {
 		t.Fatal("not held before the ends at start were read")
@@ -426,7 +426,7 @@ func TestKeysArePlacedAsTheIngestPublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	h := newLocalHolds()
+	h := newLocalHolds(true)
 	ends := map[tp]int64{}
 	for p := range n {
 		ends[tp{testTopic, int32(p)}] = 1
@@ -451,7 +451,7 @@ func TestKeysArePlacedAsTheIngestPublishes(t *testing.T) {
 // a copy not published holds nothing; a published one holds until it is
 // committed past, also after the others were reported.
 func TestLocalHoldFromTheGiveUp(t *testing.T) {
-	r := &Receiver{holds: newLocalHolds(), log: zap.NewNop()}
+	r := &Receiver{holds: newLocalHolds(true), log: zap.NewNop()}
 	r.holds.setBarrier(nil)
 	committed := int64(0)
 	release := func() { r.holds.release(func(string, int32) (int64, bool) { return committed, true }) }
@@ -775,7 +775,7 @@ func TestLocalHoldStartBarrierStandingIsWarnedOf(t *testing.T) {
 // aggregate from the give-up until it is finished. (Found by review: the
 // early report released x while request 1's copy was not published yet.)
 func TestAReportBeforeTheGiveUpCountsOnlyForItsOwnRecord(t *testing.T) {
-	r := &Receiver{holds: newLocalHolds(), log: zap.NewNop()}
+	r := &Receiver{holds: newLocalHolds(true), log: zap.NewNop()}
 	r.holds.setBarrier(nil)
 	committed := int64(0)
 	release := func() { r.holds.release(func(string, int32) (int64, bool) { return committed, true }) }
@@ -824,7 +824,7 @@ func TestAReportBeforeTheGiveUpCountsOnlyForItsOwnRecord(t *testing.T) {
 // logged, and releases nothing held for another aggregate of its bucket.
 func TestAnUnmatchedReportIsLogged(t *testing.T) {
 	core, logs := observer.New(zapcore.ErrorLevel)
-	r := &Receiver{holds: newLocalHolds(), log: zap.New(core)}
+	r := &Receiver{holds: newLocalHolds(true), log: zap.New(core)}
 	r.holds.setBarrier(nil)
 	r.NotPublished(testTopic, "a")
 	r.Published(testTopic, "b", 0, 3)

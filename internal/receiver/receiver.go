@@ -191,6 +191,13 @@ type Options struct {
 	// Tracer records a span per message (package tracing); nil: none. The
 	// record's W3C trace context reaches the handler either way.
 	Tracer trace.Tracer
+	// Ingest: the local-first ingest endpoint may admit records here
+	// (Admit; wow.ingest.enabled). Only then are the holds that keep an
+	// ingested aggregate's order watched: without it the watcher asked
+	// the coordinator for the group's offsets every 200 ms for as long as
+	// a partition stayed quiet below its end at start, and reported every
+	// ingested message held (ingest_held_all) where none could come.
+	Ingest bool
 
 	// afterClient, when set (tests), runs in New right after the client
 	// is made, before its fetches are sized.
@@ -237,10 +244,15 @@ type Receiver struct {
 	epoch    time.Time // anchors since
 	fails    streak    // recent handler outcomes: backs off while a sink is down
 	inFlight atomic.Int64
-	changed  signal.Signal // notified when a record leaves the window, and when admission stops
-	nparts   atomic.Int32  // partitions assigned; written under partsMu
-	room     chan struct{} // poll loop wake-up: window space or a partition to resume
-	paused   atomic.Bool   // topics paused in the client (by the poll loop only)
+	// pollWaits is set while the poll loop waits for a sixteenth of the
+	// window (batch) to free up: the ingest's admissions then leave it
+	// that much (Admit), or, each taking a slot the moment one frees,
+	// they would keep the poll loop from ever polling again.
+	pollWaits atomic.Bool
+	changed   signal.Signal // notified when a record leaves the window, and when admission stops
+	nparts    atomic.Int32  // partitions assigned; written under partsMu
+	room      chan struct{} // poll loop wake-up: window space or a partition to resume
+	paused    atomic.Bool   // topics paused in the client (by the poll loop only)
 	// pausedFor is why the poll loop last paused the topics (a
 	// topicPause); read only while paused.
 	pausedFor atomic.Uint32
@@ -385,7 +397,7 @@ func New(o Options) (*Receiver, error) {
 		commitDone:  make(chan struct{}),
 		watchStop:   make(chan struct{}),
 		watchDone:   make(chan struct{}),
-		holds:       newLocalHolds(),
+		holds:       newLocalHolds(o.Ingest),
 		holdStop:    make(chan struct{}),
 		holdDone:    make(chan struct{}),
 	}
@@ -861,7 +873,11 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		free := r.window - r.inFlight.Load()
 		if free < r.batch {
 			r.pauseTopics(pauseWindowFull)
-			if !r.waitRoom(ctx, idle.C) {
+			r.pollWaits.Store(true)
+			waited := r.waitRoom(ctx, idle.C)
+			r.pollWaits.Store(false)
+			r.changed.Notify() // admissions held back for it look again
+			if !waited {
 				return
 			}
 			continue

@@ -190,7 +190,7 @@ func (h *harness) newReceiver(group string, hd handler.Handler, window int, extr
 	h.t.Helper()
 	g := h.ex.Group(false)
 	o := Options{
-		Dispatcher: "d", Context: "shop", Service: "svc", GroupID: group,
+		Dispatcher: "d", Context: "shop", Service: "svc", GroupID: group, Ingest: true,
 		Routes:         map[string]Route{testTopic: {Context: "shop", Aggregate: "cart", Kind: handler.KindEvent, Group: g}},
 		MaxInFlight:    window,
 		CommitInterval: 50 * time.Millisecond,

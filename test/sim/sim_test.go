@@ -842,7 +842,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 		}
 	}
 	r, err := receiver.New(receiver.Options{
-		Dispatcher: "projection", Context: "sim", Service: "sim", GroupID: group,
+		Dispatcher: "projection", Context: "sim", Service: "sim", GroupID: group, Ingest: true,
 		Routes:         map[string]receiver.Route{topic: {Context: "sim", Aggregate: "item", Kind: handler.KindEvent, Group: m.ex.Group(w.blocking)}},
 		MaxInFlight:    w.window,
 		CommitInterval: commitInterval,

@@ -1,0 +1,119 @@
+package receiver
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/testwait"
+)
+
+// TestIngestLoadLeavesThePollLoopItsRoom: under a steady load of ingest
+// admissions (more callers waiting in Admit than the window has slots),
+// records in Kafka are still fetched and handled. Each admission took a
+// slot the moment a record freed one, so the window never had the
+// sixteenth free the poll loop waits for: nothing was fetched while the
+// load lasted (0 of 20 records in 30 s, 73,631 local records handled),
+// nothing was committed, and the copies the ingest gave up to Kafka were
+// never handled. The local records keep going meanwhile.
+func TestIngestLoadLeavesThePollLoopItsRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const window = 32 // batch 2
+		h := newVirtualHarness(t, 1)
+		var fetched, jitter atomic.Int64
+		hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+			if m.Partition >= 0 {
+				fetched.Add(1)
+				ack.Done(nil)
+				return
+			}
+			d := 10*time.Millisecond + time.Duration(jitter.Add(1)%997)*7*time.Microsecond // completions spread out, as real ones are
+			time.AfterFunc(d, func() { ack.Done(nil) })
+		})
+		r := h.receiver("g-ingest-load", hd, window)
+		testwait.For(t, 10*time.Second, "assigned, the start barrier gone", func() bool {
+			_, all := r.holds.count()
+			return r.Ready() && len(r.active()) == 1 && !all
+		})
+		stopLoad := make(chan struct{})
+		var wg sync.WaitGroup
+		var local atomic.Int64
+		for g := range 40 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stopLoad:
+						return
+					default:
+					}
+					a, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Partition: -1, Offset: -1,
+						Key: []byte("l-" + strconv.Itoa(g) + "-" + strconv.Itoa(i)), Value: []byte("x")})
+					if err != nil {
+						return
+					}
+					<-a.Done()
+					a.NotPublished()
+					local.Add(1)
+				}
+			})
+		}
+		time.Sleep(time.Second)
+		before := local.Load()
+		produce(t, h.c, testTopic, 20, 20)
+		time.Sleep(30 * time.Second)
+		got, during := fetched.Load(), local.Load()-before
+		close(stopLoad)
+		wg.Wait()
+		if got != 20 {
+			t.Errorf("records fetched and handled within 30 s of ingest load: %d of 20", got)
+		}
+		if during < 1000 {
+			t.Errorf("local records handled in those 30 s: %d, want the ingest to keep going too", during)
+		}
+		stop(t, r)
+	})
+}
+
+// TestWithoutIngestNothingWatchesHolds: a receiver of a daemon without the
+// ingest never admits a local record, so it has no start barrier and
+// nothing to watch. Its watcher asked the coordinator for the group's
+// offsets every 200 ms for as long as a partition stayed quiet below its
+// end at start (a new group starting at the end: 2,999 requests in 10
+// minutes), and reported every ingested message held (ingest_held_all 1).
+func TestWithoutIngestNothingWatchesHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, 5, 5)
+		var fetches atomic.Int64
+		h.c.ControlKey(int16(kmsg.OffsetFetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+			h.c.KeepControl()
+			fetches.Add(1)
+			return nil, nil, false
+		})
+		r := h.receiver("g-no-ingest", handler.Sync(func(context.Context, *handler.Message) error { return nil }), 16, func(o *Options) {
+			o.Ingest = false
+			o.ClientOpts = append(o.ClientOpts,
+				kgo.ConsumeStartOffset(kgo.NewOffset().AtEnd()),
+				kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+		})
+		testwait.For(t, 30*time.Second, "ready", r.Ready)
+		before := fetches.Load()
+		time.Sleep(10 * time.Minute)
+		n := fetches.Load() - before
+		if _, all := r.holds.count(); n > 10 || all {
+			t.Errorf("without ingest: %d OffsetFetch requests in 10 minutes (want at most the group's own), ingest_held_all %v", n, all)
+		}
+		if _, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Key: []byte("a")}); err == nil {
+			t.Error("a receiver without ingest admitted a local record")
+		}
+		stop(t, r)
+	})
+}
