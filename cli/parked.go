@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -53,6 +54,7 @@ to act; it does so in the aggregate's order, now or when it next owns it.
 		if !needAggregate {
 			aggHelp = "aggregate ID: only this aggregate"
 		}
+		aggHelp += `; one the tables show quoted ("cart-\xff") as they show it`
 		c.Flags().StringVar(&aggregate, "aggregate", "", aggHelp)
 		c.Flags().StringVar(&topic, "topic", "", "source topic, when the aggregate ID is parked in several")
 		_ = c.MarkFlagRequired("dispatcher")
@@ -67,6 +69,10 @@ to act; it does so in the aggregate's order, now or when it next owns it.
 				if needAggregate && aggregate == "" {
 					return configError(errors.New("--aggregate is required"))
 				}
+				id, err := aggregateID(aggregate)
+				if err != nil {
+					return err
+				}
 				p, err := a.parkedOps(cmd, dispatcher)
 				if err != nil {
 					return err
@@ -77,7 +83,7 @@ to act; it does so in the aggregate's order, now or when it next owns it.
 					return configError(fmt.Errorf("--topic %q: dispatcher %s consumes no such topic (its topics: %s)",
 						topic, dispatcher, strings.Join(p.topics, ", ")))
 				}
-				p.aggregate, p.topic = aggregate, topic
+				p.aggregate, p.topic = id, topic
 				ctx, cancel := context.WithTimeout(cmd.Context(), parkedTimeout)
 				defer cancel()
 				return run(ctx, p)
@@ -95,6 +101,27 @@ to act; it does so in the aggregate's order, now or when it next owns it.
 			func(ctx context.Context, p *parkedOps) error { return p.ask(ctx, park.Discard) }),
 	)
 	return cmd
+}
+
+// aggregateID reads --aggregate: an ID as it is, or, when it starts with
+// a double quote, quoted with Go escapes as wowd status, wowd parked list
+// and the status page show an ID that is not plain text (bytes that are
+// not UTF-8, control characters, a leading quote or white space; see
+// printable.String): "cart-\xff" names the ID of the byte 0xff, and an ID
+// that starts with a quote is given quoted too.
+func aggregateID(flag string) (string, error) {
+	if !strings.HasPrefix(flag, `"`) {
+		return flag, nil
+	}
+	id, err := strconv.Unquote(flag)
+	switch {
+	case err != nil:
+		return "", configError(fmt.Errorf("--aggregate %s: starts with a double quote, but is not an ID quoted with Go escapes as wowd status shows one (an ID that starts with a quote is given quoted: %s)",
+			termSafe(flag), strconv.Quote(flag)))
+	case id == "":
+		return "", configError(fmt.Errorf("--aggregate %s: an empty ID", flag))
+	}
+	return id, nil
 }
 
 // parkedOps is one `wowd parked` verb's view of a dispatcher's parking.

@@ -182,7 +182,13 @@ func (a *app) statusOnce(ctx context.Context, client *http.Client, target *url.U
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("reading the status: %w", err)
+		// Go's *url.Error shows the URL with the user name of --admin
+		// (often a token, http://TOKEN@host): name the redacted one.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("reading the status: GET %s: %w", termSafe(o.shown), err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -260,13 +266,13 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	if len(st.Hot) > 0 {
 		fmt.Fprintln(tw, "\nHOT\tAGGREGATE\tID\tUNFINISHED")
 		for _, h := range st.Hot {
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d\n", termSafe(h.Dispatcher), termSafe(h.Context), termSafe(h.Aggregate), termSafe(h.ID), h.Unfinished)
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d\n", termSafe(h.Dispatcher), termSafe(h.Context), termSafe(h.Aggregate), shownID(h.ID, h.IDBytes), h.Unfinished)
 		}
 	}
 	if len(st.Oldest) > 0 {
 		fmt.Fprintln(tw, "\nOLDEST\tAGGREGATE\tID\tAT\tAGE")
 		for _, o := range st.Oldest {
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\n", termSafe(o.Dispatcher), termSafe(o.Context), termSafe(o.Aggregate), termSafe(o.ID),
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\n", termSafe(o.Dispatcher), termSafe(o.Context), termSafe(o.Aggregate), shownID(o.ID, o.IDBytes),
 				termSafe(o.Topic), o.Partition, o.Offset, short(o.AgeSeconds))
 		}
 	}
@@ -277,11 +283,22 @@ func writeStatus(w io.Writer, st admin.Status) error {
 			if p.HeadPastFailure {
 				why = "head past the failed message: " + why // as the page and wowd parked list say
 			}
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\t%s: %s\n", termSafe(p.Dispatcher), termSafe(p.Context), termSafe(p.Aggregate), termSafe(p.ID),
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s/%d@%d\t%s\t%s: %s\n", termSafe(p.Dispatcher), termSafe(p.Context), termSafe(p.Aggregate), shownID(p.ID, p.IDBytes),
 				termSafe(p.Topic), p.Partition, p.Offset, short(time.Since(p.Since).Seconds()), termSafe(p.Class), termSafe(why))
 		}
 	}
 	return tw.Flush()
+}
+
+// shownID is how the tables show an aggregate ID of the status: from its
+// bytes (id_bytes) where it is not UTF-8, which the JSON's id has lost,
+// and like every ID, quoted with Go escapes unless plain (termSafe):
+// "cart-\xff", the form wowd parked --aggregate takes.
+func shownID(id string, raw []byte) string {
+	if raw != nil {
+		id = string(raw)
+	}
+	return termSafe(id)
 }
 
 // short formats seconds like 850ms, 42s, 3m5s; 0 as "-".

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,6 +43,10 @@ type ParkedAggregate struct {
 	Context    string `json:"context"`
 	Aggregate  string `json:"aggregate"` // aggregate type
 	ID         string `json:"id"`
+	// IDBytes holds the ID, in base64, where it is not valid UTF-8 (as
+	// HotAggregate's); the admin API sets it, a Parked implementation
+	// need not.
+	IDBytes []byte `json:"id_bytes,omitempty"`
 	// Topic, Partition and Offset are where the message that parked it was.
 	Topic     string    `json:"topic"`
 	Partition int32     `json:"partition"`
@@ -108,6 +113,10 @@ func (s *Server) parked(r *http.Request) ParkedStatus {
 	}
 	if list == nil {
 		list = []ParkedAggregate{}
+	}
+	list = slices.Clone(list) // the implementation's own, perhaps
+	for i := range list {
+		list[i].IDBytes = idBytes(list[i].ID)
 	}
 	return ParkedStatus{Available: true, Aggregates: list, ParkByHand: parksByHand(s.o.Parked)}
 }

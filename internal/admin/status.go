@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -153,6 +154,10 @@ type HotAggregate struct {
 	Context    string `json:"context"`
 	Aggregate  string `json:"aggregate"`
 	ID         string `json:"id"`
+	// IDBytes holds the ID, in base64, where it is not valid UTF-8: JSON
+	// replaces such bytes in ID with U+FFFD, which would name another
+	// aggregate (as the state topic's aggregate_bytes). Absent otherwise.
+	IDBytes    []byte `json:"id_bytes,omitempty"`
 	Unfinished int    `json:"unfinished"`
 }
 
@@ -162,11 +167,21 @@ type OldAggregate struct {
 	Context    string    `json:"context"`
 	Aggregate  string    `json:"aggregate"`
 	ID         string    `json:"id"`
+	IDBytes    []byte    `json:"id_bytes,omitempty"` // as HotAggregate's
 	Topic      string    `json:"topic"`
 	Partition  int32     `json:"partition"`
 	Offset     int64     `json:"offset"`
 	Timestamp  time.Time `json:"timestamp"`   // the message's Kafka timestamp
 	AgeSeconds float64   `json:"age_seconds"` // since Timestamp
+}
+
+// idBytes is an aggregate ID's IDBytes: its bytes where it is not valid
+// UTF-8, else nil.
+func idBytes(id string) []byte {
+	if utf8.ValidString(id) {
+		return nil
+	}
+	return []byte(id)
 }
 
 // status serves GET /admin/v1/status.
@@ -247,10 +262,11 @@ func (s *Server) snapshot(top int) Status {
 			out.Partitions = append(out.Partitions, ps)
 		}
 		for _, h := range rs.Hot {
-			st.Hot = append(st.Hot, HotAggregate{Dispatcher: rs.Dispatcher, Context: rs.Context, Aggregate: h.Aggregate, ID: h.ID, Unfinished: h.Unfinished})
+			st.Hot = append(st.Hot, HotAggregate{Dispatcher: rs.Dispatcher, Context: rs.Context, Aggregate: h.Aggregate, ID: h.ID, IDBytes: idBytes(h.ID),
+				Unfinished: h.Unfinished})
 		}
 		for _, o := range rs.Oldest {
-			st.Oldest = append(st.Oldest, OldAggregate{Dispatcher: rs.Dispatcher, Context: rs.Context, Aggregate: o.Aggregate, ID: o.ID,
+			st.Oldest = append(st.Oldest, OldAggregate{Dispatcher: rs.Dispatcher, Context: rs.Context, Aggregate: o.Aggregate, ID: o.ID, IDBytes: idBytes(o.ID),
 				Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Timestamp: o.Timestamp, AgeSeconds: now.Sub(o.Timestamp).Seconds()})
 		}
 		st.Receivers = append(st.Receivers, out)
