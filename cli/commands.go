@@ -28,8 +28,9 @@ func (a *app) runCmd() *cobra.Command {
 		Long: `Run the daemon with the configuration file.
 
 SIGTERM or SIGINT stops it: no more admission, unfinished messages drain
-within wow.shutdown.timeout, offsets are committed, and it exits 0. Exit code
-1 means a runtime failure, 2 a configuration or usage error. Changes of the
+within wow.shutdown.timeout, offsets are committed, and it exits 0 (1 if the
+timeout cut the drain short: the unfinished messages are delivered again).
+Exit code 1 means a runtime failure, 2 a configuration or usage error. Changes of the
 configuration file apply while it runs as far as they can; SIGHUP reads the
 file again at once, changed or not.`,
 		Args: cobra.NoArgs,

@@ -56,7 +56,7 @@ type responseRule struct {
 var responseRules = []responseRule{
 	headerRule("done", actionDone, "the message is handled"),
 	headerRule("retry", actionRetry, "retried, honouring `Retry-After`"),
-	headerRule("dead-letter", actionDeadLetter, "to the dead-letter topic, no retry"),
+	headerRule("dead-letter", actionDeadLetter, "not retried; parked or dead-lettered, as the dispatcher's `on-failure` says (park by default for `format: wow`)"),
 	headerRule("skip", actionSkip, "acknowledged without handling, no retry, no dead letter"),
 	{kind: byUnknownHeader, response: "`" + ActionHeader + "` with another value",
 		note: "ignored (logged at debug level); the rows below decide"},
