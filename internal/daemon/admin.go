@@ -155,6 +155,11 @@ func (p adminParked) ask(ctx context.Context, d, id, action string) error {
 	if !ok {
 		return fmt.Errorf("dispatcher %q: %w", d, admin.ErrNotFound)
 	}
+	if disp.FailurePolicy() != config.OnFailurePark {
+		// As Park says, and wowd parked: not "not parked" (404), which
+		// reads as a wrong aggregate ID.
+		return fmt.Errorf("dispatcher %s does not park (on-failure: %s): %w", d, disp.FailurePolicy(), admin.ErrNotSupported)
+	}
 	if action != park.Redrive && !disp.DeadLetter.Enabled {
 		// The owner would refuse it and leave the aggregate parked (as
 		// wowd parked refuses it): say so now rather than answer 202.

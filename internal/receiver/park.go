@@ -418,9 +418,11 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	// A request asked on an earlier parking of the aggregate (the state
 	// it was asked on parked at another time), or answered by the state
 	// (an action whose head failed again wrote it, and its delete of the
-	// request was lost), is void: done now, it would act on a message
+	// request was lost), or a skip asked on another head than the one
+	// that failed now, is void: done now, it would act on a message
 	// nobody asked about (a skip would dead-letter it).
-	void := req != nil && a != nil && !byHand && ((a.state.Answered != "" && req.Request.ID == a.state.Answered) || !req.Since.Equal(a.state.Since))
+	void := req != nil && a != nil && !byHand && ((a.state.Answered != "" && req.Request.ID == a.state.Answered) ||
+		!req.Since.Equal(a.state.Since) || skipsUnseen(req, &a.state))
 	stale := req != nil && ((a == nil) != byHand || void)
 	switch {
 	case void:
@@ -434,7 +436,7 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	case act != nil:
 		r.startAction(k, p, from, *act)
 	case stale && r.lease.holds() && !r.stale(p): // a member cut off, or no longer the one p was assigned to, leaves it to the owner
-		r.log.Info("request on an aggregate that is not parked (or, to park it, already is), asked on an earlier parking of it, or answered already; deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
+		r.log.Info("request on an aggregate that is not parked (or, to park it, already is), asked on an earlier parking of it or, to skip, on another head, or answered already; deleting it", zap.String("topic", k.topic), zap.String("aggregate", k.key),
 			zap.String("action", req.Request.Action), zap.String("by", req.Request.By))
 		ps.mu.RLock()
 		keys := ps.book.RequestKeys(k.topic, k.key, req.Request.ID)
@@ -448,6 +450,19 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 			r.cl.Produce(p.ctx, &kgo.Record{Topic: r.o.Park.StateTopic, Key: []byte(key)}, func(*kgo.Record, error) {})
 		}
 	}
+}
+
+// skipsUnseen reports whether req, the state a request was asked on, asks
+// to skip cur's head, which failed, without having shown that failure: the
+// asker saw another head, or this one before it failed (req.Skipped: a
+// skip's progress had moved the head to a message not tried yet). The skip
+// would dead-letter a message whose failure the asker never saw. So a skip
+// asked a second time while the first ran (a double click, a command run
+// again) is void once the first moved on to a message that failed again.
+// A head that has not failed (cur.Skipped) is dead-lettered by no skip, so
+// a skip asked on an earlier head may go on.
+func skipsUnseen(req, cur *park.State) bool {
+	return req.Request.Action == park.Skip && !cur.Skipped && (req.Head != cur.Head || req.Skipped)
 }
 
 // loadParked waits until the tail read the whole state topic, loads the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -205,4 +206,46 @@ func TestARequestOnAnEarlierParkingIsVoid(t *testing.T) {
 			t.Errorf("%d dead letters: a skip of an earlier parking was done on this one", len(dl))
 		}
 	})
+}
+
+// TestASkipAskedOnAnotherHeadIsVoid: a skip dead-letters the head whose
+// failure the asker saw, never another. A skip asked on another head (a
+// second skip asked while the first ran, which moved on to a message that
+// then failed), or on this head before it failed (the state then showed it
+// not tried yet), is deleted by the owner, not done: it dead-lettered the
+// new head, whose failure nobody saw, and unparked the aggregate past it.
+func TestASkipAskedOnAnotherHeadIsVoid(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		seen func(st *park.State)
+	}{
+		{"another head", func(st *park.State) { st.Head.Offset-- }},
+		{"this head before it failed", func(st *park.State) { st.Skipped = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				group := "g-park-unseen-" + strconv.Itoa(len(tc.name))
+				h := newVirtualHarness(t, 1)
+				sink, _, r := parkAgg0(t, h, group)
+				stop(t, r)
+				st := h.parkedState("agg-0")
+				tc.seen(st)
+				st.Request = &park.Request{Action: park.Skip, By: "test", ID: "r0", At: st.Since}
+				h.produceState(&kgo.Record{Topic: testStateTopic, Key: []byte(park.RequestKey(testTopic, "agg-0", "r0")), Value: st.Marshal()})
+				r2 := h.receiver(group, sink, 16, parking)
+				defer stop(t, r2)
+				testwait.For(t, 30*time.Second, "the request deleted", func() bool {
+					st := h.parkedState("agg-0")
+					return st != nil && st.Request == nil
+				})
+				time.Sleep(10 * time.Second)
+				if dl := dlqRecords(t, h.c, testTopic+".dlq", 0); len(dl) != 0 {
+					t.Errorf("%d dead letters: a skip asked on %s was done on the failed head", len(dl), tc.name)
+				}
+				if got := sink.of("agg-0"); !slices.Equal(got, seqs(0, 2)) {
+					t.Errorf("agg-0 handled %v, want %v (still parked at #2)", got, seqs(0, 2))
+				}
+			})
+		})
+	}
 }
