@@ -518,7 +518,7 @@ func fitsRunningTry(path, name string, cfg, start *config.Config) error {
 	if err := tb.FitRunning(was.Decoded, was.Timeout); err != nil {
 		return &config.Errors{File: path, List: []config.Error{{
 			Path: "wow.dispatchers." + name + ".handler",
-			Msg:  fmt.Sprintf("%v; a new handler.timeout applies at a restart only", err),
+			Msg:  fmt.Sprintf("%v; a new handler.timeout or batch.linger applies at a restart only", err),
 		}}}
 	}
 	return nil
