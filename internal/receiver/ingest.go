@@ -152,15 +152,40 @@ func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error)
 		return Admitted{}, errors.New("record has no key (the aggregate ID)")
 	}
 	// Take a slot of the window, waiting for one to free up; while the
-	// poll loop waits for room to poll, not one of the last batch it
-	// waits for (a steady stream of admissions would otherwise take every
-	// slot as it freed, and no record would be fetched while it lasted).
-	admitted := false
+	// poll loop waits for room for its records, only a slot it granted (a
+	// steady stream of admissions would otherwise take every slot as it
+	// freed, and no record would be fetched while it lasted; see
+	// Receiver.pollWaits).
+	admitted, waiting := false, false
+	wait := func() bool {
+		if !waiting {
+			waiting = true
+			r.admitWaiting.Add(1) // the poll loop leaves room for it (leaveRoom)
+		}
+		return false
+	}
 	err := r.changed.Wait(ctx, func() bool {
 		for !r.stopping.Load() {
 			n := r.inFlight.Load()
-			if n >= r.window || (r.pollWaits.Load() && n >= r.window-r.batch) {
-				return false
+			if n >= r.window {
+				return wait()
+			}
+			if r.pollWaits.Load() {
+				// The poll loop waits for room for its records: only a
+				// slot it granted, so that the two share what frees up.
+				g := r.grants.Load()
+				if g <= 0 {
+					return wait()
+				}
+				if !r.grants.CompareAndSwap(g, g-1) {
+					continue
+				}
+				if r.inFlight.CompareAndSwap(n, n+1) {
+					admitted = true
+					return true
+				}
+				r.grants.Add(1)
+				continue
 			}
 			if r.inFlight.CompareAndSwap(n, n+1) {
 				admitted = true
@@ -169,6 +194,9 @@ func (r *Receiver) Admit(ctx context.Context, rec *kgo.Record) (Admitted, error)
 		}
 		return true
 	})
+	if waiting {
+		r.admitWaiting.Add(-1)
+	}
 	switch {
 	case err != nil:
 		return Admitted{}, context.Cause(ctx)

@@ -424,6 +424,7 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 	void := req != nil && a != nil && !byHand && ((a.state.Answered != "" && req.Request.ID == a.state.Answered) ||
 		!req.Since.Equal(a.state.Since) || skipsUnseen(req, &a.state))
 	stale := req != nil && ((a == nil) != byHand || void)
+	busy := a != nil && a.busy
 	switch {
 	case void:
 	case byHand && a == nil && ps.handParking[k] != p:
@@ -441,9 +442,11 @@ func (r *Receiver) maybeAct(k parkKey, partition int32) {
 		ps.mu.RLock()
 		keys := ps.book.RequestKeys(k.topic, k.key, req.Request.ID)
 		ps.mu.RUnlock()
-		if byHand && len(keys) > 0 {
-			// To park an aggregate parked already: only this request is
-			// void; one asked before it (maybe running now) still counts.
+		if (byHand || busy) && len(keys) > 0 {
+			// To park an aggregate parked already, or void while an
+			// action runs: only this request goes; one asked before it
+			// (maybe the one running, which its next owner resumes should
+			// it be cut short) still counts.
 			keys = keys[len(keys)-1:]
 		}
 		for _, key := range keys {

@@ -244,15 +244,23 @@ type Receiver struct {
 	epoch    time.Time // anchors since
 	fails    streak    // recent handler outcomes: backs off while a sink is down
 	inFlight atomic.Int64
-	// pollWaits is set while the poll loop waits for a sixteenth of the
-	// window (batch) to free up: the ingest's admissions then leave it
-	// that much (Admit), or, each taking a slot the moment one frees,
-	// they would keep the poll loop from ever polling again.
-	pollWaits atomic.Bool
-	changed   signal.Signal // notified when a record leaves the window, and when admission stops
-	nparts    atomic.Int32  // partitions assigned; written under partsMu
-	room      chan struct{} // poll loop wake-up: window space or a partition to resume
-	paused    atomic.Bool   // topics paused in the client (by the poll loop only)
+	// pollWaits is set from when the poll loop finds less than a
+	// sixteenth of the window (batch) free until it has taken the room it
+	// waited for (or, holding no records, goes to wait for some in a
+	// poll): the ingest's admissions take only the slots it grants them
+	// meanwhile (Admit), or, each taking a slot the moment one frees, they
+	// would keep the poll loop from ever polling again. The poll loop,
+	// finding admissions waiting (admitWaiting), grants them up to half of
+	// the room it takes (grants, leaveRoom): a backlog in Kafka and a
+	// stream of ingested messages share the window rather than take turns
+	// by winning races.
+	pollWaits    atomic.Bool
+	admitWaiting atomic.Int64  // Admit calls waiting for room
+	grants       atomic.Int64  // slots admissions may take of the room the poll loop waits for
+	changed      signal.Signal // notified when a record leaves the window, and when admission stops
+	nparts       atomic.Int32  // partitions assigned; written under partsMu
+	room         chan struct{} // poll loop wake-up: window space or a partition to resume
+	paused       atomic.Bool   // topics paused in the client (by the poll loop only)
 	// pausedFor is why the poll loop last paused the topics (a
 	// topicPause); read only while paused.
 	pausedFor atomic.Uint32
@@ -812,8 +820,8 @@ var canceledCtx = func() context.Context {
 
 // release returns one slot of the window.
 func (r *Receiver) release() {
-	if r.inFlight.Add(-1) == r.window-r.batch {
-		r.notify() // the window just got enough room to poll again
+	if n := r.inFlight.Add(-1); n == r.window-r.batch || (r.pollWaits.Load() && r.pollRoom() == r.batch) {
+		r.notify() // the window just got enough room to poll again (slots granted to admissions apart)
 	}
 	r.changed.Notify() // drains and ingest admissions wait for room
 }
@@ -837,6 +845,34 @@ func (r *Receiver) reserve(n int64) int64 {
 			return take
 		}
 	}
+}
+
+// leaveRoom returns how much of the window's room the poll loop takes for
+// want records: all it can, but when ingest admissions wait for room too,
+// it grants them up to half of it (one slot per admission waiting that has
+// none granted yet), which it then counts as taken until they take it
+// (pollRoom, Admit).
+func (r *Receiver) leaveRoom(want int64) int64 {
+	w := r.admitWaiting.Load()
+	if w <= 0 || want <= 0 {
+		r.grants.Store(0)
+		return want
+	}
+	g := max(0, r.grants.Load())
+	free := max(0, r.window-r.inFlight.Load()-g)
+	leave := min(max(0, w-g), free/2)
+	r.grants.Add(leave)
+	return min(want, free-leave)
+}
+
+// pollRoom is the window's room for the poll loop: what is free but the slots
+// granted to waiting admissions.
+func (r *Receiver) pollRoom() int64 {
+	free := r.window - r.inFlight.Load()
+	if r.admitWaiting.Load() > 0 {
+		free -= max(0, r.grants.Load())
+	}
+	return free
 }
 
 func (r *Receiver) pollLoop(ctx context.Context) {
@@ -870,14 +906,10 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			t.Stop()
 			continue
 		}
-		free := r.window - r.inFlight.Load()
-		if free < r.batch {
+		if r.pollRoom() < r.batch {
 			r.pauseTopics(pauseWindowFull)
-			r.pollWaits.Store(true)
-			waited := r.waitRoom(ctx, idle.C)
-			r.pollWaits.Store(false)
-			r.changed.Notify() // admissions held back for it look again
-			if !waited {
+			r.pollWaits.Store(true) // until the room is taken, below
+			if !r.waitRoom(ctx, idle.C) {
 				return
 			}
 			continue
@@ -925,6 +957,11 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			}
 			continue
 		default:
+			if r.pollWaits.Swap(false) {
+				// Nothing held: no record waits for room while the poll
+				// waits for records, so admissions may take it.
+				r.changed.Notify()
+			}
 			pctx, cancel := ctx, context.CancelFunc(nil)
 			if len(r.holding) > 0 {
 				// Completions wake it (notify) when held records may go
@@ -951,7 +988,10 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		// The window's room is taken at once: held records first, in the
 		// order their partitions came to hold them, then the new ones.
 		r.polls++
-		budget := r.reserve(int64(total + fs.NumRecords()))
+		budget := r.reserve(r.leaveRoom(int64(total + fs.NumRecords())))
+		if r.pollWaits.Swap(false) || r.grants.Load() > 0 {
+			r.changed.Notify() // admissions held back for the poll loop look again
+		}
 		r.admitHeld(&budget)
 		// A poll can bring one partition twice (fetches of two brokers
 		// buffered across a leader move): admitted in offset order, not in
