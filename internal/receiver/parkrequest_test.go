@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/wowd/wowd/handler"
 	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/testwait"
 )
@@ -248,4 +250,50 @@ func TestASkipAskedOnAnotherHeadIsVoid(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestAVoidSkipLeavesTheRunningRedrivesRequest: a skip asked on another
+// head (void) while a redrive runs is deleted alone. It deleted every
+// request written before it, the running redrive's too; cut short by a
+// rebalance, that redrive was then not resumed by the next owner, and the
+// aggregate stayed parked with no request.
+func TestAVoidSkipLeavesTheRunningRedrivesRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 120
+		h := newVirtualHarness(t, 1)
+		produce(t, h.c, testTopic, n, 1) // agg-0 only: seq 0..n-1
+		var broken atomic.Bool
+		broken.Store(true)
+		var handled atomic.Int64
+		hd := handler.Sync(func(_ context.Context, m *handler.Message) error {
+			if broken.Load() && binary.BigEndian.Uint64(m.Value) == 2 {
+				return handler.Classed(handler.Permanent, errors.New("rejected"))
+			}
+			time.Sleep(20 * time.Millisecond) // the redrive takes a while
+			handled.Add(1)
+			return nil
+		})
+		r1 := h.receiver("g-park-void-busy", hd, 16, parking)
+		testwait.For(t, 30*time.Second, "agg-0 parked and committed", func() bool {
+			return h.committedAtEnd("g-park-void-busy") && h.parkedState("agg-0") != nil
+		})
+		broken.Store(false)
+		h.ask("agg-0", park.Redrive)
+		testwait.For(t, 30*time.Second, "the redrive under way", func() bool { return handled.Load() >= 20 })
+		st := h.parkedState("agg-0")
+		st.Head.Offset += 1000 // a head this aggregate never had: void
+		st.Skipped = false
+		st.Request = &park.Request{Action: park.Skip, By: "test", ID: "void", At: st.Since}
+		h.produceState(&kgo.Record{Topic: testStateTopic, Key: []byte(park.RequestKey(testTopic, "agg-0", "void")), Value: st.Marshal()})
+		time.Sleep(time.Second) // the owner reads it and deletes it
+		r2 := h.receiver("g-park-void-busy", hd, 16, parking)
+		stop(t, r1) // the partition moves to r2 in the middle of the redrive
+		testwait.For(t, 60*time.Second, "agg-0 redriven by the new owner and unparked", func() bool {
+			return h.parkedState("agg-0") == nil
+		})
+		if dl := dlqRecords(t, h.c, testTopic+".dlq", 0); len(dl) != 0 {
+			t.Errorf("%d dead letters: the void skip was done", len(dl))
+		}
+		stop(t, r2)
+	})
 }
