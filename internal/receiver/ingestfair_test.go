@@ -43,35 +43,14 @@ func TestIngestLoadLeavesThePollLoopItsRoom(t *testing.T) {
 			_, all := r.holds.count()
 			return r.Ready() && len(r.active()) == 1 && !all
 		})
-		stopLoad := make(chan struct{})
-		var wg sync.WaitGroup
 		var local atomic.Int64
-		for g := range 40 {
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stopLoad:
-						return
-					default:
-					}
-					a, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Partition: -1, Offset: -1,
-						Key: []byte("l-" + strconv.Itoa(g) + "-" + strconv.Itoa(i)), Value: []byte("x")})
-					if err != nil {
-						return
-					}
-					<-a.Done()
-					a.NotPublished()
-					local.Add(1)
-				}
-			})
-		}
+		stopLoad := ingestLoad(r, 40, &local)
 		time.Sleep(time.Second)
 		before := local.Load()
 		produce(t, h.c, testTopic, 20, 20)
 		time.Sleep(30 * time.Second)
 		got, during := fetched.Load(), local.Load()-before
-		close(stopLoad)
-		wg.Wait()
+		stopLoad()
 		if got != 20 {
 			t.Errorf("records fetched and handled within 30 s of ingest load: %d of 20", got)
 		}
@@ -144,31 +123,11 @@ func TestIngestAndABacklogShareTheWindow(t *testing.T) {
 		})
 		produce(t, h.c, testTopic, 5000, 500)
 		testwait.For(t, 10*time.Second, "the backlog flowing", func() bool { return fetched.Load() > 0 })
-		stopLoad := make(chan struct{})
-		var wg sync.WaitGroup
-		for g := range 40 {
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stopLoad:
-						return
-					default:
-					}
-					a, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Partition: -1, Offset: -1,
-						Key: []byte("l-" + strconv.Itoa(g) + "-" + strconv.Itoa(i)), Value: []byte("x")})
-					if err != nil {
-						return
-					}
-					<-a.Done()
-					a.NotPublished()
-				}
-			})
-		}
+		stopLoad := ingestLoad(r, 40, new(atomic.Int64))
 		f0, l0 := fetched.Load(), local.Load()
 		time.Sleep(10 * time.Second)
 		f, l := fetched.Load()-f0, local.Load()-l0
-		close(stopLoad)
-		wg.Wait()
+		stopLoad()
 		t.Logf("fetched %d, ingested %d", f, l)
 		// The window holds 32 for 100 ms each: about 3,200 in 10 s.
 		if f < 1000 || l < 1000 {
@@ -176,4 +135,36 @@ func TestIngestAndABacklogShareTheWindow(t *testing.T) {
 		}
 		stop(t, r)
 	})
+}
+
+// ingestLoad starts n callers that each admit a record of a new aggregate
+// to r, wait until it is handled, report it not published (given up to
+// Kafka as far as the holds know) and go again, counting each in done. The
+// function returned stops them and waits for them.
+func ingestLoad(r *Receiver, n int, done *atomic.Int64) (stop func()) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-quit:
+					return
+				default:
+				}
+				a, err := r.Admit(context.Background(), &kgo.Record{Topic: testTopic, Partition: -1, Offset: -1,
+					Key: []byte("l-" + strconv.Itoa(g) + "-" + strconv.Itoa(i)), Value: []byte("x")})
+				if err != nil {
+					return
+				}
+				<-a.Done()
+				a.NotPublished()
+				done.Add(1)
+			}
+		})
+	}
+	return func() {
+		close(quit)
+		wg.Wait()
+	}
 }
