@@ -32,20 +32,19 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"or0":   func(n int64) string { return orDash(n) },
 	"rates": rates,
 	"shown": shown,
-	"seg":   url.PathEscape,
+	// seg: the page's actions name an aggregate ID by its bytes
+	// percent-encoded as a URL path segment, which the script puts in the
+	// action's URL as it is and the API decodes back to those bytes. The
+	// raw ID in a data attribute would not do: a browser reads a page's
+	// bytes that are not UTF-8 as U+FFFD, so the buttons of cart-\xff and
+	// cart-\xfe would both act on cart-\uFFFD.
+	"seg": url.PathEscape,
 }).Parse(pageSource))
 
 // shown is how the page shows an aggregate ID or a handler's reason, which
 // producers and handlers choose: as wowd status and wowd parked do
 // (printable.String).
 func shown(s string) string { return printable.String(s) }
-
-// The page's actions name an aggregate ID by "seg": its bytes
-// percent-encoded as a URL path segment (url.PathEscape), which the
-// script puts in the action's URL as it is and the API decodes back to
-// those bytes. The raw ID in a data attribute would not do: a browser
-// reads a page's bytes that are not UTF-8 as U+FFFD, so the buttons of
-// cart-\xff and cart-\xfe would both act on cart-\uFFFD.
 
 // pageRefresh is how often the page's script reloads its body.
 const pageRefresh = 5 * time.Second

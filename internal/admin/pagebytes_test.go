@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"html"
 	"net/url"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -138,24 +137,7 @@ func TestTheStatusKeepsTheBytesOfAnID(t *testing.T) {
 // of the hot aggregate cart-\xff parks cart-\xff (it parked cart-\uFFFD),
 // and the park form sends the ID as typed: " x" parked "x", trimmed.
 func TestThePageInABrowserActsOnTheIDItNames(t *testing.T) {
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		t.Skip("no Chromium")
-	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox)...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(alloc)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting Chromium: %v", err)
-	}
+	bctx := chromium(t)
 	src := newFakeSource()
 	src.statuses[0].Hot = []receiver.AggregateLoad{{Aggregate: "cart", ID: "cart-\xff", Unfinished: 9}, {Aggregate: "cart", ID: "cart-\uFFFD", Unfinished: 8}}
 	p := &listed{}

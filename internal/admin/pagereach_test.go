@@ -53,24 +53,7 @@ func (refusingParked) Discard(context.Context, string, string) error { return Er
 // the operator saw neither "requested" nor the failure. The same action
 // on cart-9 keeps its message.
 func TestThePageKeepsTheFailureOfAnAction(t *testing.T) {
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		t.Skip("no Chromium")
-	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox)...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(alloc)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil { // starts the browser, for the life of bctx
-		t.Fatalf("starting Chromium: %v", err)
-	}
+	bctx := chromium(t)
 
 	shown := func(id string) (final string, seen []string) {
 		t.Helper()
@@ -119,4 +102,30 @@ func TestThePageKeepsTheFailureOfAnAction(t *testing.T) {
 	if final, seen := shown("token-42"); !strings.Contains(final, "HTTP 409") {
 		t.Errorf("the failed redrive of token-42 shows %q 1.5 s after the click, want its HTTP 409; #msg took the texts %q", final, seen)
 	}
+}
+
+// chromium starts a headless Chromium for the test, ended with it, and
+// returns its context; the test is skipped where none is installed
+// (.ci/run installs it).
+func chromium(t *testing.T) context.Context {
+	t.Helper()
+	var path string
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		t.Skip("no Chromium")
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox)...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(alloc)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, for the life of bctx
+		t.Fatalf("starting Chromium: %v", err)
+	}
+	return bctx
 }

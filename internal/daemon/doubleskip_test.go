@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,10 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/wowd/wowd/handler"
-	"github.com/wowd/wowd/internal/config"
 	"github.com/wowd/wowd/internal/testwait"
 )
 
@@ -36,8 +33,7 @@ func TestASecondSkipDoesNotDeadLetterAHeadNobodySawFail(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
-	var reg handler.Registry
-	reg.Register(handler.Spec{Name: "skiptwice", New: func(any, handler.Deps) (handler.Handler, error) {
+	spec := handler.Spec{Name: "skiptwice", New: func(any, handler.Deps) (handler.Handler, error) {
 		return handler.Sync(func(_ context.Context, m *handler.Message) error {
 			switch m.Wow.ID {
 			case "m0":
@@ -55,8 +51,8 @@ func TestASecondSkipDoesNotDeadLetterAHeadNobodySawFail(t *testing.T) {
 			}
 			return nil
 		}), nil
-	}})
-	cfg, err := config.Parse(fmt.Appendf(nil, `
+	}}
+	rt := daemonWith(t, fmt.Sprintf(`
 wow:
   service: carts
   kafka:
@@ -75,16 +71,7 @@ wow:
     listen: ""
   admin:
     listen: 127.0.0.1:0
-`, c.ListenAddrs()[0]), "test.yaml", &reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(cfg, &reg, zaptest.NewLogger(t), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.Start(context.Background())
-	defer stopRT(t, rt)
+`, c.ListenAddrs()[0]), spec)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -117,14 +104,9 @@ wow:
 	}
 	testwait.For(t, 20*time.Second, "cart-9 parked at m0", func() bool { p := parked(); return len(p) == 1 && p[0].Reason != "" })
 	skip := func() int {
-		resp, err := http.Post(base+"/dispatchers/projection/aggregates/cart-9/skip", "", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		t.Logf("skip: %d %s", resp.StatusCode, b)
-		return resp.StatusCode
+		code, body := adminAction(t, rt, "projection", "cart-9", "skip")
+		t.Logf("skip: %d %s", code, body)
+		return code
 	}
 	skip()
 	select {

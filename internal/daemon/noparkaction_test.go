@@ -1,17 +1,11 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-	"go.uber.org/zap/zaptest"
-
-	"github.com/wowd/wowd/handler"
-	"github.com/wowd/wowd/internal/config"
 )
 
 // TestAnActionOnADispatcherThatDoesNotParkAnswers501, as docs/operations.md
@@ -19,11 +13,7 @@ import (
 // on one answered 404 "not parked", which reads as a wrong aggregate ID.
 func TestAnActionOnADispatcherThatDoesNotParkAnswers501(t *testing.T) {
 	c := newCluster(t, kfake.SeedTopics(1, "wow.example.cart.event"), kfake.AllowAutoTopicCreation())
-	var reg handler.Registry
-	reg.Register(handler.Spec{Name: "ok", New: func(any, handler.Deps) (handler.Handler, error) {
-		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil
-	}})
-	cfg, err := config.Parse(fmt.Appendf(nil, `
+	rt := parkingDaemon(t, fmt.Sprintf(`
 wow:
   service: carts
   kafka:
@@ -41,25 +31,10 @@ wow:
     listen: ""
   admin:
     listen: 127.0.0.1:0
-`, c.ListenAddrs()[0]), "test.yaml", &reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(cfg, &reg, zaptest.NewLogger(t), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.Start(context.Background())
-	defer stopRT(t, rt)
+`, c.ListenAddrs()[0]))
 	for _, a := range []string{"park", "redrive", "skip", "discard"} {
-		resp, err := http.Post("http://"+rt.AdminAddr()+"/admin/v1/dispatchers/projection/aggregates/cart-9/"+a, "", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNotImplemented {
-			t.Errorf("%s on a dispatcher that does not park: %d (%s), want 501", a, resp.StatusCode, b)
+		if code, body := adminAction(t, rt, "projection", "cart-9", a); code != http.StatusNotImplemented {
+			t.Errorf("%s on a dispatcher that does not park: %d (%s), want 501", a, code, body)
 		}
 	}
 }

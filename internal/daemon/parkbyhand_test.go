@@ -115,10 +115,17 @@ wow:
 // handler type ok (every message handled), stopped at the end of the test.
 func parkingDaemon(t *testing.T, yaml string) *Daemon {
 	t.Helper()
-	var reg handler.Registry
-	reg.Register(handler.Spec{Name: "ok", New: func(any, handler.Deps) (handler.Handler, error) {
+	return daemonWith(t, yaml, handler.Spec{Name: "ok", New: func(any, handler.Deps) (handler.Handler, error) {
 		return handler.Sync(func(context.Context, *handler.Message) error { return nil }), nil
 	}})
+}
+
+// daemonWith starts a daemon from the configuration yaml, with the handler
+// type spec registered, stopped at the end of the test.
+func daemonWith(t *testing.T, yaml string, spec handler.Spec) *Daemon {
+	t.Helper()
+	var reg handler.Registry
+	reg.Register(spec)
 	cfg, err := config.Parse([]byte(yaml), "test.yaml", &reg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +143,15 @@ func parkingDaemon(t *testing.T, yaml string) *Daemon {
 // hand, and returns the answer's status and body.
 func parkByHand(t *testing.T, rt *Daemon, d, id string) (int, string) {
 	t.Helper()
-	resp, err := http.Post("http://"+rt.AdminAddr()+"/admin/v1/dispatchers/"+d+"/aggregates/"+id+"/park", "", nil)
+	return adminAction(t, rt, d, id, "park")
+}
+
+// adminAction asks rt's admin API for action (park, redrive, skip,
+// discard) on aggregate id of dispatcher d, and returns the answer's
+// status and body.
+func adminAction(t *testing.T, rt *Daemon, d, id, action string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+rt.AdminAddr()+"/admin/v1/dispatchers/"+d+"/aggregates/"+id+"/"+action, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
