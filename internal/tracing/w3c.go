@@ -43,8 +43,10 @@ const (
 // FromHeaders returns the span context of a record's traceparent and
 // tracestate headers, marked remote, and whether there is a valid one. A
 // record with more than one traceparent has none (the W3C rule for HTTP);
-// several tracestate headers are joined as HTTP joins repeated fields. A
-// tracestate that does not parse is dropped and the traceparent kept.
+// several tracestate headers are joined as HTTP joins repeated fields, and
+// their empty and blank list members, which the recommendation allows, are
+// passed over. A tracestate that does not parse is dropped and the
+// traceparent kept.
 func FromHeaders(hs []handler.Header) (trace.SpanContext, bool) {
 	var parent []byte
 	n, states := 0, 0
@@ -68,11 +70,17 @@ func FromHeaders(hs []handler.Header) (trace.SpanContext, bool) {
 	if states > 0 {
 		var b strings.Builder
 		for i := range hs {
-			if strings.EqualFold(hs[i].Key, HeaderTracestate) {
+			if !strings.EqualFold(hs[i].Key, HeaderTracestate) {
+				continue
+			}
+			for m := range strings.SplitSeq(string(hs[i].Value), ",") {
+				if m = strings.Trim(m, " \t"); m == "" {
+					continue
+				}
 				if b.Len() > 0 {
 					b.WriteByte(',')
 				}
-				b.Write(hs[i].Value)
+				b.WriteString(m)
 			}
 		}
 		if ts, err := trace.ParseTraceState(b.String()); err == nil {
@@ -87,7 +95,11 @@ func FromHeaders(hs []handler.Header) (trace.SpanContext, bool) {
 // flags, in lower-case hex separated by hyphens. Version ff is invalid;
 // version 00 is exactly 55 characters; a later version may carry more
 // fields after a hyphen, which are ignored (the value is read as version
-// 00). An all-zero trace id or span id is invalid.
+// 00). An all-zero trace id or span id is invalid. The flags returned are
+// the ones defined (sampled, 0x01, and random, 0x02): the others are set
+// to zero, as a version 00 value sent on must have them, so a sink's
+// OpenTelemetry propagator, which refuses a version 00 value with unknown
+// flags, takes the context wowd hands on.
 func ParseTraceparent(v []byte) (tid trace.TraceID, sid trace.SpanID, flags byte, ok bool) {
 	const n00 = 55 // 2 + 1 + 32 + 1 + 16 + 1 + 2
 	if len(v) < n00 || v[2] != '-' || v[35] != '-' || v[52] != '-' {
@@ -107,8 +119,12 @@ func ParseTraceparent(v []byte) (tid trace.TraceID, sid trace.SpanID, flags byte
 	if !tid.IsValid() || !sid.IsValid() {
 		return tid, sid, 0, false
 	}
-	return tid, sid, fl[0], true
+	return tid, sid, fl[0] & knownFlags, true
 }
+
+// knownFlags are the trace flags the recommendation defines: sampled and
+// random.
+const knownFlags = 0x03
 
 // lowerHex decodes src, lower-case hex only, into dst.
 func lowerHex(dst, src []byte) bool {

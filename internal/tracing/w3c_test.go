@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wowd/wowd/handler"
@@ -26,6 +27,8 @@ func TestParseTraceparent(t *testing.T) {
 		{"valid, not sampled", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", true, 0},
 		{"later version with more fields", "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-the-future-holds", true, 1},
 		{"later version, no more fields", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03", true, 3},
+		{"unknown flags are cleared", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff", true, 3},
+		{"unknown flags of a later version are cleared", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-05", true, 1},
 		{"version 00 with more fields", validTP + "-00", false, 0},
 		{"later version, junk after flags", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x", false, 0},
 		{"version ff", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", false, 0},
@@ -85,6 +88,21 @@ func TestFromHeaders(t *testing.T) {
 			t.Errorf("tracestate %q, want a=1,b=2", got)
 		}
 	})
+	t.Run("empty and blank tracestate members are passed over", func(t *testing.T) {
+		for _, tc := range []struct {
+			h    []handler.Header
+			want string
+		}{
+			{hs("tracestate", "a=1", "traceparent", validTP, "tracestate", " "), "a=1"},
+			{hs("traceparent", validTP, "tracestate", "a=1, ,\t, b=2 ,"), "a=1,b=2"},
+			{hs("traceparent", validTP, "tracestate", "", "tracestate", "a=1,b=2"), "a=1,b=2"},
+		} {
+			sc, ok := FromHeaders(tc.h)
+			if got := sc.TraceState().String(); !ok || got != tc.want {
+				t.Errorf("%v: ok %v, tracestate %q, want %q", tc.h, ok, got, tc.want)
+			}
+		}
+	})
 	t.Run("an invalid tracestate is dropped, the traceparent kept", func(t *testing.T) {
 		sc, ok := FromHeaders(hs("traceparent", validTP, "tracestate", "not a list member"))
 		if !ok || sc.TraceState().Len() != 0 {
@@ -127,6 +145,18 @@ func TestInject(t *testing.T) {
 	}
 	if _, ok := h["Tracestate"]; ok {
 		t.Error("a tracestate the message does not carry was left in place")
+	}
+
+	// Unknown flags are not sent on: a sink's OpenTelemetry propagator
+	// refuses a version 00 value that has them.
+	for _, in := range []string{"00-" + traceID + "-" + spanID + "-ff", "01-" + traceID + "-" + spanID + "-05"} {
+		sc, _ := FromHeaders([]handler.Header{{Key: "traceparent", Value: []byte(in)}})
+		h = http.Header{}
+		Inject(Context(context.Background(), sc), h)
+		got := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(h)))
+		if !got.IsValid() || !got.IsSampled() || got.TraceID().String() != traceID {
+			t.Errorf("%s sent on as %q: a sink's propagator reads %v", in, h.Get("traceparent"), got)
+		}
 	}
 
 	h = http.Header{}
