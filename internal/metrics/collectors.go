@@ -164,7 +164,7 @@ var (
 	descQueued = prometheus.NewDesc(Namespace+"_executor_queued_mailboxes",
 		"Mailboxes waiting in a worker's queue for their turn.", nil, nil)
 	descTasks = prometheus.NewDesc(Namespace+"_executor_messages_total",
-		"Messages through the executor (state: submitted, completed, failed).", []string{"state"}, nil)
+		"Messages through the executor (state: submitted; completed, or failed: ended without being handled, as dead-lettered, parked, discarded, unroutable or dropped).", []string{"state"}, nil)
 	descBlocking = prometheus.NewDesc(Namespace+"_executor_blocking_running",
 		"Messages of blocking handlers running on the blocking pool.", nil, nil)
 	descLongest = prometheus.NewDesc(Namespace+"_executor_longest_turn_seconds",

@@ -10,6 +10,7 @@
 package metrics
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,10 +34,11 @@ const (
 	Local                           // already handled when it was ingested (local first); acknowledged on return
 	DeadLetterFailed                // failed for good, and its dead-letter write was refused for good: committed past, logged as an error
 	Parked                          // written to the parked topic: it failed for good, or its aggregate was parked already
+	Discarded                       // a parked message an operator's discard, or skip of the head, wrote to the dead-letter topic
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "skipped", "unroutable", "dropped", "local", "dead_letter_failed", "parked"}
+var outcomeNames = [numOutcomes]string{"handled", "retried", "dead_lettered", "skipped", "unroutable", "dropped", "local", "dead_letter_failed", "parked", "discarded"}
 
 // String returns the label value.
 func (o Outcome) String() string { return outcomeNames[o] }
@@ -68,7 +70,7 @@ func New(version string) *Metrics {
 		Registry: reg,
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "messages_total",
-			Help: "Messages by what became of them (outcome: handled, retried, dead_lettered, skipped, unroutable, dropped, local, dead_letter_failed, parked).",
+			Help: "Messages by what became of them (outcome: " + strings.Join(outcomeNames[:], ", ") + ").",
 		}, []string{"dispatcher", "context", "outcome"}),
 		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "handler_duration_seconds",

@@ -518,7 +518,10 @@ func (j *job) finish(o metrics.Outcome) {
 		local.finished(o)
 	}
 	if inMailbox {
-		res.Complete(o != metrics.Handled && o != metrics.Skipped)
+		// Failed: it ended without being handled (dead-lettered, parked,
+		// discarded, unroutable, dropped). A local one was handled, by the
+		// service that ingested it.
+		res.Complete(o != metrics.Handled && o != metrics.Skipped && o != metrics.Local)
 	}
 }
 

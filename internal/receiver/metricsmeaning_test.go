@@ -147,7 +147,8 @@ func TestHandlerErrorRatioCountsOnlyHandlerAttempts(t *testing.T) {
 // revoked, more members than partitions) has nothing to probe the sink
 // with, and nothing ends its backoff until it gets some: it must not keep
 // wowd_receiver_backing_off, and the critical WowdReceiverBackingOff, at 1
-// as an idle member. It backs off again as soon as it owns a partition.
+// as an idle member, nor a delay in wowd_receiver_backoff_seconds (0 when
+// not backing off). It backs off again as soon as it owns a partition.
 // Raised by review.
 func TestAnIdleReceiverDoesNotReportBackingOff(t *testing.T) {
 	h := newHarness(t, 1)
@@ -162,12 +163,45 @@ func TestAnIdleReceiverDoesNotReportBackingOff(t *testing.T) {
 	if !r.fails.isFailing() {
 		t.Fatal("setup: not backing off")
 	}
-	if r.Snapshot().BackingOff {
-		t.Error("wowd_receiver_backing_off = 1 for a receiver without partitions or records")
+	if s := r.Snapshot(); s.BackingOff || s.BackoffDelay != 0 {
+		t.Errorf("wowd_receiver_backing_off = %v, wowd_receiver_backoff_seconds = %v for a receiver without partitions or records, want 0 and 0",
+			s.BackingOff, s.BackoffDelay.Seconds())
 	}
 	r.onAssigned(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
-	if !r.Snapshot().BackingOff {
-		t.Error("wowd_receiver_backing_off = 0 once the receiver owns a partition again, still backing off")
+	if s := r.Snapshot(); !s.BackingOff || s.BackoffDelay <= 0 {
+		t.Errorf("wowd_receiver_backing_off = %v, wowd_receiver_backoff_seconds = %v once the receiver owns a partition again, still backing off",
+			s.BackingOff, s.BackoffDelay.Seconds())
 	}
 	r.closePartition(r.parts[tp{testTopic, 0}])
+}
+
+// The Kafka copy of a message this service handled when it was ingested
+// (local first) was handled: wowd_executor_messages_total counts it
+// completed, not failed, or a local-first service would show failures at
+// its whole ingest rate while nothing fails. Raised by review.
+func TestALocalCopyIsNotAnExecutorFailure(t *testing.T) {
+	h := newHarness(t, 1)
+	cl, err := kgo.NewClient(brokers(h.c)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	marked := []kgo.RecordHeader{{Key: HeaderHandledBy, Value: []byte("svc")}, {Key: HeaderHandledDispatchers, Value: []byte("d")}}
+	for i := range 20 {
+		rec := &kgo.Record{Topic: testTopic, Key: []byte{'k', byte('a' + i%4)}, Value: []byte{byte(i)}, Headers: marked}
+		if err := cl.ProduceSync(t.Context(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := h.ex.Stats()
+	m := metrics.New("test")
+	r := h.receiver("g-local-not-failed", acking, 16, func(o *Options) { o.Metrics = m })
+	testwait.For(t, 30*time.Second, "every copy finished", func() bool { return h.committedAtEnd("g-local-not-failed") })
+	stop(t, r)
+	if n := outcomeCount(t, m, "local"); n != 20 {
+		t.Fatalf("outcome local %v, want 20 (setup: the copies are not recognised)", n)
+	}
+	if after := h.ex.Stats(); after.Failed != before.Failed {
+		t.Errorf("wowd_executor_messages_total{state=\"failed\"} rose by %d for local copies, want 0", after.Failed-before.Failed)
+	}
 }

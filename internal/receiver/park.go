@@ -1078,7 +1078,7 @@ func (t *parkAction) run() {
 					r.actionCanceled(k, a, req.Action, at)
 					return
 				}
-				r.m.Count(metrics.DeadLettered, 1)
+				r.m.Count(metrics.Discarded, 1) // not a handler's failure: its parking counted that
 				continue
 			}
 			o, f := r.runParked(rp, src, t.res, decided)

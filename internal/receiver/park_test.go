@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/park"
 	"github.com/wowd/wowd/internal/testwait"
 )
@@ -237,7 +238,8 @@ func TestSkipAndDiscard(t *testing.T) {
 		h := newVirtualHarness(t, 1)
 		produce(t, h.c, testTopic, 30, 3)
 		sink := newParkSink(func(key string, seq uint64) bool { return (key == "agg-0" || key == "agg-1") && seq == 4 })
-		r := h.receiver("g-park-skip", sink, 16, parking)
+		m := metrics.New("test")
+		r := h.receiver("g-park-skip", sink, 16, parking, func(o *Options) { o.Metrics = m })
 		testwait.For(t, 30*time.Second, "every record finished", func() bool { return h.committedAtEnd("g-park-skip") })
 		h.ask("agg-0", park.Skip)
 		h.ask("agg-1", park.Discard)
@@ -262,6 +264,12 @@ func TestSkipAndDiscard(t *testing.T) {
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
 			t.Fatalf("dead letters %v, want %v", got, want)
+		}
+		// The operator's dead letters are not counted as the handler's
+		// (WowdDeadLetters, WowdHandlerErrorRatio): the two failures were,
+		// as parked.
+		if n, d := outcomeCount(t, m, "discarded"), outcomeCount(t, m, "dead_lettered"); n != 7 || d != 0 {
+			t.Errorf("outcome discarded %v, dead_lettered %v; want 7 and 0", n, d)
 		}
 		// Unparked: the next message of agg-1 is handled.
 		produce(t, h.c, testTopic, 3, 3)

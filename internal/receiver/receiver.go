@@ -704,11 +704,13 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		// sink with: it keeps its backoff for when it gets some, but an
 		// idle member is not a sink down (WowdReceiverBackingOff).
 		BackingOff:    r.fails.isFailing() && (r.nparts.Load() > 0 || r.inFlight.Load() > 0),
-		BackoffDelay:  r.fails.current(),
 		FetchMaxBytes: int64(r.fetchMaxSeen.Load()),
 		BufferedBytes: r.cl.BufferedFetchBytes() + r.heldBytes.Load(),
 		ParkFull:      r.parkFull.Load(),
 		ParkWaiting:   int(r.parkWaiting.Load()),
+	}
+	if s.BackingOff {
+		s.BackoffDelay = r.fails.current() // 0 otherwise, as its help says
 	}
 	s.IngestHeld, s.IngestHeldAll = r.holds.count()
 	if ps := r.park; ps != nil {
