@@ -23,6 +23,7 @@ type index struct {
 	m       [indexWindow]blockMask
 	// backslashes: the value has a backslash in a window indexed so far.
 	backslashes bool
+	indexed     int // blocks indexed, windows indexed again included
 }
 
 // blockMask is the index of one 64-byte block: bit j is byte j.
@@ -66,6 +67,7 @@ func (x *index) fill() {
 	rest := x.d[from:]
 	carry, escaped := x.carry, x.escaped
 	n := min((len(rest)+63)/64, indexWindow)
+	x.indexed += n
 	done, ok := 0, false // blocks whose masks blockIndex completed
 	if escaped == 0 {
 		done, carry, ok = blockIndex(rest[:min(len(rest), n*64)], x.m[:n], carry)

@@ -38,6 +38,7 @@ func TestIndexWithoutAVX512(t *testing.T) {
 			TestIndex(t)
 			TestRouteFixtures(t)
 			TestRouteEscapesAtEveryLength(t)
+			TestRouteIndexesARepeatedHeaderOnce(t)
 		})
 	}
 }

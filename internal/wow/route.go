@@ -38,6 +38,10 @@ type Route struct {
 	processor   rspan
 	full        *Message // the decoded message when a routing string had escapes
 	useFull     bool
+	// indexed: the 64-byte blocks the last Scan indexed, each block of the
+	// value about once (a test holds it to that: a scan that indexed the
+	// value again per member would be quadratic).
+	indexed int
 }
 
 // routeScan is one Scan: the Route it fills and how to read the value. It
@@ -96,6 +100,7 @@ func (r *Route) Scan(kind Kind, value []byte, events bool) error {
 		s.backslash = bytes.IndexByte(value, '\\') >= 0
 	}
 	esc, err := s.scan(events)
+	r.indexed = s.ix.indexed
 	if err != nil {
 		return err
 	}
@@ -199,6 +204,7 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 	q := r.ix.quotesFrom(i) // the scan's quote iterator
 	var bodyType, stateType byte
 	var deleted bool
+	headers := 0 // header members read so far
 	if i < len(d) && d[i] == '}' {
 		i++
 	} else {
@@ -238,22 +244,32 @@ func (r *routeScan) scan(events bool) (esc bool, err error) {
 					f = rName
 				}
 			case "header":
-				if r.kind != KindCommand {
-					// Read key by key only where a compensation may be:
-					// most headers are skipped whole, as fast as any value.
-					end, ok := r.skipValue(i)
-					if !ok {
+				if r.kind == KindCommand {
+					break
+				}
+				f = -2
+				if headers++; headers > 1 {
+					// A repeated header is read key by key at once:
+					// skipping it first and reading it again would index
+					// the value again from its start, once per header.
+					if i, ok = r.scanHeader(i); !ok {
 						return false, r.routeSyntax(i, "unterminated header")
 					}
-					if h := d[i:end]; bytes.Contains(h, compensationKey) || r.backslash && bytes.IndexByte(h, '\\') >= 0 {
-						if i, ok = r.scanHeader(i); !ok {
-							return false, r.routeSyntax(i, "unterminated header")
-						}
-					} else {
-						r.compensated, r.compContext, r.processor = false, rspan{}, rspan{} // a later header replaces an earlier one
-						i = end
+					break
+				}
+				// Read key by key only where a compensation may be: most
+				// headers are skipped whole, as fast as any value.
+				end, ok := r.skipValue(i)
+				if !ok {
+					return false, r.routeSyntax(i, "unterminated header")
+				}
+				if h := d[i:end]; bytes.Contains(h, compensationKey) || r.backslash && bytes.IndexByte(h, '\\') >= 0 {
+					if i, ok = r.scanHeader(i); !ok {
+						return false, r.routeSyntax(i, "unterminated header")
 					}
-					f = -2
+				} else {
+					r.compensated, r.compContext, r.processor = false, rspan{}, rspan{} // a later header replaces an earlier one
+					i = end
 				}
 			case "state":
 				if r.kind == KindState {
