@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -377,6 +378,14 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusBadRequest, response{Error: "the message is not valid UTF-8, as JSON text and Wow messages are"})
 		return
 	}
+	// Nor does an escaped half of a UTF-16 surrogate pair read the same:
+	// wowd reads it as U+FFFD, as encoding/json does, and Jackson keeps the
+	// lone surrogate, so the two disagree on the aggregate ID (the record's
+	// key) or the names, and Wow stops its receive stream at the mismatch.
+	if at := loneSurrogate(body); at >= 0 {
+		in.reply(w, http.StatusBadRequest, response{Error: fmt.Sprintf("the message has an escaped half of a UTF-16 surrogate pair without its other half (%s at byte %d), which Wow and wowd read differently", body[at:at+6], at)})
+		return
+	}
 	var m wow.Message
 	if err := m.Decode(kind, body); err != nil {
 		// The decoder refuses a state event without its state or deleted
@@ -618,4 +627,42 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// loneSurrogate returns the position of the first \u escape in body that is
+// half of a surrogate pair without its other half (a high one not followed
+// by a low one, or a low one alone), or -1. Backslashes are outside
+// strings only in text that is not JSON, which the decoder refuses.
+func loneSurrogate(body []byte) int {
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' || i+1 >= len(body) {
+			continue
+		}
+		if body[i+1] != 'u' {
+			i++ // \\, \" and the like: the next byte is not an escape
+			continue
+		}
+		r, ok := escapedRune(body, i)
+		switch {
+		case !ok || !utf16.IsSurrogate(r):
+		case r < 0xdc00: // a high half: a low half must follow
+			if r2, ok := escapedRune(body, i+6); !ok || utf16.DecodeRune(r, r2) == utf8.RuneError {
+				return i
+			}
+			i += 6
+		default: // a low half alone
+			return i
+		}
+		i += 5
+	}
+	return -1
+}
+
+// escapedRune reads the \uXXXX escape at body[i:].
+func escapedRune(body []byte, i int) (rune, bool) {
+	if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
+	return rune(n), err == nil
 }

@@ -76,6 +76,59 @@ func TestAMessageNotInUTF8IsRefused(t *testing.T) {
 	}
 }
 
+// TestAnUnpairedSurrogateEscapeIsRefused: an escaped half of a UTF-16
+// surrogate pair without its other half reads as U+FFFD in wowd (as in
+// encoding/json) and as the lone surrogate in Jackson, so a message whose
+// aggregateId has one was published under the key EF BF BD, which Wow's
+// consumers find does not match the aggregate ID they read, and their
+// default decode-failure handler stops the receive stream. It is answered
+// 400 and neither admitted nor published; a pair, an escaped backslash
+// before a u, and other escapes pass.
+func TestAnUnpairedSurrogateEscapeIsRefused(t *testing.T) {
+	for name, esc := range map[string]string{
+		"high alone":        `\ud800`,
+		"high at the end":   `x\udbff`,
+		"low alone":         `\udc00x`,
+		"high then non-low": `\ud800\u0041`,
+		"two highs":         `\ud800\ud800\udc00`,
+		"upper-case escape": `\uD800`,
+	} {
+		body := strings.Replace(message, `"n":1`, `"n":"`+esc+`"`, 1)
+		p := &producer{}
+		in, m := newIngest(p)
+		w := send(in, []byte(body))
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "surrogate") {
+			t.Errorf("%s: answered %d (%s), want 400 naming the surrogate", name, w.Code, w.Body)
+		}
+		if n := p.published(); n != 0 {
+			t.Errorf("%s: %d records published", name, n)
+		}
+		if n := counted(t, m, "rejected"); n != 1 {
+			t.Errorf("%s: counted %v as rejected, want 1", name, n)
+		}
+	}
+	for name, esc := range map[string]string{
+		"a pair":               `\ud83d\ude00`,
+		"an escaped backslash": `\\\\ud800`,
+		"other escapes":        `\n\u00e9\"\\\\`,
+	} {
+		p := &producer{}
+		in, _ := newIngest(p)
+		if w := send(in, []byte(strings.Replace(message, `"n":1`, `"n":"`+esc+`"`, 1))); w.Code != http.StatusAccepted {
+			t.Errorf("%s: answered %d (%s)", name, w.Code, w.Body)
+		}
+	}
+	p := &producer{}
+	in, _ := newIngest(p)
+	id := strings.Replace(message, `"aggregateId":"`, `"aggregateId":"\udfff`, 1)
+	if id == message {
+		t.Fatal("setup: no aggregateId in the message")
+	}
+	if w := send(in, []byte(id)); w.Code != http.StatusBadRequest {
+		t.Errorf("an aggregate ID with a lone surrogate answered %d (%s)", w.Code, w.Body)
+	}
+}
+
 // TestAnEventOfTheOtherKindIsRefused: the decoder reads a domain event
 // stream and a state event alike, so a state event posted as an event was
 // published to .event, where Wow's event handlers take it for a domain
