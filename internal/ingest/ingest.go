@@ -386,6 +386,12 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusBadRequest, response{Error: fmt.Sprintf("the message has an escaped half of a UTF-16 surrogate pair without its other half (%s at byte %d), which Wow and wowd read differently", body[at:at+6], at)})
 		return
 	}
+	// Nor does Jackson read what its default read limits refuse, which
+	// wowd's decoder takes.
+	if why := beyondJacksonLimits(body); why != "" {
+		in.reply(w, http.StatusBadRequest, response{Error: "the message " + why + ", beyond what Jackson, which Wow reads it with, reads by default"})
+		return
+	}
 	var m wow.Message
 	if err := m.Decode(kind, body); err != nil {
 		// The decoder refuses a state event without its state or deleted
@@ -665,4 +671,45 @@ func escapedRune(body []byte, i int) (rune, bool) {
 	}
 	n, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
 	return rune(n), err == nil
+}
+
+// Jackson's default read limits (StreamReadConstraints) that a body within
+// MaxBody can pass: the nesting depth (Jackson 3's default; Jackson 2's is
+// 1,000) and the length of a number.
+const (
+	jacksonMaxDepth     = 500
+	jacksonMaxNumberLen = 1000
+)
+
+// beyondJacksonLimits says how body, JSON text, goes beyond Jackson's
+// default read limits, or "" when it does not. Text that is not JSON is the
+// decoder's to refuse.
+func beyondJacksonLimits(body []byte) string {
+	depth, number := 0, 0
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; c {
+		case '"':
+			number = 0
+			for i++; i < len(body) && body[i] != '"'; i++ {
+				if body[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			number = 0
+			if depth++; depth > jacksonMaxDepth {
+				return fmt.Sprintf("nests deeper than %d levels", jacksonMaxDepth)
+			}
+		case '}', ']':
+			number = 0
+			depth--
+		case '-', '+', '.', 'e', 'E', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			if number++; number > jacksonMaxNumberLen {
+				return fmt.Sprintf("has a number longer than %d characters", jacksonMaxNumberLen)
+			}
+		default:
+			number = 0
+		}
+	}
+	return ""
 }

@@ -129,6 +129,41 @@ func TestAnUnpairedSurrogateEscapeIsRefused(t *testing.T) {
 	}
 }
 
+// TestAMessageBeyondJacksonsLimitsIsRefused: Jackson, which Wow reads its
+// messages with, refuses by default a value nesting deeper than 500 levels
+// (Jackson 3) or with a number longer than 1,000 characters, which wowd's
+// decoder takes: such a message was answered 202 and published, and Wow's
+// consumers stop their receive stream at it. It is answered 400, publishing
+// nothing; one within the limits passes.
+func TestAMessageBeyondJacksonsLimitsIsRefused(t *testing.T) {
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for name, tc := range map[string]struct {
+		n    string
+		code int
+	}{
+		"deep":                 {nest(jacksonMaxDepth), http.StatusBadRequest},
+		"within depth":         {nest(jacksonMaxDepth - 10), http.StatusAccepted},
+		"long number":          {strings.Repeat("1", jacksonMaxNumberLen+1), http.StatusBadRequest},
+		"long fraction":        {"0." + strings.Repeat("5", jacksonMaxNumberLen), http.StatusBadRequest},
+		"number within":        {strings.Repeat("1", jacksonMaxNumberLen), http.StatusAccepted},
+		"brackets in a string": {`"` + nest(jacksonMaxDepth) + strings.Repeat("1", 2*jacksonMaxNumberLen) + `\"["`, http.StatusAccepted},
+	} {
+		p := &producer{}
+		in, _ := newIngest(p)
+		w := send(in, []byte(strings.Replace(message, `"n":1`, `"n":`+tc.n, 1)))
+		if w.Code != tc.code || tc.code == http.StatusBadRequest && !strings.Contains(w.Body.String(), "Jackson") {
+			t.Errorf("%s: answered %d (%s), want %d", name, w.Code, w.Body, tc.code)
+		}
+		want := 0
+		if tc.code == http.StatusAccepted {
+			want = 1
+		}
+		if n := p.published(); n != want {
+			t.Errorf("%s: %d records published, want %d", name, n, want)
+		}
+	}
+}
+
 // TestAnEventOfTheOtherKindIsRefused: the decoder reads a domain event
 // stream and a state event alike, so a state event posted as an event was
 // published to .event, where Wow's event handlers take it for a domain
