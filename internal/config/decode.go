@@ -192,7 +192,7 @@ func (d *decoder) decodeDocument(data []byte, c *Config) bool {
 			wow = v
 			return
 		}
-		d.unknownKey(path, key, []string{"wow"})
+		d.unknownKey(path, key, []string{"wow"}, []string{"wow"})
 	})
 	switch {
 	case wow == nil:
@@ -265,6 +265,12 @@ func (d *decoder) eachKey(path string, n *yaml.Node, fn func(key, path string, v
 func decodeFields[T any](d *decoder, path, rel string, n *yaml.Node, fields []field[T], dst *T,
 	special func(name, path string, v *yaml.Node) bool) {
 	d.eachKey(path, n, func(key, full string, v *yaml.Node) {
+		if strings.Contains(key, ".") {
+			// One key is one element: kafka.tls.enabled under wow is
+			// not the key nested, and taken as it it overrode that one.
+			d.unknownKey(full, key, childNames(fields, rel), mappingNames(fields, rel))
+			return
+		}
 		name := key
 		if rel != "" {
 			name = rel + "." + key
@@ -290,7 +296,7 @@ func decodeFields[T any](d *decoder, path, rel string, n *yaml.Node, fields []fi
 				return
 			}
 		}
-		d.unknownKey(full, key, childNames(fields, rel))
+		d.unknownKey(full, key, childNames(fields, rel), mappingNames(fields, rel))
 	})
 }
 
@@ -313,10 +319,36 @@ func childNames[T any](fields []field[T], rel string) []string {
 	return names
 }
 
-// unknownKey reports key, suggesting the known key closest to it.
-func (d *decoder) unknownKey(path, key string, known []string) {
+// mappingNames returns the keys of the mapping rel that hold a mapping:
+// nested keys, or a map by name (contexts, dispatchers).
+func mappingNames[T any](fields []field[T], rel string) []string {
+	var names []string
+	for _, name := range childNames(fields, rel) {
+		full := name
+		if rel != "" {
+			full = rel + "." + name
+		}
+		for _, f := range fields {
+			if strings.HasPrefix(f.name, full+".") || f.name == full && strings.HasPrefix(f.typ, "map of ") {
+				names = append(names, name)
+				break
+			}
+		}
+	}
+	return names
+}
+
+// unknownKey reports key, one of a mapping whose keys are known,
+// suggesting the known key closest to it; for a key written with dots
+// whose first element is one of the known keys that hold a mapping
+// (mappings), how to write it nested.
+func (d *decoder) unknownKey(path, key string, known, mappings []string) {
 	if key == "" {
 		d.errorf(path, "a key without a name (an empty or null key)")
+		return
+	}
+	if first, _, dotted := strings.Cut(key, "."); dotted && slices.Contains(mappings, first) {
+		d.errorf(path, "unknown key (write it nested: %s)", nested(key))
 		return
 	}
 	if k := closest(key, known); k != "" {
@@ -324,6 +356,17 @@ func (d *decoder) unknownKey(path, key string, known []string) {
 		return
 	}
 	d.errorf(path, "unknown key")
+}
+
+// nested writes the dotted key as nested mappings, in YAML's flow style:
+// a.b.c is a: {b: {c: ...}}.
+func nested(key string) string {
+	parts := strings.Split(key, ".")
+	s := parts[len(parts)-1] + ": ..."
+	for i := len(parts) - 2; i >= 0; i-- {
+		s = parts[i] + ": {" + s + "}"
+	}
+	return s
 }
 
 // closest returns the known key that key resembles: the same but for case,
@@ -518,7 +561,7 @@ func (d *decoder) handler(path string, n *yaml.Node, h *Handler) {
 		return
 	}
 	h.Raw = map[string]any{}
-	texts := d.textKeys(n)
+	kinds := d.handlerKinds(n)
 	d.eachKey(path, n, func(key, full string, v *yaml.Node) {
 		switch key {
 		case "type":
@@ -528,21 +571,18 @@ func (d *decoder) handler(path string, n *yaml.Node, h *Handler) {
 			d.value(full, v, &h.Timeout)
 			return
 		}
-		x, err := decodeHandlerValue(v, key, texts)
-		if err != nil {
-			d.fail(full, "%v", err)
-			return
-		}
-		h.Raw[key] = x
 		d.positions(full, v)
+		if x, ok := d.handlerValue(full, key, v, kinds); ok {
+			h.Raw[key] = x
+		}
 	})
 }
 
-// textKeys returns the keys of the handler mapping n whose values are text:
-// "string" for a string key, "map" for a map of strings (its entries are
-// text), by dotted name (batch.linger), from the fields of the handler type
-// n names; none when the type is unknown (reported elsewhere).
-func (d *decoder) textKeys(n *yaml.Node) map[string]string {
+// handlerKinds returns how the keys of the handler mapping n are read, by
+// dotted name (batch.linger), from the fields of the handler type n names;
+// none when the type is unknown (reported elsewhere). A key it leaves out
+// is read as YAML types it.
+func (d *decoder) handlerKinds(n *yaml.Node) map[string]handlerKind {
 	var typ string
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k, v := n.Content[i], resolve(n.Content[i+1]); k.Value == "type" && v.Kind == yaml.ScalarNode {
@@ -553,65 +593,145 @@ func (d *decoder) textKeys(n *yaml.Node) map[string]string {
 	if !ok {
 		return nil
 	}
-	texts := map[string]string{}
+	kinds := map[string]handlerKind{}
 	for _, f := range handlerconfig.Fields(spec) {
-		switch f.Type {
-		case "string":
-			texts[f.Name] = "string"
-		case "map of string":
-			texts[f.Name] = "map"
+		switch {
+		case f.Type == "string":
+			kinds[f.Name] = handlerKind{"string", f.Secret}
+		case f.Type == "map of string":
+			kinds[f.Name] = handlerKind{"map", f.Secret}
+		case numberKinds[f.Type] != nil:
+			kinds[f.Name] = handlerKind{f.Type, f.Secret}
 		}
 	}
-	return texts
+	return kinds
 }
 
-// decodeHandlerValue decodes the value v of handler key name as YAML types
-// it, except that a scalar going to a text key (texts) keeps the text it
-// was written with: YAML reads an API key 0012345 as the number 12345 and
-// a header value true as a boolean, which the handler's strict decoding
-// would refuse, and --set has no quotes to write them as strings.
-func decodeHandlerValue(v *yaml.Node, name string, texts map[string]string) (any, error) {
+// handlerKind is how a handler key is read: "string" (text), "map" (a map
+// of text) or the type of a number (int, uint8, float64, ...).
+type handlerKind struct {
+	kind   string
+	secret bool // never quoted in an error
+}
+
+// numberKinds parse the text of a handler's numbers as the fixed keys'
+// are, in base 10: YAML reads 010 as octal 8 and 0x10 as 16. Their errors
+// quote the text.
+var numberKinds = map[string]func(s string) (any, error){
+	"int":     func(s string) (any, error) { return parseIntAny(s, strconv.IntSize) },
+	"int8":    func(s string) (any, error) { return parseIntAny(s, 8) },
+	"int16":   func(s string) (any, error) { return parseIntAny(s, 16) },
+	"int32":   func(s string) (any, error) { return parseIntAny(s, 32) },
+	"int64":   func(s string) (any, error) { return parseIntAny(s, 64) },
+	"uint":    func(s string) (any, error) { return parseUintAny(s, strconv.IntSize) },
+	"uint8":   func(s string) (any, error) { return parseUintAny(s, 8) },
+	"uint16":  func(s string) (any, error) { return parseUintAny(s, 16) },
+	"uint32":  func(s string) (any, error) { return parseUintAny(s, 32) },
+	"uint64":  func(s string) (any, error) { return parseUintAny(s, 64) },
+	"float32": func(s string) (any, error) { return parseFloat(s, 32) },
+	"float64": func(s string) (any, error) { return parseFloat(s, 64) },
+}
+
+// parseIntAny is parseInt, the fixed keys' reading of an integer.
+func parseIntAny(s string, bits int) (any, error) {
+	n, err := parseInt(s, bits)
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// parseUintAny is parseIntAny for an unsigned integer.
+func parseUintAny(s string, bits int) (any, error) {
+	n, err := strconv.ParseUint(s, 10, bits)
+	switch {
+	case err == nil:
+		return n, nil
+	case errors.Is(err, strconv.ErrRange):
+		return nil, fmt.Errorf("%s is out of range", s)
+	}
+	return nil, fmt.Errorf("%q is not an integer >= 0", s)
+}
+
+// decimal is a number in base 10: digits, a fraction, an exponent.
+var decimal = regexp.MustCompile(`^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$`)
+
+// parseFloat reads a decimal number: YAML's 0x10, .inf and .nan are not.
+func parseFloat(s string, bits int) (any, error) {
+	if !decimal.MatchString(s) {
+		return nil, fmt.Errorf("%q is not a number", s)
+	}
+	f, err := strconv.ParseFloat(s, bits)
+	if err != nil {
+		return nil, fmt.Errorf("%s is out of range", s)
+	}
+	return f, nil
+}
+
+// handlerValue decodes the value v of handler key name (a dotted name) at
+// path as YAML types it, except that a scalar keeps the text it was
+// written with when it goes to a text key (kinds): YAML reads an API key
+// 0012345 as the number 12345 and a header value true as a boolean, which
+// the handler's strict decoding would refuse, and --set has no quotes to
+// write them as strings; and a number's text is read in base 10. A key
+// written twice in a mapping is reported, as it is everywhere in the file,
+// and the first one kept. It reports false when v cannot be decoded, which
+// it has reported; a mapping leaves out the values that cannot be.
+func (d *decoder) handlerValue(path, name string, v *yaml.Node, kinds map[string]handlerKind) (any, bool) {
 	v = resolve(v)
-	merges := false // YAML merge keys (<<) are left to YAML's decoding
+	merges, plain := false, true // YAML merge keys (<<) and keys that are not text are left to YAML's decoding
 	for i := 0; v.Kind == yaml.MappingNode && i < len(v.Content); i += 2 {
 		merges = merges || v.Content[i].ShortTag() == "!!merge"
+		plain = plain && v.Content[i].Kind == yaml.ScalarNode
 	}
+	kind, secret := kinds[name].kind, kinds[name].secret
 	switch {
-	case merges:
-	case v.Kind == yaml.ScalarNode && texts[name] == "string" && v.ShortTag() != "!!null":
-		return v.Value, nil
-	case v.Kind == yaml.MappingNode && texts[name] == "map":
+	case merges || !plain:
+	case v.Kind == yaml.ScalarNode && isNull(v):
+	case v.Kind == yaml.ScalarNode && kind == "string":
+		return v.Value, true
+	case v.Kind == yaml.ScalarNode && numberKinds[kind] != nil:
+		x, err := numberKinds[kind](v.Value)
+		switch {
+		case err != nil && secret:
+			d.fail(path, "expected %s, got a value of another type", kind) // a secret's value is never shown
+			return nil, false
+		case err != nil:
+			d.fail(path, "%v", err)
+			return nil, false
+		}
+		return x, true
+	case v.Kind == yaml.MappingNode:
 		m := map[string]any{}
+		seen := map[string]int{}
 		for i := 0; i+1 < len(v.Content); i += 2 {
-			k, e := v.Content[i], resolve(v.Content[i+1])
-			if e.Kind == yaml.ScalarNode && e.ShortTag() != "!!null" {
-				m[k.Value] = e.Value
+			k, e := v.Content[i], v.Content[i+1]
+			p := path + "." + k.Value
+			if first, dup := seen[k.Value]; dup {
+				d.errs = append(d.errs, Error{Path: p, Line: k.Line, Col: k.Column,
+					Msg: fmt.Sprintf("duplicate key (first at line %d)", first)})
 				continue
 			}
+			seen[k.Value] = k.Line
 			var x any
-			if err := e.Decode(&x); err != nil {
-				return nil, err
+			var ok bool
+			if kind == "map" { // its entries are text, not keys of the handler
+				x, ok = d.handlerValue(p, "", e, map[string]handlerKind{"": {"string", secret}})
+			} else {
+				x, ok = d.handlerValue(p, name+"."+k.Value, e, kinds)
 			}
-			m[k.Value] = x
-		}
-		return m, nil
-	case v.Kind == yaml.MappingNode && len(texts) > 0:
-		m := map[string]any{}
-		for i := 0; i+1 < len(v.Content); i += 2 {
-			k := v.Content[i]
-			x, err := decodeHandlerValue(v.Content[i+1], name+"."+k.Value, texts)
-			if err != nil {
-				return nil, err
+			if ok {
+				m[k.Value] = x
 			}
-			m[k.Value] = x
 		}
-		return m, nil
+		return m, true
 	}
 	var x any
 	if err := v.Decode(&x); err != nil {
-		return nil, err
+		d.fail(path, "%v", err)
+		return nil, false
 	}
-	return x, nil
+	return x, true
 }
 
 // positions records where the keys and items inside n are.

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/wowd/wowd/internal/bearer"
+	"github.com/wowd/wowd/internal/memory"
 )
 
 // The most of a named file the check reads: what its reader takes, so that
@@ -46,9 +47,11 @@ func fileLimit(path, key string) int {
 // CA and certificate files must hold a PEM certificate, key files a PEM
 // private key that goes with the certificate next to it; the bearer token
 // files of the ingest and admin listeners one word (bearer.Token); the
-// others (Kafka's token and password, header values) must not be empty. A key already reported is
-// not opened. Relative names are relative to the working directory, as when
-// wowd uses them.
+// others (Kafka's token and password, header values) must not be empty,
+// and a handler's configuration that checks its files by rules of its own
+// (fileBound) checks them by those. A key already reported is not opened.
+// Relative names are relative to the working directory, as when wowd uses
+// them.
 func (d *decoder) checkFiles(c *Config) {
 	fc := fileChecker{d: d, reported: map[string]bool{}, pems: map[string][]byte{}}
 	for _, e := range d.errs {
@@ -63,9 +66,42 @@ func (d *decoder) checkFiles(c *Config) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Dispatchers)) {
-		fc.walk("wow.dispatchers."+name+".handler", c.Dispatchers[name].Handler.Raw)
+		path := "wow.dispatchers." + name + ".handler"
+		fc.walk(path, c.Dispatchers[name].Handler.Raw)
+		if fb, ok := c.Dispatchers[name].Handler.Decoded.(fileBound); ok {
+			fc.handlerFiles(path, fb)
+		}
 	}
 	fc.pairs()
+}
+
+// fileBound is a handler configuration that reads files when its handler
+// is built, and checks their content by rules of its own (the http sink's
+// headers-from-file: a header value).
+type fileBound interface {
+	// CheckFiles reports the files whose content the handler would
+	// refuse, as "key: problem", never quoting the content.
+	CheckFiles() []error
+}
+
+// handlerFiles reports what the handler at path says of its files, but
+// for the keys reported already: the files it could not read at all.
+func (fc *fileChecker) handlerFiles(path string, fb fileBound) {
+	for _, err := range fb.CheckFiles() {
+		key, msg, ok := strings.Cut(err.Error(), ": ")
+		switch {
+		case !ok:
+			fc.fail(path, "%v", err)
+		case !fc.reported[path+"."+key]:
+			fc.fail(path+"."+key, "%s", msg)
+		}
+	}
+}
+
+// fail reports a problem with the file named by the key at path.
+func (fc *fileChecker) fail(path, format string, args ...any) {
+	fc.d.outsidef(path, format, args...)
+	fc.reported[path] = true
 }
 
 type fileChecker struct {
@@ -105,29 +141,29 @@ func (fc *fileChecker) check(path, key, file string) {
 	}
 	data, err := readLimited(file, fileLimit(path, key))
 	if err != nil {
-		fc.d.outsidef(path, "%v", err)
+		fc.fail(path, "%v", err)
 		return
 	}
 	switch {
 	case strings.HasSuffix(key, "ca-file") || strings.HasSuffix(key, "cert-file"):
 		if !x509.NewCertPool().AppendCertsFromPEM(data) {
-			fc.d.outsidef(path, "%s holds no PEM certificate", file)
+			fc.fail(path, "%s holds no PEM certificate", file)
 			return
 		}
 		fc.pems[path] = data
 	case strings.HasSuffix(key, "key-file"):
 		if !hasPrivateKey(data) {
-			fc.d.outsidef(path, "%s holds no PEM private key", file)
+			fc.fail(path, "%s holds no PEM private key", file)
 			return
 		}
 		fc.pems[path] = data
 	case path == "wow.ingest.token-file" || path == "wow.admin.token-file":
 		if _, err := bearer.Token(data); err != nil {
-			fc.d.outsidef(path, "%s %v", file, err)
+			fc.fail(path, "%s %v", file, err)
 		}
 	default:
 		if len(bytes.TrimSpace(data)) == 0 {
-			fc.d.outsidef(path, "%s is empty", file)
+			fc.fail(path, "%s is empty", file)
 		}
 	}
 }
@@ -200,6 +236,7 @@ func (d *decoder) checkEnv(c *Config, env []string) {
 	}
 	lookup := func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
 	d.checkTracingEnv(c, vars)
+	d.checkMemory(c, vars)
 	for _, name := range slices.Sorted(maps.Keys(c.Dispatchers)) {
 		eb, ok := c.Dispatchers[name].Handler.Decoded.(envBound)
 		if !ok {
@@ -213,6 +250,27 @@ func (d *decoder) checkEnv(c *Config, env []string) {
 			}
 			d.outsidef(path, "%v", err)
 		}
+	}
+}
+
+// cgroupRoot is where the cgroup file system is mounted (a test's
+// elsewhere).
+var cgroupRoot = memory.CgroupRoot
+
+// checkMemory reports a memory limit wowd run would refuse (below
+// memory.MinLimit) when wow.memory.limit is empty, resolved as it resolves
+// it, from the container's limit or GOMEMLIMIT of vars: the configured
+// size is checked with the document.
+func (d *decoder) checkMemory(c *Config, vars map[string]string) {
+	if c.Memory.Limit != "" {
+		return
+	}
+	n, src, err := memory.ResolveEnv("", cgroupRoot, func(name string) string { return vars[name] })
+	switch {
+	case err != nil:
+		d.outsidef("wow.memory.limit", "empty, so the limit comes from the environment: %v", err)
+	case n < memory.MinLimit:
+		d.outsidef("wow.memory.limit", "empty, so the limit comes from %s: %d bytes, below the minimum of 32MiB; set wow.memory.limit", src, n)
 	}
 }
 

@@ -208,7 +208,7 @@ var dispatcherFields = []field[Dispatcher]{
 	{name: "contexts", defDoc: "every context", desc: "Bounded contexts consumed.",
 		ptr: func(d *Dispatcher) any { return &d.Contexts }},
 	{name: "format", def: "wow",
-		desc: "How records are read: wow (Wow messages: decoded, checked against key and topic, filterable; undecodable ones are dead-lettered) or raw (any bytes, passed through).",
+		desc: "How records are read: wow (Wow messages: decoded, checked against key and topic, filterable; one that does not decode or does not match its key and topic is counted unroutable and dead-lettered, or logged and skipped when dead-letter.enabled is false; for a routing-only handler (discard, or a plugin whose Spec sets RoutingOnly) without version-check only the message's structure and routing fields are decoded and checked) or raw (any bytes, passed through).",
 		ptr:  func(d *Dispatcher) any { return &d.Format }},
 	{name: "aggregates", defDoc: "every aggregate", omitEmpty: true,
 		desc: "Aggregates of the dispatcher's contexts it consumes.",

@@ -32,23 +32,55 @@ type segment struct {
 func parseSets(args []string) ([]setting, []Error) {
 	var out []setting
 	var errs []Error
-	for _, arg := range args {
-		for _, pair := range splitUnescaped(arg, ',', true) {
+	for a, arg := range args {
+		pairs := splitUnescaped(arg, ',', true)
+		for i, pair := range pairs {
 			s, err := parseSet(pair)
-			if err != nil {
-				// Named by its key: the value may be a secret. A pair
-				// without = has no key apart from it.
-				name := pair
-				if key, _, ok := cutUnescaped(pair, '='); ok {
-					name = key
-				}
-				errs = append(errs, Error{Path: "--set " + name, Msg: err.Error()})
+			if err == nil {
+				out = append(out, s)
 				continue
 			}
-			out = append(out, s)
+			// Named by its key: the value may be a secret.
+			if key, ok := shownKey(pairs, i); ok {
+				errs = append(errs, Error{Path: "--set " + key, Msg: err.Error()})
+				continue
+			}
+			msg := "want key=value" // parseSet's messages may quote the key
+			if key, _, ok := cutUnescaped(pair, '='); ok && key != "" {
+				msg = "keys start with wow."
+			}
+			where, hint := unnamedPair(a, i, pairs)
+			errs = append(errs, Error{Path: "--set", Msg: where + ": " + msg + hint})
 		}
 	}
 	return out, errs
+}
+
+// shownKey returns the key of the pair i of an argument split into pairs,
+// if it may be shown. What follows a comma may be the rest of a value
+// split there, a secret's (--set wow.kafka.sasl.password=a,b, or a,b== in
+// base64): unless it is a key of wowd's, it is never shown.
+func shownKey(pairs []string, i int) (string, bool) {
+	key, _, ok := cutUnescaped(pairs[i], '=')
+	return key, ok && key != "" && (i == 0 || strings.HasPrefix(key, "wow."))
+}
+
+// unnamedPair names the pair i of the --set argument a, split into pairs,
+// by its position and the key of the pair before it, for a pair that has
+// no key to name it by; the hint says how to keep a comma in a value.
+func unnamedPair(a, i int, pairs []string) (where, hint string) {
+	where = fmt.Sprintf("argument %d", a+1)
+	if len(pairs) == 1 {
+		return where, ""
+	}
+	where += fmt.Sprintf(", pair %d", i+1)
+	if i == 0 {
+		return where, ""
+	}
+	if key, ok := shownKey(pairs, i-1); ok {
+		where += " (after " + key + ")"
+	}
+	return where, `; a comma that is part of a value is written \,`
 }
 
 func parseSet(pair string) (setting, error) {

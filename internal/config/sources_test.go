@@ -128,7 +128,7 @@ func TestSetErrors(t *testing.T) {
 		`wow.log.levle: unknown key (did you mean "level"?) (set by --set wow.log.levle)`,
 		`wow.dispatchers.Cart.handler.request-timout: unknown key (did you mean "request-timeout"?) (set by --set wow.dispatchers.Cart.handler.request-timout)`,
 		`--set log.level: keys start with wow. (wow.log.level)`,
-		`--set wow.kafka.client-id: want key=value`,
+		`--set: argument 4: want key=value`,
 		`wow.dispatch.throughput: "many" is not an integer (set by --set wow.dispatch.throughput)`,
 		`wow.shutdown.timeout: WOW_SHUTDOWN_TIMEOUT: "soon" is not a duration`,
 	}

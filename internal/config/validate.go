@@ -538,11 +538,35 @@ func (d *decoder) knownHandlers() string {
 func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]any, err error) {
 	keys := map[string]bool{}
 	secret := map[string]bool{}
-	var known []string // the handler's keys, for suggestions
+	var names []string // the handler's keys, by dotted name
+	isMap := map[string]bool{}
 	for _, f := range handlerconfig.Fields(spec) {
 		keys[f.Name] = true
 		secret[f.Name] = f.Secret
-		known = append(known, f.Name)
+		names = append(names, f.Name)
+		isMap[f.Name] = strings.HasPrefix(f.Type, "map of ")
+	}
+	// known returns the keys of the mapping at rel (a dotted name, "" for
+	// the handler's own), for suggestions, and those of them that hold a
+	// mapping.
+	known := func(rel string) (children, mappings []string) {
+		for _, name := range names {
+			full := name
+			if rel != "" {
+				var ok bool
+				if name, ok = strings.CutPrefix(name, rel+"."); !ok {
+					continue
+				}
+			}
+			first, _, nested := strings.Cut(name, ".")
+			if !slices.Contains(children, first) {
+				children = append(children, first)
+			}
+			if (nested || isMap[full]) && !slices.Contains(mappings, first) {
+				mappings = append(mappings, first)
+			}
+		}
+		return children, mappings
 	}
 	for k := range raw {
 		keys[k] = true
@@ -554,7 +578,12 @@ func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]a
 	for _, e := range problems {
 		var uk *handlerconfig.UnknownKeyError
 		if errors.As(e, &uk) {
-			d.unknownKey(path+"."+uk.Key, uk.Key, known)
+			name, rel := uk.Name, strings.TrimSuffix(strings.TrimSuffix(uk.Key, uk.Name), ".")
+			if name == "" {
+				name, rel = uk.Key, ""
+			}
+			children, mappings := known(rel)
+			d.unknownKey(path+"."+uk.Key, name, children, mappings)
 			continue
 		}
 		if de, ok := e.(*mapstructure.DecodeError); ok {
@@ -564,8 +593,9 @@ func (d *decoder) handlerErrors(path string, spec handler.Spec, raw map[string]a
 			}
 			msg := de.Unwrap().Error()
 			if list, ok := strings.CutPrefix(msg, "has invalid keys: "); ok {
+				children, mappings := known(de.Name())
 				for _, k := range strings.Split(list, ", ") {
-					d.unknownKey(at+"."+k, k, known)
+					d.unknownKey(at+"."+k, k, children, mappings)
 				}
 				continue
 			}

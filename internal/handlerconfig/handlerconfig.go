@@ -143,9 +143,14 @@ func Decode(spec handler.Spec, raw map[string]any) (any, error) {
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		TagName:     "config",
 		ErrorUnused: true,
-		Metadata:    &md,
-		DecodeHook:  mapstructure.ComposeDecodeHookFunc(strictNumbers, mapstructure.StringToTimeDurationHookFunc()),
-		Result:      cfg,
+		// Keys are written as declared, as the fixed keys are: the
+		// decoder's default ignores case, which took Max-Attempts for
+		// max-attempts and hid a TLS: {CA-File: …} from the checks that
+		// go by a key's name.
+		MatchName:  func(key, field string) bool { return key == field },
+		Metadata:   &md,
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(strictNumbers, mapstructure.StringToTimeDurationHookFunc()),
+		Result:     cfg,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handler %q: building decoder: %w", spec.Name, err)
@@ -238,7 +243,8 @@ func problemKey(err error) string {
 
 // UnknownKeyError reports a configuration key the handler does not take.
 type UnknownKeyError struct {
-	Key string // dotted path within the handler's configuration
+	Key  string // dotted path within the handler's configuration
+	Name string // the key as written, the last element of Key (it may hold dots itself)
 }
 
 func (e *UnknownKeyError) Error() string { return e.Key + ": unknown key" }
@@ -257,10 +263,11 @@ func unknownKeys(err error, root string) []error {
 	}
 	var errs []error
 	for _, k := range strings.Split(list, ", ") {
+		path := k
 		if name := de.Name(); name != "" && name != root {
-			k = name + "." + k
+			path = name + "." + k
 		}
-		errs = append(errs, &UnknownKeyError{Key: k})
+		errs = append(errs, &UnknownKeyError{Key: path, Name: k})
 	}
 	return errs
 }

@@ -64,6 +64,21 @@ func (c *HTTPConfig) CheckEnv(lookup func(string) (string, bool)) []error {
 	return envHeaders(*c, lookup, http.Header{})
 }
 
+// CheckFiles reports the headers-from-file whose files do not give a usable
+// value, read as building the sink reads them: wowd config validate checks
+// them where wowd will run, as it does the environment (CheckEnv). Each
+// error is "headers-from-file.<header>: problem", naming the file, never
+// its content.
+func (c *HTTPConfig) CheckFiles() []error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(c.HeadersFromFile)) {
+		if _, _, err := readHeaderFile(c.HeadersFromFile[k]); err != nil {
+			errs = append(errs, fmt.Errorf("headers-from-file.%s: %w", k, err))
+		}
+	}
+	return errs
+}
+
 // fileHeaders returns headers-from-file, each file read once now, or why
 // they cannot be; one that reuse reads already under the same header name
 // is taken from it as it is (a reload: it keeps its value and its checks).

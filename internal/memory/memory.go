@@ -68,8 +68,9 @@ const minFetch = 16 << 10
 
 // ParseSize reads a size: bytes as an integer, or with a unit (KiB, MiB,
 // GiB, or KB, MB, GB as powers of ten).
-func ParseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
+func ParseSize(text string) (int64, error) {
+	text = strings.TrimSpace(text)
+	s := text
 	units := []struct {
 		suffix string
 		mult   int64
@@ -83,7 +84,7 @@ func ParseSize(s string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 || n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%q is not a size (bytes, or a number with KiB, MiB, GiB, KB, MB or GB)", s)
+		return 0, fmt.Errorf("%q is not a size (bytes, or a number with KiB, MiB, GiB, KB, MB or GB)", text)
 	}
 	return n * mult, nil
 }
@@ -94,8 +95,40 @@ type Source string
 // Resolve returns the process's limit: the configured size when set, else
 // ContainerShare of the container's memory limit (cgroup v2 or v1), else
 // GOMEMLIMIT when the environment sets it, else DefaultLimit. root is the
-// cgroup file system's mount point ("/sys/fs/cgroup" outside tests).
+// cgroup file system's mount point (CgroupRoot outside tests).
 func Resolve(configured string, root string) (int64, Source, error) {
+	return resolve(configured, root, func() (int64, error) {
+		if os.Getenv("GOMEMLIMIT") == "" {
+			return 0, nil
+		}
+		return debug.SetMemoryLimit(-1), nil // as the runtime read it
+	})
+}
+
+// ResolveEnv is Resolve for a process started with the environment getenv
+// gives rather than this one's: the limit `wowd run` would resolve there,
+// reading GOMEMLIMIT as the Go runtime does. An error names GOMEMLIMIT
+// when it is not a size the runtime takes.
+func ResolveEnv(configured string, root string, getenv func(string) string) (int64, Source, error) {
+	return resolve(configured, root, func() (int64, error) {
+		v := getenv("GOMEMLIMIT")
+		if v == "" {
+			return 0, nil
+		}
+		n, ok := parseGoMemLimit(v)
+		if !ok {
+			return 0, fmt.Errorf("environment variable GOMEMLIMIT: %q is not a size the Go runtime takes (bytes, or a number with B, KiB, MiB, GiB or TiB; or off)", v)
+		}
+		return n, nil
+	})
+}
+
+// CgroupRoot is where the cgroup file system is mounted.
+const CgroupRoot = "/sys/fs/cgroup"
+
+// resolve is Resolve with GOMEMLIMIT's limit from gomemlimit: 0 when it is
+// not set, math.MaxInt64 when it is off.
+func resolve(configured, root string, gomemlimit func() (int64, error)) (int64, Source, error) {
 	if configured != "" {
 		n, err := ParseSize(configured)
 		if err != nil {
@@ -106,12 +139,39 @@ func Resolve(configured string, root string) (int64, Source, error) {
 	if n, ok := containerLimit(root); ok {
 		return int64(float64(n) * ContainerShare), Source(fmt.Sprintf("%.0f%% of the container's limit (%d bytes)", ContainerShare*100, n)), nil
 	}
-	if os.Getenv("GOMEMLIMIT") != "" {
-		if n := debug.SetMemoryLimit(-1); n > 0 && n < math.MaxInt64 {
-			return n, "GOMEMLIMIT", nil
-		}
+	n, err := gomemlimit()
+	if err != nil {
+		return 0, "", err
+	}
+	if n > 0 && n < math.MaxInt64 {
+		return n, "GOMEMLIMIT", nil
 	}
 	return DefaultLimit, "the default (no container limit found)", nil
+}
+
+// parseGoMemLimit reads GOMEMLIMIT as the Go runtime does (its
+// readGOMEMLIMIT and parseByteCount): "off", or a decimal integer of
+// bytes, optionally with the unit B, KiB, MiB, GiB or TiB; ok is false for
+// what the runtime refuses at start.
+func parseGoMemLimit(s string) (int64, bool) {
+	if s == "off" {
+		return math.MaxInt64, true
+	}
+	mult := uint64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   uint64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = rest, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || uint64(n) > math.MaxInt64/mult {
+		return 0, false
+	}
+	return int64(uint64(n) * mult), true
 }
 
 // containerLimit reads the cgroup memory limit: cgroup v2's memory.max,
