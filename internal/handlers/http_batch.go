@@ -92,9 +92,8 @@ func (b HTTPBatchConfig) check() []error {
 	if b.MaxMessages < 0 || b.MaxMessages > maxBatchMessages {
 		errs = append(errs, fmt.Errorf("batch.max-messages: must be between 1 and %d to batch (0, the default, sends one message per request)", maxBatchMessages))
 	}
-	if b.MaxMessages == 0 {
-		return errs // off: the other keys are not used
-	}
+	// The other keys are checked with batching off too: a bad value is
+	// refused where it is written, not when max-messages turns it on.
 	if b.MaxBytes < minBatchBytes || b.MaxBytes > maxBatchBytes {
 		errs = append(errs, fmt.Errorf("batch.max-bytes: must be between %d and %d", minBatchBytes, maxBatchBytes))
 	}

@@ -609,6 +609,8 @@ func TestHTTPBatchConfigErrors(t *testing.T) {
 		{map[string]any{"max-messages": -1, "linger": "0s"}, []string{"batch.max-messages:", "batch.linger:"}},
 		{map[string]any{"max-messages": 10, "max-bytes": 10, "linger": "0s"}, []string{"batch.max-bytes:", "batch.linger:"}},
 		{map[string]any{"max-messages": 10, "max-size": 10}, []string{"batch.max-size: unknown key"}},
+		// Checked with batching off too, where they are written.
+		{map[string]any{"max-bytes": 10, "linger": "-1s"}, []string{"batch.max-bytes:", "batch.linger:"}},
 	} {
 		_, err := handlerconfig.Decode(spec, map[string]any{"url": "http://127.0.0.1/", "batch": tc.batch})
 		for _, w := range tc.want {
