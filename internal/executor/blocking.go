@@ -99,7 +99,7 @@ func (p *blockingPool) loop() {
 // mailbox's pending tasks until it finished.
 func (p *blockingPool) run(j blockingJob) {
 	p.running.Add(1)
-	st := j.t.Run(Resume{j.mb, p.ex})
+	st := j.t.Run(Resume{j.mb, p.ex, true})
 	p.running.Add(-1)
 	failed := st == Failed
 	if st == Pending {

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/wowd/wowd/internal/testwait"
 )
 
 // Close while submitters keep submitting, to worker-run and blocking groups,
@@ -137,4 +140,94 @@ func TestCloseSeesTheLastMailboxGoIdle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Once Close has given up on the work left (its context ended while a task
+// of key a ran, with more of a queued), no further task starts: not the
+// rest of the running turn, whichever way the running task ends, and not
+// on the blocking pool. The key keeps its queued tasks: Close reports its
+// mailbox abandoned, and Stats still counts it, with the one task that
+// finished.
+func TestNothingStartsAfterCloseGaveUp(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		blocking bool
+		status   Status
+	}{
+		{"on a worker", false, Done},
+		{"on a worker, completed before returning Pending", false, Pending},
+		{"on the blocking pool", true, Done},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New(Options{Workers: 1, Throughput: 16, BlockingWorkers: 1})
+			g := e.Group(tc.blocking)
+			var started atomic.Int32
+			running, release := make(chan struct{}), make(chan struct{})
+			if err := g.Submit("a", fn(func(r Resume) Status {
+				started.Add(1)
+				close(running)
+				<-release
+				if tc.status == Pending {
+					r.Complete(false)
+				}
+				return tc.status
+			})); err != nil {
+				t.Fatal(err)
+			}
+			for range 7 { // fewer than Throughput: the turn could run them all
+				if err := g.Submit("a", fn(func(Resume) Status { started.Add(1); return Done })); err != nil {
+					t.Fatal(err)
+				}
+			}
+			<-running
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // Close gives up on a at once, and waits a moment for the goroutine in its task
+			err := e.Close(ctx)
+			close(release)
+			testwait.For(t, 10*time.Second, "the workers and the blocking pool's goroutines to return", func() bool {
+				return e.live.Load() == 0 && e.blocking.live() == 0
+			})
+			if n := started.Load(); n != 1 {
+				t.Errorf("%d tasks of the abandoned key started after Close gave up", n-1)
+			}
+			if err == nil || !strings.Contains(err.Error(), "1 mailboxes abandoned") {
+				t.Errorf("Close: %v, want a's mailbox reported abandoned", err)
+			}
+			if st := e.Stats(); st.Mailboxes != 1 || st.Completed != 1 || st.Failed != 0 {
+				t.Errorf("Stats once every goroutine returned: %d mailboxes, %d completed, %d failed; want a's mailbox still holding tasks and its one task completed", st.Mailboxes, st.Completed, st.Failed)
+			}
+		})
+	}
+}
+
+// Close runs once; every call returns its result. A second Close after one
+// that gave up on work reports that failure, not success.
+func TestCloseAgainReportsTheFirstOutcome(t *testing.T) {
+	e := New(Options{Workers: 1})
+	g := e.Group(false)
+	res := make(chan Resume, 1)
+	if err := g.Submit("a", fn(func(r Resume) Status { res <- r; return Pending })); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	first := e.Close(ctx)
+	if first == nil {
+		t.Fatal("Close gave up on a pending task and returned nil")
+	}
+	r.Complete(false) // late: ignored
+	again := make(chan error, 2)
+	for range 2 {
+		go func() { again <- e.Close(context.Background()) }()
+	}
+	for range 2 {
+		if err := <-again; err != first {
+			t.Fatalf("Close after one that returned %q: %v, want the same", first, err)
+		}
+	}
+
+	e = New(Options{Workers: 1})
+	closeOK(t, e)
+	closeOK(t, e)
 }

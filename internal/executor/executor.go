@@ -12,9 +12,11 @@
 // table, so a key that comes back soon finds it as it was, until the shard
 // needs room for a new key or the janitor finds it idle for a second round
 // (about one to two seconds); reclaimed mailboxes are pooled. Between
-// activation and emptying a mailbox is owned by exactly one party: a worker's
-// queue, the worker running its turn, a task that completes asynchronously,
-// or the blocking pool. Submitters never schedule an active mailbox; they
+// activation and emptying a mailbox is owned by exactly one party: the
+// submitter that activated it until it places it (SubmitBatch holds up to
+// 64 activated mailboxes and places them together), a worker's queue, the
+// worker running its turn, a task that completes asynchronously, or the
+// blocking pool. Submitters never schedule an active mailbox; they
 // append to it under the shard lock, one lock per submission.
 //
 // A turn runs at most Throughput tasks that complete synchronously, then the
@@ -65,8 +67,9 @@
 // shard.mu guards a shard's table, free list, counters and every mailbox's
 // incoming slice and generation. worker.spillMu guards a worker's spill.
 // worker.obsMu guards a worker's turn observation. blockingPool.mu guards
-// the blocking pool's queue and counts. No code holds two of these locks at
-// once, so there is no lock order to respect.
+// the blocking pool's queue and counts. Executor.groupMu guards the count of
+// groups made (Executor.Group). No code holds two of these locks at once,
+// so there is no lock order to respect.
 //
 // # Goroutines
 //
@@ -114,6 +117,10 @@ type Task interface {
 type Resume struct {
 	mb *mailbox
 	ex *Executor
+	// blocking: the task runs on the blocking pool. Recorded here, not read
+	// from mb: once the task completed, mb may be reclaimed and reused for
+	// a key of another group, and a late Again must still go to the pool.
+	blocking bool
 }
 
 // Complete reports that the pending task finished. It must be called exactly
@@ -123,7 +130,7 @@ func (r Resume) Complete(failed bool) { r.ex.complete(r.mb, failed) }
 
 // Blocking reports whether r's task runs on the blocking pool, where Again
 // runs fn too.
-func (r Resume) Blocking() bool { return r.mb != nil && r.mb.blocking() }
+func (r Resume) Blocking() bool { return r.blocking }
 
 // Again runs fn as more of the pending task, where its group runs tasks:
 // for a blocking group on the blocking pool, waiting for one of its
@@ -134,7 +141,7 @@ func (r Resume) Blocking() bool { return r.mb != nil && r.mb.blocking() }
 // instead (on the caller's goroutine or Close's), so that whoever waits for
 // fn hears of it.
 func (r Resume) Again(fn, dropped func()) {
-	if r.mb.blocking() {
+	if r.blocking {
 		r.ex.blocking.again(fn, dropped)
 		return
 	}
@@ -168,13 +175,19 @@ type Executor struct {
 	shardMask  uint64
 	seed       maphash.Seed
 	throughput int
-	blocking   blockingPool
+	// stopping is set by Close when it stops waiting for the work to
+	// drain: from then on no task starts on a worker and no mailbox is
+	// placed. If the work drained, none is left to start; otherwise Close
+	// gave up on it. Read before every task a worker starts: it sits next
+	// to throughput, read as often, and is written once.
+	stopping atomic.Bool
+	blocking blockingPool
 
 	groupMu sync.Mutex // guards groups
 	groups  uint32
 
 	closeOnce   sync.Once
-	stopping    atomic.Bool   // workers exit after their current turn
+	closeErr    error         // the first Close's result, returned to every Close
 	stopCh      chan struct{} // closed with stopping set: wakes parked workers, stops the janitor
 	janitorDone chan struct{} // closed when the janitor returns
 	live        atomic.Int32  // workers not yet returned
@@ -223,11 +236,14 @@ func New(o Options) *Executor {
 // Close stops admission, waits for queued, running and pending tasks until
 // ctx is done, then stops the workers and the blocking pool. It returns an
 // error if work was abandoned or a goroutine could not be stopped in time.
-// Completions arriving after Close are ignored.
+// Once it gives up on the work left, no further task starts: a worker or a
+// blocking goroutine inside a task returns when the task does, and the
+// task's key keeps what is queued behind it. Completions arriving after
+// Close are ignored. Close runs once: later calls wait for the first to
+// finish and return its result.
 func (e *Executor) Close(ctx context.Context) error {
-	var err error
-	e.closeOnce.Do(func() { err = e.close(ctx) })
-	return err
+	e.closeOnce.Do(func() { e.closeErr = e.close(ctx) })
+	return e.closeErr
 }
 
 func (e *Executor) close(ctx context.Context) error {
@@ -244,10 +260,11 @@ func (e *Executor) close(ctx context.Context) error {
 	e.blocking.stop()
 	<-e.janitorDone // it never runs user code: it stops at once
 
-	// Workers finish their current turn and return; blocking goroutines
-	// finish their current task. Neither can be interrupted inside user
-	// code, so wait for them only as long as ctx allows, or a moment when
-	// it is over already: those outside user code return at once.
+	// If work is left, workers and blocking goroutines finish their current
+	// task and return, abandoning the rest of a turn with its mailbox.
+	// Neither can be interrupted inside user code, so wait for them only as
+	// long as ctx allows, or a moment when it is over already: those
+	// outside user code return at once.
 	wctx := ctx
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc

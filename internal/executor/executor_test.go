@@ -694,3 +694,65 @@ func pendingBehindBusy(t *testing.T, g *Group) (Resume, chan struct{}) {
 	<-busy
 	return res, release
 }
+
+// A Resume kept past its task's completion (a retry scheduled late) still
+// knows where its task runs: after its mailbox went idle and was reclaimed
+// and reused for a key of a worker-run group, Again of a blocking task
+// still waits for the blocking pool, instead of running fn at once on the
+// caller's goroutine, beside the pool's bound.
+func TestLateAgainOfABlockingTaskStaysOnThePool(t *testing.T) {
+	setJanitorEvery(t, time.Hour) // the test runs the janitor's rounds
+	e := New(Options{Workers: 1, BlockingWorkers: 1})
+	defer closeOK(t, e)
+	blocking, normal := e.Group(true), e.Group(false)
+	got := make(chan Resume, 1)
+	if err := blocking.Submit("a", fn(func(r Resume) Status { got <- r; return Pending })); err != nil {
+		t.Fatal(err)
+	}
+	old := <-got
+	old.Complete(false)
+	testwait.For(t, 10*time.Second, "a's mailbox to go idle", func() bool { return e.Stats().Mailboxes == 0 })
+	mb := lookup(blocking, "a")
+	e.reclaimIdle()
+	e.reclaimIdle() // idle for a whole round: pooled
+	shard := mb.hash & e.shardMask
+	inShard := func(g *Group, prefix string, same bool) string {
+		for i := 0; ; i++ {
+			key := prefix + strconv.Itoa(i)
+			if (e.hashKey(g.id, g.blocking, key)&e.shardMask == shard) == same {
+				return key
+			}
+		}
+	}
+	// Keep the pool's only goroutine busy, with a key of another shard (a
+	// new key of a's shard would take a's pooled mailbox).
+	busy, release := make(chan struct{}), make(chan struct{})
+	if err := blocking.Submit(inShard(blocking, "busy", false), fn(func(Resume) Status { close(busy); <-release; return Done })); err != nil {
+		t.Fatal(err)
+	}
+	<-busy
+	key := inShard(normal, "b", true)
+	if err := normal.Submit(key, fn(func(Resume) Status { return Done })); err != nil {
+		t.Fatal(err)
+	}
+	if lookup(normal, key) != mb {
+		close(release)
+		t.Fatalf("the new key %q did not reuse a's pooled mailbox: the test needs it to", key)
+	}
+	if !old.Blocking() {
+		t.Error("Blocking of a blocking task's Resume reports false once its mailbox serves a worker-run group")
+	}
+	ran := make(chan struct{})
+	old.Again(func() { close(ran) }, func() { t.Error("dropped while the pool runs") })
+	select {
+	case <-ran:
+		t.Error("a blocking task's late Again ran fn on the caller's goroutine, beside the pool's only goroutine, busy with another task")
+	default:
+	}
+	close(release)
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Again never ran once the pool was free")
+	}
+}

@@ -8,8 +8,10 @@ import "sync/atomic"
 // raises it from 0 owns the mailbox and places it on a worker; the owner that
 // brings it back to 0 lets go without a lock and does not touch it again: it
 // stays in the table, idle, until reactivated or swept.
-// Between those, exactly one party owns it: a worker's queue, a worker's turn,
-// a pending task's completion, or the blocking pool.
+// Between those, exactly one party owns it: the submitter that activated it
+// until it places it (SubmitBatch holds several and places them together),
+// a worker's queue, a worker's turn, a pending task's completion, or the
+// blocking pool.
 type mailbox struct {
 	// Line 0: everything a submission finding the mailbox touches, and a
 	// turn of one task, so a mailbox crosses between a submitter's core and

@@ -32,6 +32,13 @@ func (q *runq) put(mb *mailbox) bool {
 }
 
 // get takes the oldest mailbox, or nil. Safe for the owner and thieves.
+//
+// The slot keeps its pointer until put reuses it. A thief cannot clear it:
+// once head moved, the owner may fill the slot again. The owner could, at
+// the cost of an atomic store per turn; it does not, since what stale slots
+// keep reachable is bounded: at most runqSize mailboxes per worker, and one
+// the table and the free list have dropped is idle and holds no task (a
+// turn clears each task's slot as it takes the task).
 func (q *runq) get() *mailbox {
 	for {
 		h := q.head.Load()

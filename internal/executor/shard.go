@@ -22,8 +22,8 @@ type shard struct {
 	hot            *hotSet    // candidates for HotKeys (status.go); nil until the first; guarded by mu
 	_              [8]byte
 	emptied        atomic.Uint64 // mailboxes emptied away from a worker turn
-	asyncCompleted atomic.Uint64 // Pending tasks completed successfully
-	asyncFailed    atomic.Uint64 // Pending tasks completed with failure
+	asyncCompleted atomic.Uint64 // tasks finished successfully away from a worker turn: Pending tasks completed, blocking-pool tasks that returned Done
+	asyncFailed    atomic.Uint64 // tasks that failed away from a worker turn: Pending tasks completed with failure, blocking-pool tasks that returned Failed
 	resumed        atomic.Uint64 // mailboxes placed again after a task finished away from a worker turn
 	_              [32]byte
 }

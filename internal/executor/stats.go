@@ -3,13 +3,24 @@ package executor
 import "time"
 
 // Stats are cheap to read counters and gauges of an executor.
+//
+// Mailboxes, Completed and Failed lag behind the workers: a worker publishes
+// what its turns did (mailboxes emptied, tasks finished) every 64 turns and
+// whenever it runs out of work, not at every turn, which would cost the hot
+// path a fenced store or two per turn. So a busy worker's last turns, up to
+// 63 of them, still count as holding tasks and not finished: turns of
+// microseconds publish within a millisecond, but a worker stuck in a long
+// task publishes its last turns only when the task ends. What finishes away
+// from a worker turn (a Pending task completed after its turn let go, a
+// task on the blocking pool) counts at once. When the workers are idle, and
+// once they have returned after Close, the figures are exact.
 type Stats struct {
 	Workers         int
-	Mailboxes       int64 // mailboxes holding tasks
+	Mailboxes       int64 // mailboxes holding tasks (lags: see above)
 	QueuedMailboxes int64 // mailboxes waiting in a worker's queue for their turn
 	Submitted       uint64
-	Completed       uint64
-	Failed          uint64
+	Completed       uint64        // tasks finished successfully (lags: see above)
+	Failed          uint64        // tasks finished with a failure (lags: see above)
 	BlockingRunning int64         // tasks running on the blocking pool
 	Wakeups         uint64        // times a parked worker was woken (a costly path: a few µs each)
 	LongestTurn     time.Duration // age of the oldest turn now running, since first observed (by an earlier Stats or an idle worker)

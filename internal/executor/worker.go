@@ -26,7 +26,8 @@ type worker struct {
 	turnSeq   atomic.Uint64
 	turnCount uint64 // owner's copy of turnSeq
 	// Counts of the worker's own turns, owner only, published to the
-	// atomics below every few turns and whenever it parks.
+	// atomics below every 64 turns, whenever it parks and as it returns
+	// (see Stats).
 	local struct{ succeeded, failed, emptied, turns uint64 }
 	ex    *Executor
 	_     [8]byte
@@ -309,6 +310,7 @@ func (w *worker) steal() *mailbox {
 
 func (w *worker) loop() {
 	defer func() {
+		w.flush() // what the last turns counted, for Stats after Close
 		w.ex.live.Add(-1)
 		w.ex.changed.Notify()
 	}()
@@ -321,6 +323,11 @@ func (w *worker) loop() {
 	const maxWatch = time.Millisecond
 	backoff := longTurn
 	for {
+		// Before taking a mailbox: once Close stopped waiting, what is
+		// queued is abandoned (see Executor.stopping).
+		if w.ex.stopping.Load() {
+			return
+		}
 		mb := w.next()
 		if mb == nil {
 			mb = w.steal()
@@ -328,13 +335,7 @@ func (w *worker) loop() {
 		if mb != nil {
 			backoff = longTurn
 			w.turn(mb)
-			if w.ex.stopping.Load() {
-				return
-			}
 			continue
-		}
-		if w.ex.stopping.Load() {
-			return
 		}
 		w.flush()
 		if w.rq.len() > 0 || w.spillN.Load() > 0 {
@@ -435,6 +436,14 @@ func (w *worker) turn(mb *mailbox) {
 			w.push(mb) // back of the queue: fair to the other mailboxes
 			break
 		}
+		if e.stopping.Load() {
+			// Close stopped waiting. It waits for the work to drain first,
+			// so a turn with tasks left is work it gave up on: start no
+			// further task. The mailbox is abandoned holding its tasks, as
+			// Close counted it.
+			mb.pending.Add(-finished) // tasks remain: cannot empty it
+			break
+		}
 		var t Task
 		if t = mb.head; t != nil {
 			mb.head = nil
@@ -449,7 +458,7 @@ func (w *worker) turn(mb *mailbox) {
 			e.blocking.submit(t, mb)
 			break
 		}
-		switch t.Run(Resume{mb, e}) {
+		switch t.Run(Resume{mb, e, false}) {
 		case Done:
 			done++
 			finished++

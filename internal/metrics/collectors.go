@@ -160,11 +160,11 @@ var (
 	descWorkers = prometheus.NewDesc(Namespace+"_executor_workers",
 		"Workers of the shared executor.", nil, nil)
 	descMailboxes = prometheus.NewDesc(Namespace+"_executor_mailboxes",
-		"Mailboxes holding messages: aggregate IDs with work running or queued.", nil, nil)
+		"Mailboxes holding messages: aggregate IDs with work running or queued. Each worker publishes what its turns emptied every 64 turns and when idle, so a busy or stuck worker's last few turns may still count.", nil, nil)
 	descQueued = prometheus.NewDesc(Namespace+"_executor_queued_mailboxes",
 		"Mailboxes waiting in a worker's queue for their turn.", nil, nil)
 	descTasks = prometheus.NewDesc(Namespace+"_executor_messages_total",
-		"Messages through the executor (state: submitted; completed, or failed: ended without being handled, as dead-lettered, parked, discarded, unroutable or dropped).", []string{"state"}, nil)
+		"Messages through the executor (state: submitted; completed, or failed: ended without being handled, as dead-lettered, parked, discarded, unroutable or dropped). Completed and failed trail each busy worker by up to 63 of its turns.", []string{"state"}, nil)
 	descBlocking = prometheus.NewDesc(Namespace+"_executor_blocking_running",
 		"Messages of blocking handlers running on the blocking pool.", nil, nil)
 	descLongest = prometheus.NewDesc(Namespace+"_executor_longest_turn_seconds",
