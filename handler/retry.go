@@ -334,7 +334,7 @@ func (r *retrier) Close(ctx context.Context) error {
 // no outcome is to be waited for (inPlace does not wait for Done, which a
 // context that reports Err may close a moment later, or, if it breaks the
 // contract, never).
-func (c *retryCall) try() bool {
+func (c *retryCall) try() (attempted bool) {
 	if err := c.ctx.Err(); err != nil {
 		c.r.mu.Lock()
 		c.state = retryDone
@@ -349,6 +349,10 @@ func (c *retryCall) try() bool {
 	// reported its outcome keeps it, and the panic goes to the observer.
 	defer func() {
 		if v := recover(); v != nil {
+			// An attempt was made: its outcome, reported before the panic
+			// or the panic's, decides what comes next (a retry after a
+			// transient one is waited for like any other).
+			attempted = true
 			err := Recovered(v, debug.Stack())
 			if c.complete(uint64(n), err) {
 				return
