@@ -19,11 +19,12 @@
 //
 // Retries are [handler.WithRetry]'s: a transient failure is retried after
 // backoff-initial, doubling up to backoff-max, with jitter; a Retry-After
-// response header (delta-seconds or an HTTP date, at most 5m) sets the wait
-// instead. After max-attempts attempts (0 retries forever) the last error is
-// reported as transient with its attempt count: wowd dead-letters the
-// message, unless most recent messages failed too, in which case the
-// receiver backs off and retries it. When the message's context is canceled
+// response header (delta-seconds or an HTTP date, at most 5m) makes the wait
+// at least that long (the longer of it and the backoff). After max-attempts
+// attempts (0 retries forever) the last error is reported as transient with
+// its attempt count: wowd parks the message's aggregate or dead-letters the
+// message, as the dispatcher's on-failure says, unless most recent messages
+// failed too, in which case the receiver backs off and retries it. When the message's context is canceled
 // (revoke, shutdown), the call stops at once without a retry and the message
 // is delivered again later.
 package handlers

@@ -587,8 +587,8 @@ func (s *httpSink) wrap(err error) error {
 }
 
 // retryAfterError is a failure whose response asked, with a Retry-After
-// header, for the wait before the next attempt: handler.WithRetry waits that
-// long instead of its backoff.
+// header, for the wait before the next attempt: handler.WithRetry waits the
+// longer of it and its backoff.
 type retryAfterError struct {
 	err  error
 	wait time.Duration // at most maxRetryAfter
