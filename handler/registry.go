@@ -24,7 +24,9 @@ type Deps struct {
 	Observer Observer
 	// Timeout is the dispatcher's handler.timeout: the longest wowd waits
 	// for one try of a message, from the call (or the end of a retry wait
-	// reported to Observer) to its acknowledgement or next retry report.
+	// reported to Observer) to its acknowledgement or next retry report,
+	// waits for the handler's own limits reported to a [WaitObserver] left
+	// out.
 	// 0 means no deadline. A handler whose own limits cannot fit in it
 	// should refuse to be built.
 	Timeout time.Duration
@@ -44,6 +46,20 @@ type Observer interface {
 	// given, not a copy: wowd finds the try by it (to restart its
 	// deadline after the wait), and ignores a report it cannot place.
 	Retrying(m *Message, attempt int, err error, wait time.Duration)
+}
+
+// WaitObserver is an [Observer] that is also told when an attempt of a
+// message waits for the handler's own limits before it starts (a rate
+// limit, a cap on requests in flight): wowd does not count that wait
+// against the try's deadline ([Deps].Timeout), which then bounds the
+// attempts themselves, not the queue the handler keeps. Waiting reports
+// that m's attempt waits; Started, that the attempt reported waiting
+// starts. m must be the pointer Handle was given; a handler calls Started
+// only after its Waiting returned, and before the attempt's outcome.
+type WaitObserver interface {
+	Observer
+	Waiting(m *Message)
+	Started(m *Message)
 }
 
 // PanicObserver is an [Observer] that is also told of a panic of a handler

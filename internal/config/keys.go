@@ -243,7 +243,7 @@ var dispatcherFields = []field[Dispatcher]{
 	{name: "handler.type", desc: "Handler type (required): a registered handler name; the other keys of handler configure it.",
 		ptr: func(d *Dispatcher) any { return &d.Handler.Type }},
 	{name: "handler.timeout", def: "1m",
-		desc: "Longest a handler may take over one try of a message: from the call (or the end of a retry wait the handler reported) to its acknowledgement or next retry report. Past it the try counts as a transient failure and a late acknowledgement is ignored; 0 means no deadline.",
+		desc: "Longest a handler may take over one try of a message: from the call (or the end of a retry wait the handler reported) to its acknowledgement or next retry report, less waits for the handler's own limits it reported (the unbatched http sink's rate-limit and max-concurrency). Past it the try counts as a transient failure and a late acknowledgement is ignored; 0 means no deadline.",
 		ptr:  func(d *Dispatcher) any { return &d.Handler.Timeout }},
 }
 

@@ -722,7 +722,22 @@ func (o *observer) Retrying(m *handler.Message, attempt int, err error, wait tim
 	}
 }
 
-var _ handler.PanicObserver = (*observer)(nil)
+var (
+	_ handler.PanicObserver = (*observer)(nil)
+	_ handler.WaitObserver  = (*observer)(nil)
+)
+
+func (o *observer) Waiting(m *handler.Message) {
+	if r := o.byContext[m.Context]; r != nil {
+		r.Waiting(m)
+	}
+}
+
+func (o *observer) Started(m *handler.Message) {
+	if r := o.byContext[m.Context]; r != nil {
+		r.Started(m)
+	}
+}
 
 func (o *observer) PanickedAfterOutcome(context, topic string, partition int32, offset int64, err error) {
 	if r := o.byContext[context]; r != nil {

@@ -58,6 +58,10 @@ type httpSink struct {
 	client   *http.Client
 	live     atomic.Pointer[httpLive] // the settings a reload may change (http_reload.go)
 	log      *zap.Logger
+	// waits, when the Observer is one, is told of the attempts that wait
+	// for max-concurrency or the rate limiter, whose wait handler.timeout
+	// does not count (unbatched attempts; nil otherwise).
+	waits handler.WaitObserver
 
 	// stopping is closed by Close: workers waiting for the rate limiter
 	// give up their attempt.
@@ -129,6 +133,10 @@ type call struct {
 	ack     handler.Ack // the attempt's, given by handler.WithRetry
 	stop    func() bool // unregisters the ctx cancellation hook; nil without one
 	attempt int         // 1 for the first attempt of m
+	// waited: Waiting was reported for this attempt (sink.waits), and
+	// Started is due as its request starts. Written before the call is
+	// placed, then only by the worker running it.
+	waited bool
 
 	// With batching: a member's CloudEvent and its id, or a carrier's batch.
 	event   []byte
@@ -191,6 +199,9 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 		idleFor:  workerIdle,
 	}
 	s.live.Store(live)
+	if w, ok := deps.Observer.(handler.WaitObserver); ok && cfg.Batch.MaxMessages == 0 {
+		s.waits = w
+	}
 	s.retry = handler.WithRetry(sinkAttempts{s}, retryPolicy(cfg, deps.Observer)).(retrying)
 	return s, nil
 }
@@ -247,6 +258,14 @@ func (s *httpSink) start(ctx context.Context, m *handler.Message, attempt int, a
 	}
 	c := &call{ctx: ctx, m: m, ack: ack, attempt: attempt}
 	s.mu.Lock()
+	if s.waits != nil && !s.closed && s.full() {
+		// It will queue: said before any worker can take it, so that its
+		// Started follows its Waiting.
+		s.mu.Unlock()
+		c.waited = true
+		s.waits.Waiting(m)
+		s.mu.Lock()
+	}
 	if s.closed {
 		c.state = callDone
 		s.mu.Unlock()
@@ -270,7 +289,7 @@ type handoff struct {
 // queues it when max-concurrency attempts run. Called with mu held; the
 // caller passes what it returns to hand once it released mu.
 func (s *httpSink) place(c *call) handoff {
-	if limit := s.live.Load().maxConcurrency; limit > 0 && s.busy >= limit {
+	if s.full() {
 		c.state = callQueued
 		s.queue.Push(c)
 		if c.batch == nil && c.stop == nil {
@@ -285,6 +304,13 @@ func (s *httpSink) place(c *call) handoff {
 	for s.pop() != nil { // below the limit, the queue holds only abandoned calls
 	}
 	return s.assign(c)
+}
+
+// full reports whether max-concurrency attempts run: a new one queues.
+// Called with mu held.
+func (s *httpSink) full() bool {
+	limit := s.live.Load().maxConcurrency
+	return limit > 0 && s.busy >= limit
 }
 
 // assign makes c running on a worker: the one that went idle last, or a new
@@ -481,6 +507,10 @@ func (s *httpSink) attempt(w *worker, c *call) {
 		s.complete(c, s.wrap(err))
 		return
 	}
+	if c.waited {
+		c.waited = false
+		s.waits.Started(c.m) // its request starts now
+	}
 	err := s.post(w, c, live)
 	switch {
 	case err == nil:
@@ -507,6 +537,10 @@ func (s *httpSink) waitTurn(c *call) error {
 		d, slot := s.limit.reserve(time.Now())
 		if d <= 0 {
 			return nil
+		}
+		if s.waits != nil && c.batch == nil && !c.waited {
+			c.waited = true
+			s.waits.Waiting(c.m)
 		}
 		t := time.NewTimer(d)
 		select {

@@ -77,6 +77,9 @@ func (r *Receiver) overdue(late []lateAttempt, cutoff time.Duration) []lateAttem
 			if tc == nil || tc.p != p {
 				return
 			}
+			if j.limitWait.Load() == token {
+				return // waits for the handler's own limits: not timed
+			}
 			if time.Duration(j.attemptStart.Load()) < cutoff {
 				late = append(late, lateAttempt{j, token, tc})
 			}
@@ -125,26 +128,62 @@ func (r *Receiver) timedOut(j *job) {
 // extend moves the deadline of m's armed attempt to HandlerTimeout after
 // wait from now: the handler reported that attempt number attempt failed
 // and that it retries after wait; the job keeps the highest number
-// reported. Retries are rare, so finding m's job by a scan of its
-// partition is fine.
+// reported.
 func (r *Receiver) extend(m *handler.Message, attempt int, wait time.Duration) {
 	if r.o.HandlerTimeout <= 0 {
 		return // no deadline: nothing to move, and no try is timed out
 	}
 	start := int64(r.since() + wait)
+	r.armedTry(m, func(j *job, _ uint64) {
+		// Only ever raised: a report that reaches here after a later one
+		// (an observer called from another goroutine) never shortens the
+		// deadline or lowers the count.
+		raise(&j.attemptStart, start)
+		raise(&j.reported, int64(attempt))
+	})
+}
+
+// Waiting is told by the handler that the armed try of m waits for the
+// handler's own limits (its rate limit, its cap on requests in flight):
+// the try's deadline does not run until Started.
+func (r *Receiver) Waiting(m *handler.Message) {
+	if r.o.HandlerTimeout <= 0 {
+		return
+	}
+	r.armedTry(m, func(j *job, token uint64) { j.limitWait.Store(token) })
+}
+
+// Started is told by the handler that the try of m it reported waiting
+// makes its attempt now: the try's deadline starts again from now.
+func (r *Receiver) Started(m *handler.Message) {
+	if r.o.HandlerTimeout <= 0 {
+		return
+	}
+	start := int64(r.since())
+	r.armedTry(m, func(j *job, token uint64) {
+		if j.limitWait.CompareAndSwap(token, 0) {
+			raise(&j.attemptStart, start)
+		}
+	})
+}
+
+// armedTry calls fn, under its partition's lock, with the job whose armed
+// try has m (the pointer Handle was given) and that try's token; not at
+// all when no such try is armed (a report the receiver cannot place).
+// Reports are rare, so finding m's job by a scan of its partition is fine.
+func (r *Receiver) armedTry(m *handler.Message, fn func(j *job, token uint64)) {
 	scan := func(p *partition) {
 		if p == nil {
 			return
 		}
 		p.mu.Lock()
 		p.tr.jobs(func(j *job) {
-			if &j.msg == m && j.token.Load()&1 == 1 {
+			if &j.msg != m {
+				return
+			}
+			if token := j.token.Load(); token&1 == 1 {
 				if tc := j.try.Load(); tc != nil && tc.p == p {
-					// Only ever raised: a report that reaches here after a
-					// later one (an observer called from another goroutine)
-					// never shortens the deadline or lowers the count.
-					raise(&j.attemptStart, start)
-					raise(&j.reported, int64(attempt))
+					fn(j, token)
 				}
 			}
 		})

@@ -39,6 +39,12 @@ type job struct {
 	// armed. A try the deadline takes made the attempts up to the one after
 	// it (timedOut).
 	reported atomic.Int64
+	// limitWait is the token of the armed try while the handler reported
+	// it waits for the handler's own limits (handler.WaitObserver), else
+	// anything else: the deadline watcher passes such a try over. Being a
+	// token, it means nothing once the try ends, the job is reused or the
+	// handler reports the wait over.
+	limitWait atomic.Uint64
 	// try is the context of the latest attempt, stored before the token is
 	// armed; the deadline watcher and closePartition end it.
 	try atomic.Pointer[tryContext]

@@ -1,0 +1,80 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wowd/wowd/handler"
+)
+
+// waitLog is a handler.WaitObserver recording, by offset, what the sink
+// reported: "w" for Waiting, "s" for Started.
+type waitLog struct {
+	mu  sync.Mutex
+	got map[int64][]string
+}
+
+func (l *waitLog) Retrying(*handler.Message, int, error, time.Duration) {}
+
+func (l *waitLog) Waiting(m *handler.Message) { l.add(m, "w") }
+
+func (l *waitLog) Started(m *handler.Message) { l.add(m, "s") }
+
+func (l *waitLog) add(m *handler.Message, what string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got[m.Offset] = append(l.got[m.Offset], what)
+}
+
+// The http sink tells a handler.WaitObserver (wowd's receivers) of each
+// attempt that waits for its rate limit or for max-concurrency, and that
+// it starts, before its request: wowd's try deadline does not count the
+// wait, so a message queued behind a low rate-limit is not timed out, and
+// parked or dead-lettered, without a request sent. An attempt that does
+// not wait reports nothing; every Waiting comes before its Started.
+func TestHTTPTellsTheObserverOfWaitsForItsLimits(t *testing.T) {
+	for name, tc := range map[string]struct {
+		over  map[string]any
+		delay time.Duration // the endpoint's answer
+	}{
+		"rate-limit":      {map[string]any{"rate-limit": 5.0, "rate-burst": 1}, 0},
+		"max-concurrency": {map[string]any{"max-concurrency": 1}, 50 * time.Millisecond},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { time.Sleep(tc.delay) })
+			log := &waitLog{got: map[int64][]string{}}
+			h := build(t, "http", sinkConfig(srv.URL, tc.over), handler.Deps{Observer: log, Timeout: time.Minute})
+			acks := newAcks(t)
+			const n = 4
+			for off := range int64(n) {
+				m := testMessage(off)
+				m.AggregateID = string(rune('a' + off))
+				h.Handle(context.Background(), m, acks.ack(off))
+			}
+			for off := range int64(n) {
+				if err := acks.wait(t, off); err != nil {
+					t.Fatalf("offset %d: %v", off, err)
+				}
+			}
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			waited := 0
+			for off := range int64(n) {
+				switch got := log.got[off]; {
+				case len(got) == 0:
+				case slices.Equal(got, []string{"w", "s"}):
+					waited++
+				default:
+					t.Errorf("offset %d: reported %v, want nothing or Waiting then Started", off, got)
+				}
+			}
+			if waited < n-1 {
+				t.Errorf("%d of %d attempts reported waiting, want at least %d (one goes at once): %v", waited, n, n-1, log.got)
+			}
+		})
+	}
+}
