@@ -48,14 +48,26 @@ func Start(addr string, partitions int, topics []string) (*Broker, error) {
 	if partitions < 1 || partitions > MaxPartitions {
 		return nil, fmt.Errorf("%w: %d partitions per topic: want 1 to %d", ErrSetting, partitions, MaxPartitions)
 	}
-	c, err := kfake.NewCluster(
+	opts := []kfake.Opt{
 		kfake.Ports(port),
 		kfake.SeedTopics(int32(partitions), topics...),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(partitions),
-	)
+	}
+	if host != "localhost" {
+		// kfake listens on 127.0.0.1; the address configured is where
+		// wowd's clients connect, so listen there ([::1], 127.0.0.2).
+		opts = append(opts, kfake.ListenFn(func(network, address string) (net.Listener, error) {
+			_, p, err := net.SplitHostPort(address)
+			if err != nil {
+				return nil, err
+			}
+			return net.Listen(network, net.JoinHostPort(host, p))
+		}))
+	}
+	c, err := kfake.NewCluster(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("starting the embedded broker on %s (another port: --set 'wow.kafka.bootstrap-servers={127.0.0.1:9093}'): %w", addr, err)
+		return nil, fmt.Errorf("starting the embedded broker on %s (%w; a second wowd dev needs other ports for the broker, metrics and admin listeners: --set 'wow.kafka.bootstrap-servers={127.0.0.1:9093},wow.metrics.listen=127.0.0.1:9474,wow.admin.listen=127.0.0.1:9476')", addr, err)
 	}
 	return &Broker{c: c}, nil
 }
