@@ -54,12 +54,13 @@ type Observer interface {
 // against the try's deadline ([Deps].Timeout), which then bounds the
 // attempts themselves, not the queue the handler keeps. Waiting reports
 // that m's attempt waits; Started, that the attempt reported waiting
-// starts. m must be the pointer Handle was given; a handler calls Started
-// only after its Waiting returned, and before the attempt's outcome.
+// starts. ctx is the context Handle was given (or one derived from it),
+// which names the try, and m the message; a handler calls Started only
+// after its Waiting returned, and before the attempt's outcome.
 type WaitObserver interface {
 	Observer
-	Waiting(m *Message)
-	Started(m *Message)
+	Waiting(ctx context.Context, m *Message)
+	Started(ctx context.Context, m *Message)
 }
 
 // PanicObserver is an [Observer] that is also told of a panic of a handler

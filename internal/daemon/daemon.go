@@ -727,15 +727,15 @@ var (
 	_ handler.WaitObserver  = (*observer)(nil)
 )
 
-func (o *observer) Waiting(m *handler.Message) {
+func (o *observer) Waiting(ctx context.Context, m *handler.Message) {
 	if r := o.byContext[m.Context]; r != nil {
-		r.Waiting(m)
+		r.Waiting(ctx, m)
 	}
 }
 
-func (o *observer) Started(m *handler.Message) {
+func (o *observer) Started(ctx context.Context, m *handler.Message) {
 	if r := o.byContext[m.Context]; r != nil {
-		r.Started(m)
+		r.Started(ctx, m)
 	}
 }
 

@@ -263,7 +263,7 @@ func (s *httpSink) start(ctx context.Context, m *handler.Message, attempt int, a
 		// Started follows its Waiting.
 		s.mu.Unlock()
 		c.waited = true
-		s.waits.Waiting(m)
+		s.waits.Waiting(ctx, m)
 		s.mu.Lock()
 	}
 	if s.closed {
@@ -509,7 +509,7 @@ func (s *httpSink) attempt(w *worker, c *call) {
 	}
 	if c.waited {
 		c.waited = false
-		s.waits.Started(c.m) // its request starts now
+		s.waits.Started(c.ctx, c.m) // its request starts now
 	}
 	err := s.post(w, c, live)
 	switch {
@@ -540,7 +540,7 @@ func (s *httpSink) waitTurn(c *call) error {
 		}
 		if s.waits != nil && c.batch == nil && !c.waited {
 			c.waited = true
-			s.waits.Waiting(c.m)
+			s.waits.Waiting(c.ctx, c.m)
 		}
 		t := time.NewTimer(d)
 		select {

@@ -20,11 +20,18 @@ type waitLog struct {
 
 func (l *waitLog) Retrying(*handler.Message, int, error, time.Duration) {}
 
-func (l *waitLog) Waiting(m *handler.Message) { l.add(m, "w") }
+func (l *waitLog) Waiting(ctx context.Context, m *handler.Message) { l.add(ctx, m, "w") }
 
-func (l *waitLog) Started(m *handler.Message) { l.add(m, "s") }
+func (l *waitLog) Started(ctx context.Context, m *handler.Message) { l.add(ctx, m, "s") }
 
-func (l *waitLog) add(m *handler.Message, what string) {
+// tryKey marks the context Handle is given: the reports must name the try
+// by it (or a context derived from it), as wowd's receivers find it.
+type tryKey struct{}
+
+func (l *waitLog) add(ctx context.Context, m *handler.Message, what string) {
+	if ctx.Value(tryKey{}) != m.Offset {
+		what += "(another context)"
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.got[m.Offset] = append(l.got[m.Offset], what)
@@ -53,7 +60,7 @@ func TestHTTPTellsTheObserverOfWaitsForItsLimits(t *testing.T) {
 			for off := range int64(n) {
 				m := testMessage(off)
 				m.AggregateID = string(rune('a' + off))
-				h.Handle(context.Background(), m, acks.ack(off))
+				h.Handle(context.WithValue(context.Background(), tryKey{}, off), m, acks.ack(off))
 			}
 			for off := range int64(n) {
 				if err := acks.wait(t, off); err != nil {

@@ -143,34 +143,36 @@ func (r *Receiver) extend(m *handler.Message, attempt int, wait time.Duration) {
 	})
 }
 
-// Waiting is told by the handler that the armed try of m waits for the
-// handler's own limits (its rate limit, its cap on requests in flight):
-// the try's deadline does not run until Started.
-func (r *Receiver) Waiting(m *handler.Message) {
-	if r.o.HandlerTimeout <= 0 {
-		return
+// Waiting is told by the handler that the try whose context ctx is (or
+// derives from) waits for the handler's own limits (its rate limit, its cap
+// on requests in flight): the try's deadline does not run until Started. A
+// report for a try that is over, or that ctx does not name, changes
+// nothing.
+func (r *Receiver) Waiting(ctx context.Context, _ *handler.Message) {
+	if tc := tryOf(ctx); tc != nil && r.o.HandlerTimeout > 0 && tc.armed() {
+		tc.j.limitWait.Store(tc.token)
 	}
-	r.armedTry(m, func(j *job, token uint64) { j.limitWait.Store(token) })
 }
 
-// Started is told by the handler that the try of m it reported waiting
+// Started is told by the handler that the try of ctx it reported waiting
 // makes its attempt now: the try's deadline starts again from now.
-func (r *Receiver) Started(m *handler.Message) {
-	if r.o.HandlerTimeout <= 0 {
-		return
+func (r *Receiver) Started(ctx context.Context, _ *handler.Message) {
+	if tc := tryOf(ctx); tc != nil && r.o.HandlerTimeout > 0 && tc.armed() && tc.j.limitWait.CompareAndSwap(tc.token, 0) {
+		raise(&tc.j.attemptStart, int64(r.since()))
 	}
-	start := int64(r.since())
-	r.armedTry(m, func(j *job, token uint64) {
-		if j.limitWait.CompareAndSwap(token, 0) {
-			raise(&j.attemptStart, start)
-		}
-	})
+}
+
+// armed reports whether the attempt the try was made for is still armed
+// (its outcome not taken): the job has not moved on to another.
+func (c *tryContext) armed() bool {
+	return c.j != nil && c.j.token.Load() == c.token && c.j.try.Load() == c
 }
 
 // armedTry calls fn, under its partition's lock, with the job whose armed
 // try has m (the pointer Handle was given) and that try's token; not at
 // all when no such try is armed (a report the receiver cannot place).
-// Reports are rare, so finding m's job by a scan of its partition is fine.
+// Retry reports are rare, so finding m's job by a scan of its partition is
+// fine.
 func (r *Receiver) armedTry(m *handler.Message, fn func(j *job, token uint64)) {
 	scan := func(p *partition) {
 		if p == nil {

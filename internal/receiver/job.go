@@ -363,6 +363,7 @@ func (j *job) call() {
 	if j.place.Blocking() {
 		tc.pool = j.place
 	}
+	tc.j, tc.token = j, j.token.Load()+1 // the token arm gives: only arm moves it to odd
 	j.try.Store(tc)
 	r, token := j.r, j.arm()
 	if j.p.ctx.Err() != nil {

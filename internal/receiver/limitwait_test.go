@@ -26,16 +26,16 @@ func TestATryWaitingForTheHandlersLimitsIsNotTimed(t *testing.T) {
 		var rcv atomic.Pointer[Receiver]
 		var handled atomic.Int64
 		late := make(chan handler.Ack, 1)
-		hd := handlerFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+		hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
 			r := rcv.Load()
 			switch m.Offset {
 			case 1:
 				// Waits ten timeouts for its turn, then its request
 				// answers within one.
-				r.Waiting(m)
+				r.Waiting(ctx, m)
 				go func() {
 					time.Sleep(3 * time.Second)
-					r.Started(m)
+					r.Started(ctx, m)
 					time.Sleep(200 * time.Millisecond)
 					handled.Add(1)
 					ack.Done(nil)
@@ -43,17 +43,17 @@ func TestATryWaitingForTheHandlersLimitsIsNotTimed(t *testing.T) {
 			case 2:
 				// Waits, starts, then its attempt runs past the deadline,
 				// which counts from the start.
-				r.Waiting(m)
+				r.Waiting(ctx, m)
 				go func() {
 					time.Sleep(time.Second)
-					r.Started(m)
+					r.Started(ctx, m)
 					late <- ack
 				}()
 			case 3:
 				// Reports a wait after its try ended: nothing changes.
 				handled.Add(1)
 				ack.Done(nil)
-				r.Waiting(m)
+				r.Waiting(ctx, m)
 			default:
 				handled.Add(1)
 				ack.Done(nil)

@@ -31,6 +31,11 @@ type tryContext struct {
 	// before is fixed: the handler attempts of the record's earlier tries
 	// (handler.AttemptsBefore), 0 on its first.
 	before int
+	// j and token are fixed: the job and the token of the attempt the try
+	// is made for, so that a report naming the try by its context
+	// (Receiver.Waiting) finds its attempt without a search.
+	j     *job
+	token uint64
 
 	mu    sync.Mutex // guards done, err, funcs and nextID
 	done  chan struct{}
@@ -45,6 +50,19 @@ type afterFunc struct {
 }
 
 func newTry(p *partition) *tryContext { return &tryContext{p: p} }
+
+// tryKey is the context key under which a try's context gives itself, to
+// a report that names the try by a context derived from it.
+type tryKey struct{}
+
+// tryOf returns the try whose context ctx is or derives from, or nil.
+func tryOf(ctx context.Context) *tryContext {
+	if ctx == nil {
+		return nil
+	}
+	tc, _ := ctx.Value(tryKey{}).(*tryContext)
+	return tc
+}
 
 var _ context.Context = (*tryContext)(nil)
 
@@ -95,6 +113,8 @@ func (c *tryContext) Err() error {
 // attempts of the record's earlier tries (handler.AttemptsBefore).
 func (c *tryContext) Value(key any) any {
 	switch key.(type) {
+	case tryKey:
+		return c
 	case handler.ResumerKey:
 		if c.pool != (executor.Resume{}) {
 			return poolResumer(c.pool)
