@@ -24,7 +24,7 @@ type HTTPConfig struct {
 	MaxConcurrency  int               `config:"max-concurrency" reload:"true" desc:"Requests this sink has in flight at most, retries included; 0 sets no limit of its own: the window bounds them (wow.dispatch.max-in-flight per receiver, one request per message)."`
 	RateLimit       float64           `config:"rate-limit" reload:"true" desc:"Requests per second this sink sends at most, retries included; 0 means no limit."`
 	RateBurst       int               `config:"rate-burst" reload:"true" desc:"Requests that may go at once after a quiet period, when rate-limit is set."`
-	Headers         map[string]string `config:"headers" secret:"true" desc:"Static headers added to every request (not Host, Content-Length, Transfer-Encoding, a connection's own headers such as Connection and Upgrade, traceparent, tracestate, or names with the ce-, kafka-, wow- and wowd- prefixes)."`
+	Headers         map[string]string `config:"headers" secret:"true" desc:"Static headers added to every request (not Host, Content-Length, Transfer-Encoding, Upgrade, Connection but close or keep-alive, traceparent, tracestate, or names with the ce-, kafka-, wow- and wowd- prefixes)."`
 	HeadersFromEnv  map[string]string `config:"headers-from-env" desc:"Headers whose values are read from environment variables at start, by header name (Authorization: WOWD_SINK_TOKEN); values are trimmed."`
 	HeadersFromFile map[string]string `config:"headers-from-file" reload:"true" desc:"Headers whose values are read from files, by header name (Authorization: /run/secrets/token); values are trimmed and read again when the file changes; a file that cannot be used keeps the previous value and is read again every second until it can."`
 	ContentType     string            `config:"content-type" desc:"Content-Type of a request whose record has no content-type header."`
@@ -215,11 +215,6 @@ func checkURL(raw string) error {
 	return nil
 }
 
-// hopByHop are the headers of a connection rather than of a request
-// (RFC 9110 section 7.6.1), which the HTTP client sets.
-var hopByHop = map[string]bool{"connection": true, "upgrade": true, "keep-alive": true,
-	"proxy-connection": true, "te": true, "trailer": true}
-
 func checkStaticHeader(k, v string) error {
 	lk := strings.ToLower(k)
 	switch {
@@ -231,11 +226,12 @@ func checkStaticHeader(k, v string) error {
 		return errors.New("set content-type instead")
 	case lk == "host" || lk == "content-length" || lk == "transfer-encoding":
 		return errors.New("set by the HTTP client")
-	case hopByHop[lk]:
-		// A connection's own headers: HTTP/2 (h2c, or an https endpoint
-		// offering it) refuses a request with them before sending it, an
-		// error read as no response, so every message was retried.
-		return errors.New("a connection's own header, set by the HTTP client")
+	case lk == "upgrade" || lk == "connection" && !strings.EqualFold(strings.TrimSpace(v), "close") && !strings.EqualFold(strings.TrimSpace(v), "keep-alive"):
+		// HTTP/2 (h2c, or an https endpoint offering it) refuses a request
+		// with these before sending it, an error read as no response, so
+		// every message was retried. (Connection: close or keep-alive, and
+		// the other connection headers, it leaves out or passes.)
+		return errors.New("a connection's own header, which HTTP/2 refuses (Connection may be close or keep-alive)")
 	case strings.HasPrefix(lk, "ce-") || strings.HasPrefix(lk, "kafka-") || strings.HasPrefix(lk, "wowd-") || strings.HasPrefix(lk, "wow-"):
 		return errors.New("the ce-, kafka-, wow- and wowd- prefixes are reserved")
 	case lk == "traceparent" || lk == "tracestate":
