@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -632,13 +633,19 @@ var numberKinds = map[string]func(s string) (any, error){
 	"float64": func(s string) (any, error) { return parseFloat(s, 64) },
 }
 
-// parseIntAny is parseInt, the fixed keys' reading of an integer.
+// parseIntAny is parseInt, the fixed keys' reading of an integer, that
+// also takes what handler integers took before they were read in base 10
+// (YAML's types and the handler's strict decoding): digits grouped with
+// underscores (1_000) and a decimal number of a whole value (5.0, 1e3).
 func parseIntAny(s string, bits int) (any, error) {
 	n, err := parseInt(s, bits)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		return n, nil
 	}
-	return n, nil
+	if f, ok := wholeDecimal(s); ok && f >= -math.Ldexp(1, bits-1) && f < math.Ldexp(1, bits-1) {
+		return int64(f), nil
+	}
+	return nil, err
 }
 
 // parseUintAny is parseIntAny for an unsigned integer.
@@ -650,8 +657,28 @@ func parseUintAny(s string, bits int) (any, error) {
 	case errors.Is(err, strconv.ErrRange):
 		return nil, fmt.Errorf("%s is out of range", s)
 	}
+	if f, ok := wholeDecimal(s); ok && f >= 0 && f < math.Ldexp(1, bits) {
+		return uint64(f), nil
+	}
 	return nil, fmt.Errorf("%q is not an integer >= 0", s)
 }
+
+// wholeDecimal reads s, a decimal number (its digits maybe grouped with
+// underscores between them), when its value is whole: 1_000, 5.0, 1e3;
+// not 0x10, 010 read as octal, or 1.5.
+func wholeDecimal(s string) (float64, bool) {
+	if grouped.MatchString(s) {
+		s = strings.ReplaceAll(s, "_", "")
+	}
+	if !decimal.MatchString(s) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return f, err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53
+}
+
+// grouped is an integer whose digits are grouped with underscores.
+var grouped = regexp.MustCompile(`^[-+]?[0-9]+(_[0-9]+)+$`)
 
 // decimal is a number in base 10: digits, a fraction, an exponent.
 var decimal = regexp.MustCompile(`^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$`)

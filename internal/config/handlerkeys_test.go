@@ -203,6 +203,27 @@ func TestHandlerNumbersAreDecimal(t *testing.T) {
 	)
 }
 
+// Handler integers read in base 10 still take what they took before: a
+// whole decimal (5.0, 1e3) and digits grouped with underscores (1_000),
+// which configurations that ran before may hold; a fraction stays refused.
+func TestHandlerIntegersTakeWholeDecimals(t *testing.T) {
+	for v, want := range map[string]int{"5.0": 5, "1e3": 1000, "1_000": 1000, "-2.0": -2} {
+		c, err := config.Parse([]byte(shapesYAML+"        count: "+v+"\n"), "wowd.yaml", shapesRegistry(), nil)
+		if err != nil {
+			t.Errorf("count: %s: %v", v, err)
+			continue
+		}
+		if n := c.Dispatchers["d"].Handler.Decoded.(*shapesConfig).Count; n != want {
+			t.Errorf("count: %s read as %d, want %d", v, n, want)
+		}
+	}
+	for _, v := range []string{"1.5", "1e30", "1__0", "0x10"} {
+		if _, err := config.Parse([]byte(shapesYAML+"        count: "+v+"\n"), "wowd.yaml", shapesRegistry(), nil); err == nil {
+			t.Errorf("count: %s accepted", v)
+		}
+	}
+}
+
 // TestDottedKeySuggestions: a dotted key is shown nested only when its
 // first element holds a mapping; a map by name (contexts, a handler's
 // headers) is one.
