@@ -378,14 +378,6 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		in.reply(w, http.StatusBadRequest, response{Error: "the message is not valid UTF-8, as JSON text and Wow messages are"})
 		return
 	}
-	// Nor does an escaped half of a UTF-16 surrogate pair read the same:
-	// wowd reads it as U+FFFD, as encoding/json does, and Jackson keeps the
-	// lone surrogate, so the two disagree on the aggregate ID (the record's
-	// key) or the names, and Wow stops its receive stream at the mismatch.
-	if at := loneSurrogate(body); at >= 0 {
-		in.reply(w, http.StatusBadRequest, response{Error: fmt.Sprintf("the message has an escaped half of a UTF-16 surrogate pair without its other half (%s at byte %d), which Wow and wowd read differently", body[at:at+6], at)})
-		return
-	}
 	// Nor does Jackson read what its default read limits refuse, which
 	// wowd's decoder takes.
 	if why := beyondJacksonLimits(body); why != "" {
@@ -404,6 +396,18 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		in.reply(w, http.StatusBadRequest, response{Error: err.Error()})
 		return
+	}
+	// Nor does an escaped half of a UTF-16 surrogate pair read the same:
+	// wowd reads it as U+FFFD, as encoding/json does, and Jackson keeps the
+	// lone surrogate. In the aggregate ID (the record's key) or the names
+	// the two would disagree, and Wow stops its receive stream at the
+	// mismatch; elsewhere (a body's text) Jackson reads it, and wowd passes
+	// the bytes on as posted.
+	if routing := m.AggregateID + m.ContextName + m.AggregateName; strings.ContainsRune(routing, utf8.RuneError) {
+		if at := loneSurrogate(body); at >= 0 {
+			in.reply(w, http.StatusBadRequest, response{Error: fmt.Sprintf("the message's aggregate ID or names hold an escaped half of a UTF-16 surrogate pair without its other half (%s at byte %d), which Wow and wowd read differently", body[at:at+6], at)})
+			return
+		}
 	}
 	bc, ok := in.Contexts[m.ContextName]
 	if !ok || !contains(bc.Aggregates, m.AggregateName) {
@@ -675,11 +679,41 @@ func escapedRune(body []byte, i int) (rune, bool) {
 
 // Jackson's default read limits (StreamReadConstraints) that a body within
 // MaxBody can pass: the nesting depth (Jackson 3's default; Jackson 2's is
-// 1,000) and the length of a number.
+// 1,000), the length of a number and of a name (see nameLen).
 const (
 	jacksonMaxDepth     = 500
 	jacksonMaxNumberLen = 1000
+	jacksonMaxNameLen   = 50000 // Jackson 2.16 on
 )
+
+// nameLen counts the characters of a JSON string's raw contents, an escape
+// as one and a character beyond the Basic Multilingual Plane as one: at
+// most what Jackson counts (UTF-16 units), so that a name is refused only
+// where Jackson refuses it.
+func nameLen(raw []byte) int {
+	n := 0
+	for i := 0; i < len(raw); n++ {
+		switch {
+		case raw[i] == '\\' && i+1 < len(raw) && raw[i+1] == 'u':
+			i += 6
+		case raw[i] == '\\':
+			i += 2
+		default:
+			_, size := utf8.DecodeRune(raw[i:])
+			i += size
+		}
+	}
+	return n
+}
+
+// skipSpace returns the position of the first byte at or after i that is
+// not JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
 
 // beyondJacksonLimits says how body, JSON text, goes beyond Jackson's
 // default read limits, or "" when it does not. Text that is not JSON is the
@@ -690,9 +724,15 @@ func beyondJacksonLimits(body []byte) string {
 		switch c := body[i]; c {
 		case '"':
 			number = 0
+			start := i + 1
 			for i++; i < len(body) && body[i] != '"'; i++ {
 				if body[i] == '\\' {
 					i++
+				}
+			}
+			if i-start > jacksonMaxNameLen { // bytes: at least its characters
+				if j := skipSpace(body, i+1); j < len(body) && body[j] == ':' && nameLen(body[start:min(i, len(body))]) > jacksonMaxNameLen {
+					return fmt.Sprintf("has a name longer than %d characters", jacksonMaxNameLen)
 				}
 			}
 		case '{', '[':

@@ -79,11 +79,12 @@ func TestAMessageNotInUTF8IsRefused(t *testing.T) {
 // TestAnUnpairedSurrogateEscapeIsRefused: an escaped half of a UTF-16
 // surrogate pair without its other half reads as U+FFFD in wowd (as in
 // encoding/json) and as the lone surrogate in Jackson, so a message whose
-// aggregateId has one was published under the key EF BF BD, which Wow's
+// aggregateId had one was published under the key EF BF BD, which Wow's
 // consumers find does not match the aggregate ID they read, and their
-// default decode-failure handler stops the receive stream. It is answered
-// 400 and neither admitted nor published; a pair, an escaped backslash
-// before a u, and other escapes pass.
+// default decode-failure handler stops the receive stream. In the aggregate
+// ID or the names it is answered 400, neither admitted nor published;
+// elsewhere (text in a body, which Jackson reads and wowd passes on as
+// posted) it passes, as do pairs and escaped backslashes before a u.
 func TestAnUnpairedSurrogateEscapeIsRefused(t *testing.T) {
 	for name, esc := range map[string]string{
 		"high alone":        `\ud800`,
@@ -93,24 +94,30 @@ func TestAnUnpairedSurrogateEscapeIsRefused(t *testing.T) {
 		"two highs":         `\ud800\ud800\udc00`,
 		"upper-case escape": `\uD800`,
 	} {
-		body := strings.Replace(message, `"n":1`, `"n":"`+esc+`"`, 1)
-		p := &producer{}
-		in, m := newIngest(p)
-		w := send(in, []byte(body))
-		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "surrogate") {
-			t.Errorf("%s: answered %d (%s), want 400 naming the surrogate", name, w.Code, w.Body)
-		}
-		if n := p.published(); n != 0 {
-			t.Errorf("%s: %d records published", name, n)
-		}
-		if n := counted(t, m, "rejected"); n != 1 {
-			t.Errorf("%s: counted %v as rejected, want 1", name, n)
+		for _, field := range []string{`"aggregateId":"`, `"contextName":"`, `"aggregateName":"`} {
+			body := strings.Replace(message, field, field+esc, 1)
+			if body == message {
+				t.Fatalf("setup: no %s in the message", field)
+			}
+			p := &producer{}
+			in, m := newIngest(p)
+			w := send(in, []byte(body))
+			if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "surrogate") {
+				t.Errorf("%s in %s: answered %d (%s), want 400 naming the surrogate", name, field, w.Code, w.Body)
+			}
+			if n := p.published(); n != 0 {
+				t.Errorf("%s in %s: %d records published", name, field, n)
+			}
+			if n := counted(t, m, "rejected"); n != 1 {
+				t.Errorf("%s in %s: counted %v as rejected, want 1", name, field, n)
+			}
 		}
 	}
 	for name, esc := range map[string]string{
-		"a pair":               `\ud83d\ude00`,
-		"an escaped backslash": `\\\\ud800`,
-		"other escapes":        `\n\u00e9\"\\\\`,
+		"a lone half in a body": `\ud800`,
+		"a pair":                `\ud83d\ude00`,
+		"an escaped backslash":  `\\\\ud800`,
+		"other escapes":         `\n\u00e9\"\\\\`,
 	} {
 		p := &producer{}
 		in, _ := newIngest(p)
@@ -120,12 +127,8 @@ func TestAnUnpairedSurrogateEscapeIsRefused(t *testing.T) {
 	}
 	p := &producer{}
 	in, _ := newIngest(p)
-	id := strings.Replace(message, `"aggregateId":"`, `"aggregateId":"\udfff`, 1)
-	if id == message {
-		t.Fatal("setup: no aggregateId in the message")
-	}
-	if w := send(in, []byte(id)); w.Code != http.StatusBadRequest {
-		t.Errorf("an aggregate ID with a lone surrogate answered %d (%s)", w.Code, w.Body)
+	if w := send(in, []byte(strings.Replace(message, `"aggregateId":"`, `"aggregateId":"\ud83d\ude00`, 1))); w.Code != http.StatusAccepted {
+		t.Errorf("an aggregate ID with a surrogate pair answered %d (%s)", w.Code, w.Body)
 	}
 }
 
@@ -146,6 +149,10 @@ func TestAMessageBeyondJacksonsLimitsIsRefused(t *testing.T) {
 		"long number":          {strings.Repeat("1", jacksonMaxNumberLen+1), http.StatusBadRequest},
 		"long fraction":        {"0." + strings.Repeat("5", jacksonMaxNumberLen), http.StatusBadRequest},
 		"number within":        {strings.Repeat("1", jacksonMaxNumberLen), http.StatusAccepted},
+		"long name":            {`{"` + strings.Repeat("k", jacksonMaxNameLen+1) + `":1}`, http.StatusBadRequest},
+		"name within":          {`{"` + strings.Repeat("k", jacksonMaxNameLen) + `":1}`, http.StatusAccepted},
+		"name within, escaped": {`{"` + strings.Repeat(`\u0041`, jacksonMaxNameLen) + `":1}`, http.StatusAccepted},
+		"long string value":    {`"` + strings.Repeat("k", 2*jacksonMaxNameLen) + `"`, http.StatusAccepted},
 		"brackets in a string": {`"` + nest(jacksonMaxDepth) + strings.Repeat("1", 2*jacksonMaxNumberLen) + `\"["`, http.StatusAccepted},
 	} {
 		p := &producer{}
