@@ -296,6 +296,17 @@ func (j *job) Run(res executor.Resume) executor.Status {
 				j.park() // behind its aggregate's parked messages
 				return executor.Pending
 			}
+			if j.p.resolvedByAction(j.msg.AggregateID, j.rec.Offset) {
+				// Delivered again (the commit was behind the parked
+				// messages) after an action of this incarnation unparked
+				// its aggregate: handed over (or dead-lettered) by it,
+				// before later messages, which it must not follow.
+				r.log.Debug("a message an action on its parked aggregate resolved delivered again; skipped as a duplicate",
+					zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
+					zap.String("aggregate", j.msg.AggregateID))
+				j.finish(metrics.Skipped)
+				return executor.Pending
+			}
 			if j.p.isClosed() {
 				// Lost meanwhile: its parked aggregates are forgotten after
 				// it closes (unloadParked), so "not parked" may only say

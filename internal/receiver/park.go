@@ -1143,6 +1143,11 @@ func (t *parkAction) run() {
 		r.actionCanceled(k, a, req.Action, at)
 		return
 	}
+	// Before the entry goes: the aggregate's records behind the action in
+	// its mailbox, or fetched later, below floor are resolved.
+	if st.Partition == p.partition {
+		p.noteUnparked(k.key, floor)
+	}
 	ps.mu.Lock()
 	if ps.parked[k] == a {
 		delete(ps.parked, k)

@@ -63,6 +63,19 @@ type partition struct {
 	// unwindowed: its records take no place in the receiver's window (the
 	// redriven messages of a parked aggregate, see actionPartition).
 	unwindowed bool
+
+	// unparked: the aggregates an action of this incarnation unparked,
+	// by ID, with the source offset below which their records are resolved
+	// (handed over by a redrive, or dead-lettered by a skip or discard). A
+	// record of one of them below it fetched again (the commit was behind
+	// the parked messages) is passed over rather than handed over after the
+	// later ones the action handed over. An entry goes once a record of the
+	// aggregate at or past it is admitted, or with the incarnation.
+	// Guarded by unparkedMu; nunparked is its length, read without the
+	// lock first.
+	unparkedMu sync.Mutex
+	unparked   map[string]int64
+	nunparked  atomic.Int32
 	// closed is set once, under mu, by Receiver.closePartition. Read without
 	// mu where a stale false only delays a drop; under mu where it decides
 	// whether the client may still be told to pause or resume.
@@ -319,4 +332,38 @@ func (r *Receiver) forget(p *partition, seq int64) {
 	p.mu.Lock()
 	p.tr.detach(seq)
 	p.mu.Unlock()
+}
+
+// noteUnparked records that an action unparked the aggregate id, resolving
+// its records below floor.
+func (p *partition) noteUnparked(id string, floor int64) {
+	p.unparkedMu.Lock()
+	defer p.unparkedMu.Unlock()
+	if p.unparked == nil {
+		p.unparked = make(map[string]int64)
+	}
+	p.unparked[id] = max(p.unparked[id], floor)
+	p.nunparked.Store(int32(len(p.unparked)))
+}
+
+// resolvedByAction reports whether the record of aggregate id at offset was
+// resolved by an action that unparked the aggregate (see unparked). A
+// record at or past the floor ends the entry: the aggregate's later
+// records come after it.
+func (p *partition) resolvedByAction(id string, offset int64) bool {
+	if p.nunparked.Load() == 0 {
+		return false
+	}
+	p.unparkedMu.Lock()
+	defer p.unparkedMu.Unlock()
+	floor, ok := p.unparked[id]
+	switch {
+	case !ok:
+		return false
+	case offset < floor:
+		return true
+	}
+	delete(p.unparked, id)
+	p.nunparked.Store(int32(len(p.unparked)))
+	return false
 }
