@@ -20,7 +20,9 @@
 // so that the commit, and the member's heartbeats and leave behind it,
 // wait);
 // refused dead-letter writes (a third of them refused as too large, so
-// that the receiver writes them again as stubs without their values),
+// that the receiver writes them again as stubs without their values; and
+// now and then a failed message's dead letter refused for good, so that
+// its receiver gives up on it),
 // spells of 1-8 s in which the brokers answer no dead-letter, parked or
 // state write (in a third of the seeds, drawn apart, with the members'
 // producer buffer at 1 to 3 records, so that those writes find it full,
@@ -95,7 +97,30 @@
 //     dead-lettered, at least once: a parked one only counts once it was
 //     redriven, skipped or discarded; one whose dead-letter write was
 //     refused until the receiver gave up on it counts as done (the
-//     receiver's documented loss: it logs the record's position);
+//     receiver's documented loss: it logs the record's position), and only
+//     once the members' clients reported as many refusals of its
+//     dead-letter writes as the receiver makes attempts (8), with the
+//     errors the brokers answered (promises_test.go);
+//   - every dead letter has a cause the simulation saw: the receiver's
+//     (wowd-dlq-* headers) follows a try of its record that failed (a
+//     failure the handler chose, or a try that may have outlived its
+//     deadline); one from a parking (wowd-parked-* headers) follows a
+//     parked copy of the record in that parking and an operator's discard
+//     of its aggregate asked on that parking, or a skip asked there with
+//     the record at the head, that had failed (a redrive dead-letters
+//     nothing);
+//   - a member that logs a revoke committed what its tries finished in its
+//     ownership of the partition (from its assignment) from its last commit
+//     there on (up to its revoke drain's deadline), unless its last commit
+//     request was refused or not answered, or it was stopping or crashed;
+//   - a try hands over the record produced at its position; and within
+//     one member's ownership of a partition (assignment to revoke or loss;
+//     a rewind ends the judgement), an aggregate's deliveries never go back
+//     in its sequence (seeds 3, 7, 20 and 4676 caught a member that
+//     redrove a parked aggregate as it took the partition, while its fetch
+//     was still below the aggregate's parked messages, handing the
+//     aggregate's records fetched again over after the redrive unparked
+//     it);
 //   - per aggregate, a record's first successful handling comes after every
 //     earlier record of the aggregate was handled, skipped, dead-lettered
 //     or given up (never merely parked): handled messages follow offset

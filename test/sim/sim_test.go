@@ -326,6 +326,7 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	}
 	w.c = c
 	w.topicID = c.TopicInfo(topic).TopicID
+	w.dlqID = c.TopicInfo(dlqTopic).TopicID
 	w.watchCommits()
 	w.watchProduces()
 	w.blocking = blockingFor(seed) || *blockingRetryFlag
@@ -400,6 +401,9 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	reloads := rand.New(rand.NewPCG(seed, 9))
 	// Members armed to be cut off as they next rejoin. Drawn apart too.
 	rejoins := rand.New(rand.NewPCG(seed, 10))
+	// Dead letters refused for good (promises_test.go): the receiver must
+	// give up on them, and only then. Drawn apart too.
+	dooms := rand.New(rand.NewPCG(seed, 11))
 	var faults []*kfake.FaultHandle
 	for deadline := time.Now().Add(chaos); time.Now().Before(deadline); {
 		time.Sleep(time.Duration(200+rng.IntN(2500)) * time.Millisecond)
@@ -425,6 +429,10 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 		}
 		if w.sink != nil && reloads.IntN(6) == 0 {
 			w.reloadRates(t, reloads, members)
+		}
+		if dooms.IntN(8) == 0 {
+			w.event("the next dead letter of a failed message will be refused for good")
+			w.doomNextDeadLetter()
 		}
 		if w.park && later.IntN(4) == 0 {
 			// An aggregate, parked or not, parked by hand.
@@ -518,8 +526,7 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 				// its value; a parked copy waits, retried, holding its
 				// partition.
 				w.event("the next %d dead-letter writes are refused as too large", n)
-				faults = append(faults, c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: dlqTopic,
-					Err: kerr.MessageTooLarge, Count: n}))
+				w.refuseDeadLetters(n, kerr.MessageTooLarge) // counted per record (promises_test.go)
 				if w.park {
 					m := 1 + later.IntN(6)
 					w.event("the next %d parked-topic writes are refused as too large", m)
@@ -529,8 +536,7 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 				break
 			}
 			w.event("the next %d dead-letter writes are refused", n)
-			faults = append(faults, c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: dlqTopic,
-				Err: kerr.TopicAuthorizationFailed, Count: n}))
+			w.refuseDeadLetters(n, kerr.TopicAuthorizationFailed)
 		case a < 78:
 			p := int32(rng.IntN(int(w.parts)))
 			n := 1 + rng.IntN(5)
@@ -625,6 +631,7 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	for _, f := range faults {
 		f.Remove()
 	}
+	w.calmDeadLetters() // those doomed stay refused
 	for _, m := range members {
 		m.wire.rejoinCut.Store(0)
 	}
@@ -727,6 +734,10 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 				break
 			}
 			if time.Since(began) > bound {
+				if left < 0 {
+					w.violate("the state topic could not be read for %v after every partition was committed to its end: whether aggregates are still parked is unknown", bound)
+					break
+				}
 				w.violate("%d aggregates still parked %v after every partition was committed to its end", left, bound)
 				break
 			}
@@ -867,7 +878,7 @@ func newMember(t *testing.T, w *world, id int, log *zap.Logger) *member {
 			kgo.SessionTimeout(sessionTimeout),
 			kgo.RebalanceTimeout(rebalanceTimeout),
 			kgo.HeartbeatInterval(500 * time.Millisecond),
-			kgo.WithHooks(deadLetterHook{w}),
+			kgo.WithHooks(deadLetterHook{w, id}),
 			bufferedRecords(w),
 			kgo.WithLogger(kzap.New(log.Named("kgo").With(zap.Int("member", id)), kzap.Level(kgo.LogLevelInfo))),
 			groupProtocol(w),
@@ -1241,6 +1252,7 @@ func check(t *testing.T, w *world, members []*member) {
 	w.checkSinkLocked()
 	w.checkRatesLocked(members)
 	w.checkGapParksLocked()
+	w.checkDeadLettersLocked()
 	d := w.checkDuplicatesLocked()
 	for _, v := range w.violations {
 		t.Errorf("seed %d: %s", w.seed, v)
@@ -1250,8 +1262,8 @@ func check(t *testing.T, w *world, members []*member) {
 		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
 			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, %d produce stalls, producer buffer %s (%d writes refused for a full buffer), parking: %s, group protocol %s (%d members cut off as they rejoined, %d partition sets taken again, %d revoked as lost under a new member ID), HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v)%s, %s",
-		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, w.produceStalls, bufferName(w), w.fullBuffer, parking, protocolName(w), w.rejoinCuts, w.seen.retaken, w.seen.droppedRevoke, w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.rateSummaryLocked(), w.versionSummaryLocked())
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, %d produce stalls, producer buffer %s (%d writes refused for a full buffer), parking: %s, group protocol %s (%d members cut off as they rejoined, %d partition sets taken again, %d revoked as lost under a new member ID), HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v)%s, %s; %s",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, w.produceStalls, bufferName(w), w.fullBuffer, parking, protocolName(w), w.rejoinCuts, w.seen.retaken, w.seen.droppedRevoke, w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.rateSummaryLocked(), w.versionSummaryLocked(), w.promisesSummaryLocked())
 }
 
 // bufferName names the run's producer buffer for its summary.
@@ -1496,16 +1508,23 @@ func (w *world) operatorClient(t *testing.T) *kgo.Client {
 	return cl
 }
 
-// parkedStates reads the state topic: the parked aggregates by key.
-func (w *world) parkedStates(t *testing.T, cl *kgo.Client) map[string]*park.State {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	states, err := park.ReadState(ctx, []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext)}, kadm.NewClient(cl), stateTopic)
-	if err != nil {
-		w.event("operator: reading the state topic: %v", err)
-		return nil
+// parkedStates reads the state topic: the parked aggregates by key. A read
+// that fails is tried again, three times in all; ok is false when none
+// succeeded (then nothing is known of what is parked: never none).
+func (w *world) parkedStates(t *testing.T, cl *kgo.Client) (states map[string]*park.State, ok bool) {
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		states, err := park.ReadState(ctx, []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext)}, kadm.NewClient(cl), stateTopic)
+		cancel()
+		if err == nil {
+			return states, true
+		}
+		w.event("operator: reading the state topic (attempt %d): %v", attempt, err)
+		if attempt == 3 {
+			return nil, false
+		}
+		time.Sleep(time.Second)
 	}
-	return states
 }
 
 // operator asks for action on one of the parked aggregates (pick chooses
@@ -1513,13 +1532,14 @@ func (w *world) parkedStates(t *testing.T, cl *kgo.Client) map[string]*park.Stat
 func (w *world) operator(t *testing.T, action string, pick uint64) {
 	cl := w.operatorClient(t)
 	defer cl.Close()
-	states := w.parkedStates(t, cl)
+	states, _ := w.parkedStates(t, cl)
 	s := pickParked(states, pick)
 	if s == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	w.noteRequest(action, s) // before: the owner may act before Ask returns
 	if err := park.Ask(ctx, cl, stateTopic, s, action, "sim"); err != nil {
 		w.event("operator: %s of %s: %v", action, s.Aggregate, err)
 		return
@@ -1631,17 +1651,22 @@ func pickParked(states map[string]*park.State, pick uint64) *park.State {
 }
 
 // operatorRedriveAll asks for a redrive of every parked aggregate without a
-// pending request and returns how many are parked.
+// pending request and returns how many are parked, -1 when the state topic
+// could not be read.
 func (w *world) operatorRedriveAll(t *testing.T) int {
 	cl := w.operatorClient(t)
 	defer cl.Close()
-	states := w.parkedStates(t, cl)
+	states, ok := w.parkedStates(t, cl)
+	if !ok {
+		return -1
+	}
 	for _, k := range sortedKeys(states) {
 		s := states[k]
 		if s.Request != nil && time.Since(s.Request.At) < 10*time.Second {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		w.noteRequest(park.Redrive, s)
 		if err := park.Ask(ctx, cl, stateTopic, s, park.Redrive, "sim"); err != nil {
 			w.event("operator: redrive of %s: %v", s.Aggregate, err)
 		}

@@ -207,7 +207,7 @@ type sinkHandler struct {
 func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
 	w := h.w
 	called := time.Now()
-	at, key, seq, _ := w.delivered(h.member, m)
+	at, key, seq, _, inc := w.delivered(ctx, h.member, m)
 	w.mu.Lock()
 	w.openTries++
 	w.tries++
@@ -234,9 +234,11 @@ func (h *sinkHandler) Handle(ctx context.Context, m *handler.Message, ack handle
 		w.checkAnswer(h.member, at, try, err, class)
 		switch {
 		case err == nil:
-			w.succeeded(at, key, seq, called)
+			w.succeeded(at, key, seq, called, inc)
 		case class == handler.Skip:
-			w.skipped(at, key, seq)
+			w.skipped(at, key, seq, called, inc)
+		default:
+			w.tryFailed(at, called) // the receiver may dead-letter the record after it
 		}
 		ack.Done(err)
 	}))

@@ -57,6 +57,11 @@ type commitReq struct {
 	// atOnce: its commit's context cannot end at the instant it was
 	// written (see commitWritten).
 	atOnce bool
+	// offsets are the offsets it commits of the simulation's topic, by
+	// partition; answered, once an answer was read, failed, if that
+	// answer had an error for any partition.
+	offsets          map[int32]int64
+	answered, failed bool
 }
 
 // commitTimeoutAtLeast is at most the receiver's commit timeout
@@ -86,7 +91,8 @@ type tapConn struct {
 
 func (c *tapConn) Write(p []byte) (int, error) {
 	c.out.feed(p, 8, func(head []byte) bool {
-		return int16(binary.BigEndian.Uint16(head)) == kmsg.JoinGroup.Int16()
+		key := int16(binary.BigEndian.Uint16(head))
+		return key == kmsg.JoinGroup.Int16() || key == kmsg.OffsetCommit.Int16()
 	}, c.wrote)
 	return c.Conn.Write(p)
 }
@@ -113,7 +119,7 @@ func (c *tapConn) wrote(frame []byte, whole bool) {
 	corr := int32(binary.BigEndian.Uint32(frame[4:]))
 	switch {
 	case key == kmsg.OffsetCommit.Int16():
-		c.mw.commitWritten(c, corr, version)
+		c.mw.commitWritten(c, corr, version, c.commitOffsets(frame, whole, version))
 	case key == kmsg.JoinGroup.Int16() && whole:
 		req := kmsg.NewPtrJoinGroupRequest()
 		req.Version = version
@@ -132,6 +138,43 @@ func (c *tapConn) wrote(frame []byte, whole bool) {
 	}
 }
 
+// commitOffsets reads the offsets an OffsetCommit request commits of the
+// simulation's topic.
+func (c *tapConn) commitOffsets(frame []byte, whole bool, version int16) map[int32]int64 {
+	if !whole {
+		return nil
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Version = version
+	r := kbin.Reader{Src: frame[8:]}
+	r.NullableString() // the client ID
+	if req.IsFlexible() {
+		kmsg.SkipTags(&r)
+	}
+	if err := req.ReadFrom(r.Src); err != nil {
+		c.mw.w.violate("member %d: an OffsetCommit request the simulation cannot read: %v", c.mw.m.id, err)
+		return nil
+	}
+	out := map[int32]int64{}
+	for _, t := range req.Topics {
+		if t.Topic != topic && t.TopicID != c.mw.w.topicID {
+			continue
+		}
+		for _, p := range t.Partitions {
+			out[p.Partition] = p.Offset
+		}
+	}
+	return out
+}
+
+// lastCommitOK reports whether the member's last OffsetCommit request
+// written was answered without an error.
+func (mw *memberWire) lastCommitOK() bool {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	return mw.last != nil && mw.last.answered && !mw.last.failed
+}
+
 // commitWritten records an OffsetCommit request. An answer without errors
 // read at the instant its request was written is counted ok by the commit
 // that wrote it, unless that commit's context ended at that very instant
@@ -144,13 +187,13 @@ func (c *tapConn) wrote(frame []byte, whole bool) {
 // it was not if an answer that ended a commit was read for it before this
 // one was written; the member's first commit began after the member was
 // made.
-func (mw *memberWire) commitWritten(c *tapConn, corr int32, version int16) {
+func (mw *memberWire) commitWritten(c *tapConn, corr int32, version int16, offsets map[int32]int64) {
 	now := time.Now()
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
 	atOnce := mw.last == nil && now.Sub(mw.m.born) < commitTimeoutAtLeast ||
 		mw.last != nil && mw.last.final && now.Sub(mw.last.at) < commitTimeoutAtLeast
-	req := &commitReq{at: now, version: version, atOnce: atOnce}
+	req := &commitReq{at: now, version: version, atOnce: atOnce, offsets: offsets}
 	mw.last = req
 	c.asked[corr] = req
 }
@@ -181,9 +224,13 @@ func (c *tapConn) read(frame []byte, whole bool) {
 		return
 	}
 	ok, final := true, true
+	committed := map[int32]int64{} // of the simulation's topic, answered without error
 	for i, t := range resp.Topics {
 		for j, p := range t.Partitions {
 			if p.ErrorCode == 0 {
+				if o, asked := req.offsets[p.Partition]; asked && (t.Topic == topic || t.TopicID == mw.w.topicID) {
+					committed[p.Partition] = o
+				}
 				continue
 			}
 			ok = false
@@ -194,9 +241,11 @@ func (c *tapConn) read(frame []byte, whole bool) {
 			}
 		}
 	}
+	mw.w.committedBy(mw.m.id, req.at, committed)
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
 	req.final = final
+	req.answered, req.failed = true, !ok
 	switch {
 	case ok:
 		mw.okRead++

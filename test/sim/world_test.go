@@ -206,6 +206,8 @@ type world struct {
 	lostParts   map[int32]int    // partitions lost by a member
 
 	ver versionSeen // what the version check did, as the receivers log it (version_test.go)
+
+	pr promises // dead letters given up and justified, revokes, deliveries per ownership (promises_test.go)
 }
 
 func newWorld(seed uint64) *world {
@@ -245,6 +247,7 @@ func newWorld(seed uint64) *world {
 		rates:        map[int][]rateEpoch{},
 		arrivals:     map[int][]time.Time{},
 		answers:      map[int]uint8{},
+		pr:           newPromises(),
 	}
 }
 
@@ -314,12 +317,21 @@ func (w *world) settleLocked(at pos, key string, seq int) {
 // strictly past its deadline, which a handler's retry report only moves
 // later): then the acknowledgement is ignored and the record tried again,
 // a duplicate of this record alone.
-func (w *world) succeeded(at pos, key string, seq int, called time.Time) {
+//
+// inc is the member's ownership of the partition the try was delivered in
+// (nil: none known): the record counts as finished there (see
+// finishedInLocked). A success that may have come past the try's deadline
+// counts as a failed try too, which the receiver may have dead-lettered.
+func (w *world) succeeded(at pos, key string, seq int, called time.Time, inc *incarnation) {
 	late := time.Since(called) >= handlerTimeout
 	w.mu.Lock()
 	if late {
 		w.late[at]++
 	}
+	if time.Since(called) >= triedLate {
+		w.tryFailedLocked(at, called)
+	}
+	w.finishedInLocked(inc, at, called)
 	if ks := (keySeq{key, seq}); !w.firstHandled[ks] {
 		// The message's first success, at whichever of its positions (an
 		// ingested message's local record or its copy in Kafka).
@@ -356,9 +368,14 @@ func (w *world) succeeded(at pos, key string, seq int, called time.Time) {
 	w.mu.Unlock()
 }
 
-// skipped records a message the handler skips, before its acknowledgement.
-func (w *world) skipped(at pos, key string, seq int) {
+// skipped records a message the handler skips, before its acknowledgement,
+// in the try begun at called of the ownership inc (see succeeded).
+func (w *world) skipped(at pos, key string, seq int, called time.Time, inc *incarnation) {
 	w.mu.Lock()
+	if time.Since(called) >= triedLate {
+		w.tryFailedLocked(at, called)
+	}
+	w.finishedInLocked(inc, at, called)
 	w.settleLocked(at, key, seq)
 	w.mu.Unlock()
 }
@@ -520,6 +537,9 @@ func (w *world) watchProduces() {
 				}
 			})
 		}
+		// Dead-letter writes refused (scheduled, or doomed for good):
+		// counted per source record (promises_test.go).
+		w.judgeDeadLetterWrite(kr)
 		return nil, nil, false
 	})
 }
@@ -534,8 +554,12 @@ func (w *world) stalling() bool {
 }
 
 // deadLetterHook marks the source of every dead letter the broker
-// acknowledged, just before the producing receiver hears of it.
-type deadLetterHook struct{ w *world }
+// acknowledged, just before the producing receiver (of member) hears of
+// it; and counts the refusals of the receiver's dead-letter writes.
+type deadLetterHook struct {
+	w      *world
+	member int
+}
 
 func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	if errors.Is(err, kgo.ErrMaxBuffered) {
@@ -544,12 +568,13 @@ func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 		h.w.mu.Unlock()
 		return
 	}
-	if err != nil || (r.Topic != dlqTopic && r.Topic != parkedTopic) {
+	if r.Topic != dlqTopic && r.Topic != parkedTopic {
 		return
 	}
 	// A dead letter of a parked message (skip, discard) carries the parking
 	// headers instead of the dead-letter ones.
 	var at pos
+	receiverDL := false
 	for _, hd := range r.Headers {
 		switch hd.Key {
 		case receiver.HeaderSourcePartition, park.HeaderSourcePartition:
@@ -558,9 +583,19 @@ func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 		case receiver.HeaderSourceOffset, park.HeaderSourceOffset:
 			at.o, _ = strconv.ParseInt(string(hd.Value), 10, 64)
 		}
+		receiverDL = receiverDL || hd.Key == receiver.HeaderSourceOffset
+	}
+	if err != nil {
+		if receiverDL && r.Topic == dlqTopic {
+			h.w.mu.Lock()
+			h.w.deadLetterRefusedLocked(r, at, err)
+			h.w.mu.Unlock()
+		}
+		return
 	}
 	key, seq, ok := parseValue(r.Value)
 	h.w.mu.Lock()
+	h.w.acknowledgedLocked(h.member, r, at)
 	if !ok { // a stub, written without its value (too large for the topic)
 		ks, known := h.w.keyOf[at]
 		key, seq = ks.key, ks.seq
@@ -786,9 +821,12 @@ type simHandler struct {
 }
 
 // delivered records a try of m handed to member's handler: its position,
-// key, sequence number within the key and attempt number, and checks that
-// first deliveries follow each aggregate's order.
-func (w *world) delivered(member int, m *handler.Message) (at pos, key string, seq, attempt int) {
+// key, sequence number within the key and attempt number, and the member's
+// ownership of the partition it came in (nil: none known, or a local
+// record); and checks that it is the record produced there, that first
+// deliveries follow each aggregate's order, and that within one ownership
+// an aggregate's deliveries never go back.
+func (w *world) delivered(ctx context.Context, member int, m *handler.Message) (at pos, key string, seq, attempt int, inc *incarnation) {
 	at = pos{m.Partition, m.Offset}
 	key, seq, ok := parseValue(m.Value)
 	if !ok || key != string(m.Key) {
@@ -796,6 +834,18 @@ func (w *world) delivered(member int, m *handler.Message) (at pos, key string, s
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if ks, known := w.keyOf[at]; known && at.p >= 0 && ks != (keySeq{key, seq}) {
+		w.violateLocked("member %d got %s #%d at %v, where %s #%d was produced", member, key, seq, at, ks.key, ks.seq)
+	}
+	if ctx.Err() == nil {
+		// A try whose context ended already is one of an incarnation the
+		// receiver closed (closePartition ends its tries' contexts before
+		// the partition's next assignment is logged), handed over as it
+		// closed: the member's ownership of the partition it belongs to
+		// is over.
+		inc = w.incarnationLocked(member, at.p)
+	}
+	w.deliveredInLocked(member, inc, at, key, seq)
 	if at.p < 0 {
 		// A local record (the ingest's): no position in Kafka; the world
 		// gave it one of its own when it was sent.
@@ -818,12 +868,12 @@ func (w *world) delivered(member int, m *handler.Message) (at pos, key string, s
 		w.violateLocked("aggregate %s: first delivery of #%d (partition %d offset %d) to member %d before #%d%s", key, seq, at.p, at.o, member, next, w.missedLocked(key, next))
 		w.nextFirst[key] = seq + 1
 	}
-	return at, key, seq, w.attempts[at]
+	return at, key, seq, w.attempts[at], inc
 }
 
 func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler.Ack) {
 	w := h.w
-	at, key, seq, attempt := w.delivered(h.member, m)
+	at, key, seq, attempt, inc := w.delivered(ctx, h.member, m)
 	w.mu.Lock()
 	stale := w.stale
 	w.mu.Unlock()
@@ -834,19 +884,26 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	}
 	b, d := choose(w.seed, at, attempt)
 	switch b {
+	case failOnce, failPermanent, panicOnce, hangOnce, untilCancel:
+		// A failure of the handler's choice (or a try that waits past its
+		// deadline, or for its context's end): the receiver may
+		// dead-letter the record after it.
+		w.tryFailed(at, called)
+	}
+	switch b {
 	case ackSync:
-		w.succeeded(at, key, seq, called)
+		w.succeeded(at, key, seq, called, inc)
 		ack.Done(nil)
 		w.used(ack)
 	case ackAsync, slow:
 		w.bg.Go(func() {
 			time.Sleep(d)
-			w.succeeded(at, key, seq, called)
+			w.succeeded(at, key, seq, called, inc)
 			ack.Done(nil)
 			w.used(ack)
 		})
 	case ackTwice:
-		w.succeeded(at, key, seq, called)
+		w.succeeded(at, key, seq, called, inc)
 		if d/time.Millisecond%2 == 0 {
 			// From two goroutines released together: the two calls
 			// race for the try, and exactly one may conclude it.
@@ -865,7 +922,7 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	case ackStale:
 		w.bg.Go(func() {
 			time.Sleep(d)
-			w.succeeded(at, key, seq, called)
+			w.succeeded(at, key, seq, called, inc)
 			ack.Done(nil)
 			stale.Done(nil) // an Ack used before: its job may carry another record by now
 			w.used(ack)
@@ -875,14 +932,14 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 	case failPermanent:
 		ack.Done(handler.Classed(handler.Permanent, errors.New("sim: 422")))
 	case skipIt:
-		w.skipped(at, key, seq)
+		w.skipped(at, key, seq, called, inc)
 		ack.Done(handler.Classed(handler.Skip, errors.New("sim: not wanted")))
 	case panicOnce:
 		panic(fmt.Sprintf("sim: panic at %v", at))
 	case hangOnce:
 		w.bg.Go(func() {
 			time.Sleep(d) // past the deadline: this acknowledgement is ignored
-			w.succeeded(at, key, seq, called)
+			w.succeeded(at, key, seq, called, inc)
 			ack.Done(nil)
 		})
 	case untilCancel:
@@ -898,7 +955,7 @@ func (h *simHandler) Handle(ctx context.Context, m *handler.Message, ack handler
 				if late := time.Since(called); late > handlerTimeout+handlerTimeout/10+50*time.Millisecond {
 					w.violate("member %d: the try of %v ran %v, past its deadline (%v), and its context did not end", h.member, at, late, handlerTimeout)
 				}
-				w.succeeded(at, key, seq, called)
+				w.succeeded(at, key, seq, called, inc)
 				ack.Done(nil)
 			}
 		})
@@ -1020,11 +1077,14 @@ type keySeq struct {
 }
 
 // givenUp records a record whose dead-letter write was refused until the
-// receiver gave up on it, committing past it (documented: it stays in its
-// source topic): done for good, in the order checks too.
-func (w *world) givenUp(at pos) {
+// receiver of member gave up on it, committing past it (documented: it
+// stays in its source topic): done for good, in the order checks too, once
+// its writes were refused as often as the receiver tries them
+// (checkGivenUpLocked).
+func (w *world) givenUp(member int, at pos) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.checkGivenUpLocked(member, at)
 	ks, ok := w.keyOf[at]
 	if !ok {
 		// Not registered yet, as for a stub (see stubAt): named once it is;
@@ -1087,10 +1147,18 @@ const (
 	// the dropped membership still held, and the receiver let it go as
 	// lost (its onLost logs lostMessage for the partitions, judged so).
 	droppedMessage = "the group coordinator had dropped this member: partitions it still held are let go as lost"
+
+	// A member's ownerships of partitions (promises_test.go): assigned,
+	// revoked once committed and let go, and a revoke's drain that ran out
+	// of time (its unfinished records dropped).
+	assignedMessage = "partitions assigned"
+	revokedMessage  = "partitions revoked"
+	drainCutMessage = "revoke deadline passed"
 )
 
 var watchedMessages = []string{givenUpMessage, closedMessage, lostMessage, retakenMessage, droppedMessage, rewoundMessage, cutShortMessage, readFailMessage,
-	maxParkedMessage, tooLargeMessage, byHandMessage, duplicateMessage, gapParkMessage, gapLocalMessage, gapAnywayMessage, gapRedriveMessage}
+	maxParkedMessage, tooLargeMessage, byHandMessage, duplicateMessage, gapParkMessage, gapLocalMessage, gapAnywayMessage, gapRedriveMessage,
+	assignedMessage, revokedMessage, drainCutMessage}
 
 func (c logWatch) Enabled(zapcore.Level) bool        { return true }
 func (c logWatch) With([]zapcore.Field) zapcore.Core { return c }
@@ -1140,7 +1208,20 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	w := c.w
 	switch {
 	case strings.HasPrefix(e.Message, givenUpMessage):
-		w.givenUp(pos{partition, offset})
+		w.givenUp(c.m.id, pos{partition, offset})
+	case strings.HasPrefix(e.Message, assignedMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.assignedLocked(c.m.id, parts[topic])
+	case strings.HasPrefix(e.Message, revokedMessage):
+		lastOK := c.m.wire.lastCommitOK()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.revokedLocked(c.m, parts[topic], lastOK)
+	case strings.HasPrefix(e.Message, drainCutMessage):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.pr.drainCut[c.m.id] = time.Now()
 	case strings.HasPrefix(e.Message, closedMessage):
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -1159,6 +1240,7 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		if strings.HasPrefix(e.Message, retakenMessage) {
 			w.seen.retaken++
 		}
+		w.endedLocked(c.m.id, parts[topic])
 		for _, p := range parts[topic] {
 			w.lostParts[p]++
 			c.m.lostLogged++
@@ -1172,6 +1254,9 @@ func (c logWatch) Write(e zapcore.Entry, fields []zapcore.Field) error {
 			return nil
 		}
 		w.rewound[partition] = append(w.rewound[partition], span{again, from})
+		if inc := w.incarnationLocked(c.m.id, partition); inc != nil {
+			inc.tainted = true // a new incarnation begins, unlogged
+		}
 	case strings.HasPrefix(e.Message, maxParkedMessage):
 		w.mu.Lock()
 		defer w.mu.Unlock()
