@@ -192,6 +192,24 @@ func (o *sinkObserver) Retrying(m *handler.Message, attempt int, err error, wait
 	}
 }
 
+// Waiting and Started hand the sink's waits for its own limits (its
+// max-concurrency below the window, its rate-limit) to the member's
+// receiver, as the daemon's observer does: the try's deadline does not
+// run while it waits (handler.WaitObserver). The context names the try.
+func (o *sinkObserver) Waiting(ctx context.Context, m *handler.Message) {
+	if r := o.r.Load(); r != nil {
+		r.Waiting(ctx, m)
+	}
+}
+
+func (o *sinkObserver) Started(ctx context.Context, m *handler.Message) {
+	if r := o.r.Load(); r != nil {
+		r.Started(ctx, m)
+	}
+}
+
+var _ handler.WaitObserver = (*sinkObserver)(nil)
+
 // sinkHandler is a member's handler in a sink run: each try is recorded
 // as simHandler records it and handed to the sink, and the sink's
 // acknowledgement is checked (once per try) and recorded on its way back.
