@@ -122,20 +122,30 @@ func (c *tapConn) wrote(frame []byte, whole bool) {
 		c.mw.commitWritten(c, corr, version, c.commitOffsets(frame, whole, version))
 	case key == kmsg.JoinGroup.Int16() && whole:
 		req := kmsg.NewPtrJoinGroupRequest()
-		req.Version = version
-		r := kbin.Reader{Src: frame[8:]}
-		r.NullableString() // the client ID
-		if req.IsFlexible() {
-			kmsg.SkipTags(&r)
-		}
-		if err := req.ReadFrom(r.Src); err != nil {
-			c.mw.w.violate("member %d: a JoinGroup request the simulation cannot read: %v", c.mw.m.id, err)
+		if !c.readRequest(frame, version, req) {
 			return
 		}
 		if req.MemberID != "" {
 			c.mw.rejoining()
 		}
 	}
+}
+
+// readRequest reads into req the body of a whole request frame of version
+// (after its header: key, version, correlation ID, client ID, tags); a
+// request it cannot read is a violation.
+func (c *tapConn) readRequest(frame []byte, version int16, req kmsg.Request) bool {
+	req.SetVersion(version)
+	r := kbin.Reader{Src: frame[8:]}
+	r.NullableString() // the client ID
+	if req.IsFlexible() {
+		kmsg.SkipTags(&r)
+	}
+	if err := req.ReadFrom(r.Src); err != nil {
+		c.mw.w.violate("member %d: a %s request the simulation cannot read: %v", c.mw.m.id, kmsg.NameForKey(req.Key()), err)
+		return false
+	}
+	return true
 }
 
 // commitOffsets reads the offsets an OffsetCommit request commits of the
@@ -145,14 +155,7 @@ func (c *tapConn) commitOffsets(frame []byte, whole bool, version int16) map[int
 		return nil
 	}
 	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Version = version
-	r := kbin.Reader{Src: frame[8:]}
-	r.NullableString() // the client ID
-	if req.IsFlexible() {
-		kmsg.SkipTags(&r)
-	}
-	if err := req.ReadFrom(r.Src); err != nil {
-		c.mw.w.violate("member %d: an OffsetCommit request the simulation cannot read: %v", c.mw.m.id, err)
+	if !c.readRequest(frame, version, req) {
 		return nil
 	}
 	out := map[int32]int64{}
