@@ -28,12 +28,6 @@ const (
 	// bounds (see passable): servers refuse or cut longer header lines.
 	maxHeaderName  = 256     // bytes of its name, without the prefix wowd adds
 	maxHeaderValue = 4 << 10 // bytes of its value
-	// maxForwarded bounds the names and values of all the headers passed
-	// on from a record and its Wow message together: servers bound a
-	// request's headers in all (8 KiB is common), refusing beyond it with a
-	// 431 over HTTP/1.1 but, over HTTP/2, by ending the connection, which
-	// reads as no response and was retried for good.
-	maxForwarded = 4 << 10
 )
 
 // post makes the running attempt c with live, its settings. It returns nil
@@ -192,12 +186,10 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 	buf := arr[:0]
 	var records []textHeader // the record's headers
 	contentType := s.cfg.ContentType
-	forwarded := 0 // bytes of the headers passed on so far (maxForwarded)
 	for _, rh := range m.Headers {
-		if !passable(rh.Key, rh.Value) || forwarded+len(rh.Key)+len(rh.Value) > maxForwarded {
+		if !passable(rh.Key, rh.Value) {
 			continue
 		}
-		forwarded += len(rh.Key) + len(rh.Value)
 		var th textHeader
 		th.name.from = len(buf)
 		buf = append(buf, prefixKafkaHeader...)
@@ -272,10 +264,9 @@ func (s *httpSink) newRequest(ctx context.Context, m *handler.Message, attempt i
 		}
 		events.to = len(buf)
 		for _, e := range w.Header {
-			if !passableString(e.Key, e.Value) || forwarded+len(e.Key)+len(e.Value) > maxForwarded {
+			if !passableString(e.Key, e.Value) {
 				continue
 			}
-			forwarded += len(e.Key) + len(e.Value)
 			var th textHeader
 			th.name.from = len(buf)
 			buf = append(buf, prefixWowHeader...)

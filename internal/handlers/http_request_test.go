@@ -56,13 +56,6 @@ func TestRequestHeadersMatchTheReference(t *testing.T) {
 				{Key: "x-ctl", Value: []byte("a\r\nb")}, {Key: "empty", Value: nil}, {Key: "CONTENT-TYPE", Value: nil},
 			}
 		},
-		// Past maxForwarded in all, the later headers are left out: the
-		// first two record headers pass, the third and the Wow ones do not.
-		"headers past their budget": func(m *handler.Message) {
-			big := []byte(strings.Repeat("v", 2000))
-			m.Headers = []handler.Header{{Key: "h0", Value: big}, {Key: "h1", Value: big}, {Key: "h2", Value: big}, {Key: "h3", Value: []byte("small")}}
-			m.Wow = wow()
-		},
 		"binary key":  func(m *handler.Message) { m.Key = []byte{0xff, 0, 'a'} },
 		"control key": func(m *handler.Message) { m.Key = []byte("a\nb") },
 		"other key":   func(m *handler.Message) { m.Key = []byte("not-the-id") },
@@ -111,39 +104,6 @@ func TestRequestHeadersMatchTheReference(t *testing.T) {
 // TestNewRequestAllocations keeps newRequest's allocations counted: the
 // request, its body and header map, one string of text and one backing
 // array of values.
-// The headers passed on from a record and its Wow message are bounded in
-// all, not only each: servers bound a request's headers in all (8 KiB is
-// common) and, over HTTP/2, refuse beyond it by ending the connection,
-// which reads as no response and was retried for good. Past 4 KiB, the
-// later ones are left out.
-func TestForwardedHeadersAreBoundedInAll(t *testing.T) {
-	s := build(t, "http", sinkConfig("http://127.0.0.1:1/wow", nil), handler.Deps{}).(*httpSink)
-	big := []byte(strings.Repeat("v", 1500))
-	m := testMessage(1)
-	m.Headers = []handler.Header{{Key: "h0", Value: big}, {Key: "h1", Value: big}, {Key: "h2", Value: big}, {Key: "h3", Value: []byte("small")}}
-	m.Wow = &handler.Wow{ContextName: "c", AggregateName: "a", Header: []handler.WowHeader{{Key: "trace_id", Value: string(big)}, {Key: "t", Value: "1"}}}
-	req, err := s.newRequest(context.Background(), m, 1, s.live.Load())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	total := 0
-	for name, vals := range req.Header {
-		if strings.HasPrefix(name, prefixKafkaHeader) || strings.HasPrefix(name, prefixWowHeader) {
-			got = append(got, name)
-			total += len(name) + len(vals[0])
-		}
-	}
-	slices.Sort(got)
-	want := []string{"Kafka-Header-H0", "Kafka-Header-H1", "Kafka-Header-H3", "Wow-Header-T"}
-	if !slices.Equal(got, want) {
-		t.Errorf("passed on %v, want %v", got, want)
-	}
-	if total > maxForwarded+len(want)*len(prefixKafkaHeader) {
-		t.Errorf("%d bytes of forwarded headers", total)
-	}
-}
-
 func TestNewRequestAllocations(t *testing.T) {
 	s := build(t, "http", sinkConfig("http://127.0.0.1:1/wow", nil), handler.Deps{}).(*httpSink)
 	m := benchMessages()[3][7]
@@ -174,14 +134,12 @@ func referenceHeaders(s *httpSink, m *handler.Message, attempt int) http.Header 
 		}
 	}
 	contentType := s.cfg.ContentType
-	forwarded := 0 // maxForwarded: record and Wow headers passed on together
 	for _, rh := range m.Headers {
 		v := string(rh.Value)
 		if !validHeaderName(rh.Key) || !validHeaderValue(v) || !utf8.ValidString(v) ||
-			len(rh.Key) > maxHeaderName || len(v) > maxHeaderValue || forwarded+len(rh.Key)+len(v) > maxForwarded {
+			len(rh.Key) > maxHeaderName || len(v) > maxHeaderValue {
 			continue
 		}
-		forwarded += len(rh.Key) + len(v)
 		if strings.EqualFold(rh.Key, "content-type") && v != "" {
 			contentType = v
 		}
@@ -198,7 +156,7 @@ func referenceHeaders(s *httpSink, m *handler.Message, attempt int) http.Header 
 		h.Set("ce-time", m.Timestamp.UTC().Format(time.RFC3339Nano))
 	}
 	if w := m.Wow; w != nil {
-		referenceWowHeaders(h, m, w, forwarded)
+		referenceWowHeaders(h, m, w)
 	}
 	h.Set("kafka-topic", m.Topic)
 	h.Set("kafka-partition", strconv.FormatInt(int64(m.Partition), 10))
@@ -215,7 +173,7 @@ func referenceHeaders(s *httpSink, m *handler.Message, attempt int) http.Header 
 // referenceWowHeaders adds what wowd decoded of a Wow message: the message id as
 // ce-id, the command name as ce-type of a command, the creation time as
 // ce-time, the routing fields and Wow's own header map (see HTTP.md).
-func referenceWowHeaders(h http.Header, m *handler.Message, w *handler.Wow, forwarded int) {
+func referenceWowHeaders(h http.Header, m *handler.Message, w *handler.Wow) {
 	if w.ID != "" {
 		h.Set("ce-id", ceEncode(w.ID))
 	}
@@ -243,8 +201,7 @@ func referenceWowHeaders(h http.Header, m *handler.Message, w *handler.Wow, forw
 	}
 	for _, e := range w.Header {
 		if validHeaderName(e.Key) && validHeaderValue(e.Value) && utf8.ValidString(e.Value) &&
-			len(e.Key) <= maxHeaderName && len(e.Value) <= maxHeaderValue && forwarded+len(e.Key)+len(e.Value) <= maxForwarded {
-			forwarded += len(e.Key) + len(e.Value)
+			len(e.Key) <= maxHeaderName && len(e.Value) <= maxHeaderValue {
 			h.Set("wow-header-"+e.Key, e.Value)
 		}
 	}
