@@ -282,6 +282,21 @@ func (j *job) Run(res executor.Resume) executor.Status {
 				return executor.Pending
 			}
 		default:
+			// First: parked again since (by hand, with the fetch below
+			// what the action resolved), the aggregate's records the
+			// action resolved are still duplicates, not to park behind
+			// the new head.
+			if j.p.resolvedByAction(j.msg.AggregateID, j.rec.Offset) {
+				// Delivered again (the commit was behind the parked
+				// messages) after an action of this incarnation unparked
+				// its aggregate: handed over (or dead-lettered) by it,
+				// before later messages, which it must not follow.
+				r.log.Debug("a message an action on its parked aggregate resolved delivered again; skipped as a duplicate",
+					zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
+					zap.String("aggregate", j.msg.AggregateID))
+				j.finish(metrics.Skipped)
+				return executor.Pending
+			}
 			if st, parked := r.parkedAgg(j.rec.Topic, j.msg.AggregateID); parked {
 				if j.rec.Partition == st.Partition && j.rec.Offset < st.Offset {
 					// Delivered again (the commit was behind the parked
@@ -294,17 +309,6 @@ func (j *job) Run(res executor.Resume) executor.Status {
 					return executor.Pending
 				}
 				j.park() // behind its aggregate's parked messages
-				return executor.Pending
-			}
-			if j.p.resolvedByAction(j.msg.AggregateID, j.rec.Offset) {
-				// Delivered again (the commit was behind the parked
-				// messages) after an action of this incarnation unparked
-				// its aggregate: handed over (or dead-lettered) by it,
-				// before later messages, which it must not follow.
-				r.log.Debug("a message an action on its parked aggregate resolved delivered again; skipped as a duplicate",
-					zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset),
-					zap.String("aggregate", j.msg.AggregateID))
-				j.finish(metrics.Skipped)
 				return executor.Pending
 			}
 			if j.p.isClosed() {

@@ -1071,7 +1071,9 @@ func (t *parkAction) run() {
 				r.log.Error("parked aggregate: a parked record has no source; dead-lettering it", append(at, zap.Error(err))...)
 				deadLetter = true
 			} else {
-				floor = max(floor, src.Offset+1)
+				if src.Partition == st.Partition { // offsets of one partition only
+					floor = max(floor, src.Offset+1)
+				}
 			}
 			if deadLetter {
 				if err := r.produceParkedDeadLetter(p, rec, at); err != nil {

@@ -349,21 +349,26 @@ func (p *partition) noteUnparked(id string, floor int64) {
 // resolvedByAction reports whether the record of aggregate id at offset was
 // resolved by an action that unparked the aggregate (see unparked). A
 // record at or past the floor ends the entry: the aggregate's later
-// records come after it.
+// records come after it; so do the entries the partition's commit passed
+// (every record below them was delivered and finished).
 func (p *partition) resolvedByAction(id string, offset int64) bool {
 	if p.nunparked.Load() == 0 {
 		return false
 	}
 	p.unparkedMu.Lock()
 	defer p.unparkedMu.Unlock()
-	floor, ok := p.unparked[id]
-	switch {
-	case !ok:
-		return false
-	case offset < floor:
-		return true
+	if c := p.committed.Load(); c >= 0 {
+		for k, floor := range p.unparked {
+			if floor <= c {
+				delete(p.unparked, k)
+			}
+		}
 	}
-	delete(p.unparked, id)
+	floor, ok := p.unparked[id]
+	if ok && offset >= floor {
+		delete(p.unparked, id)
+		ok = false
+	}
 	p.nunparked.Store(int32(len(p.unparked)))
-	return false
+	return ok
 }
