@@ -134,30 +134,40 @@ func (r *Receiver) extend(m *handler.Message, attempt int, wait time.Duration) {
 		return // no deadline: nothing to move, and no try is timed out
 	}
 	start := int64(r.since() + wait)
-	r.armedTry(m, func(j *job, _ uint64) {
+	r.armedTry(m, func(j *job, token uint64) {
 		// Only ever raised: a report that reaches here after a later one
 		// (an observer called from another goroutine) never shortens the
 		// deadline or lowers the count.
 		raise(&j.attemptStart, start)
 		raise(&j.reported, int64(attempt))
+		// An attempt that waited for the handler's limits ended without
+		// its Started (a handler other than the http sink may): the
+		// retry is timed again.
+		j.limitWait.CompareAndSwap(token, 0)
 	})
 }
 
 // Waiting is told by the handler that the try whose context ctx is (or
 // derives from) waits for the handler's own limits (its rate limit, its cap
-// on requests in flight): the try's deadline does not run until Started. A
-// report for a try that is over, or that ctx does not name, changes
-// nothing.
-func (r *Receiver) Waiting(ctx context.Context, _ *handler.Message) {
-	if tc := tryOf(ctx); tc != nil && r.o.HandlerTimeout > 0 && tc.armed() {
-		tc.j.limitWait.Store(tc.token)
+// on requests in flight): the try's deadline does not run until Started,
+// or a retry report (extend). A report for a try that is over, that ctx
+// does not name, or whose message is not m, changes nothing.
+func (r *Receiver) Waiting(ctx context.Context, m *handler.Message) {
+	if tc := tryOf(ctx); tc != nil && r.o.HandlerTimeout > 0 && tc.armed() && &tc.j.msg == m {
+		// Only ever raised: a report of a try that ended between armed
+		// and here must not overwrite the mark of the next try (tokens
+		// only grow), whose deadline would then run while it waits.
+		for cur := tc.j.limitWait.Load(); cur < tc.token && !tc.j.limitWait.CompareAndSwap(cur, tc.token); cur = tc.j.limitWait.Load() {
+		}
 	}
 }
 
 // Started is told by the handler that the try of ctx it reported waiting
-// makes its attempt now: the try's deadline starts again from now.
-func (r *Receiver) Started(ctx context.Context, _ *handler.Message) {
-	if tc := tryOf(ctx); tc != nil && r.o.HandlerTimeout > 0 && tc.armed() && tc.j.limitWait.CompareAndSwap(tc.token, 0) {
+// makes its attempt now: the try's deadline starts again from now. (The
+// wait's mark is a token, never reset to 0 by a later try: Waiting only
+// raises it; 0 here means the try's mark was taken by this Started.)
+func (r *Receiver) Started(ctx context.Context, m *handler.Message) {
+	if tc := tryOf(ctx); tc != nil && r.o.HandlerTimeout > 0 && tc.armed() && &tc.j.msg == m && tc.j.limitWait.CompareAndSwap(tc.token, 0) {
 		raise(&tc.j.attemptStart, int64(r.since()))
 	}
 }

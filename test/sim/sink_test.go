@@ -198,14 +198,23 @@ func (o *sinkObserver) Retrying(m *handler.Message, attempt int, err error, wait
 // run while it waits (handler.WaitObserver). The context names the try.
 func (o *sinkObserver) Waiting(ctx context.Context, m *handler.Message) {
 	if r := o.r.Load(); r != nil {
-		r.Waiting(ctx, m)
+		r.Waiting(ctx, o.original(m))
 	}
 }
 
 func (o *sinkObserver) Started(ctx context.Context, m *handler.Message) {
 	if r := o.r.Load(); r != nil {
-		r.Started(ctx, m)
+		r.Started(ctx, o.original(m))
 	}
+}
+
+// original returns the receiver's message of which m is the copy handed to
+// the sink, or m.
+func (o *sinkObserver) original(m *handler.Message) *handler.Message {
+	if om, ok := o.orig.Load(m); ok {
+		return om.(*handler.Message)
+	}
+	return m
 }
 
 var _ handler.WaitObserver = (*sinkObserver)(nil)
