@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"math/big"
 	"regexp"
 	"slices"
 	"strconv"
@@ -673,8 +674,12 @@ func wholeDecimal(s string) (float64, bool) {
 	if !decimal.MatchString(s) {
 		return 0, false
 	}
-	f, err := strconv.ParseFloat(s, 64)
-	return f, err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53
+	var r big.Rat // exact: 1.0000000000000001 is no integer, whatever float64 rounds it to
+	if _, ok := r.SetString(s); !ok || !r.IsInt() {
+		return 0, false
+	}
+	f, _ := r.Float64()
+	return f, math.Abs(f) < 1<<53
 }
 
 // grouped is an integer whose digits are grouped with underscores.

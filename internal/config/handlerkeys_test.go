@@ -217,7 +217,7 @@ func TestHandlerIntegersTakeWholeDecimals(t *testing.T) {
 			t.Errorf("count: %s read as %d, want %d", v, n, want)
 		}
 	}
-	for _, v := range []string{"1.5", "1e30", "1__0", "0x10"} {
+	for _, v := range []string{"1.5", "1e30", "1__0", "0x10", "1.0000000000000001", "1e-400"} {
 		if _, err := config.Parse([]byte(shapesYAML+"        count: "+v+"\n"), "wowd.yaml", shapesRegistry(), nil); err == nil {
 			t.Errorf("count: %s accepted", v)
 		}

@@ -686,10 +686,10 @@ const (
 	jacksonMaxNameLen   = 50000 // Jackson 2.16 on
 )
 
-// nameLen counts the characters of a JSON string's raw contents, an escape
-// as one and a character beyond the Basic Multilingual Plane as one: at
-// most what Jackson counts (UTF-16 units), so that a name is refused only
-// where Jackson refuses it.
+// nameLen counts the UTF-16 units of a JSON string's raw contents, as
+// Jackson counts a name (an escape is one unit, a character beyond the
+// Basic Multilingual Plane two): a name is refused only where Jackson
+// refuses it.
 func nameLen(raw []byte) int {
 	n := 0
 	for i := 0; i < len(raw); n++ {
@@ -699,8 +699,11 @@ func nameLen(raw []byte) int {
 		case raw[i] == '\\':
 			i += 2
 		default:
-			_, size := utf8.DecodeRune(raw[i:])
+			c, size := utf8.DecodeRune(raw[i:])
 			i += size
+			if c > 0xffff {
+				n++ // a surrogate pair
+			}
 		}
 	}
 	return n

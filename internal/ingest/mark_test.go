@@ -151,6 +151,7 @@ func TestAMessageBeyondJacksonsLimitsIsRefused(t *testing.T) {
 		"number within":        {strings.Repeat("1", jacksonMaxNumberLen), http.StatusAccepted},
 		"long name":            {`{"` + strings.Repeat("k", jacksonMaxNameLen+1) + `":1}`, http.StatusBadRequest},
 		"name within":          {`{"` + strings.Repeat("k", jacksonMaxNameLen) + `":1}`, http.StatusAccepted},
+		"long name of emoji":   {`{"` + strings.Repeat("😀", jacksonMaxNameLen/2+1) + `":1}`, http.StatusBadRequest},
 		"name within, escaped": {`{"` + strings.Repeat(`\u0041`, jacksonMaxNameLen) + `":1}`, http.StatusAccepted},
 		"long string value":    {`"` + strings.Repeat("k", 2*jacksonMaxNameLen) + `"`, http.StatusAccepted},
 		"brackets in a string": {`"` + nest(jacksonMaxDepth) + strings.Repeat("1", 2*jacksonMaxNumberLen) + `\"["`, http.StatusAccepted},
