@@ -1501,6 +1501,15 @@ func (r *Receiver) rewind(p *partition, first, last, unfinished int64, epoch int
 	np := newPartition(p.topic, p.partition)
 	np.member = p.member                   // the same membership
 	np.parkEpoch.Store(p.parkEpoch.Load()) // the same ownership: its parked aggregates stay
+	// What actions resolved stays resolved below first, where the log is
+	// what it was; the records from first on may be others now.
+	p.unparkedMu.Lock()
+	for id, floor := range p.unparked {
+		if f := min(floor, first); f > 0 {
+			np.noteUnparked(id, f)
+		}
+	}
+	p.unparkedMu.Unlock()
 	r.commitMu.lock()
 	r.partsMu.Lock()
 	r.parts[tp{p.topic, p.partition}] = np
