@@ -30,11 +30,12 @@ const (
 type ruleKind uint8
 
 const (
-	byActionHeader  ruleKind = iota + 1 // a known value of ActionHeader: header
-	byUnknownHeader                     // another value of ActionHeader: ignored (httpSink.action)
-	byRedirect                          // a redirect the client follows (checkRedirect)
-	byStatus                            // a status: codes, or from to to
-	byNoResponse                        // no response (httpSink.post)
+	byActionHeader   ruleKind = iota + 1 // a known value of ActionHeader: header
+	byUnknownHeader                      // another value of ActionHeader: ignored (httpSink.action)
+	byRedirect                           // a redirect the client follows (checkRedirect)
+	byStatus                             // a status: codes, or from to to
+	byHeaderListSize                     // refused by the HTTP/2 transport before sending (headerListTooLarge)
+	byNoResponse                         // no response (httpSink.post)
 )
 
 // responseRule is one row of the response → action table.
@@ -70,6 +71,8 @@ var responseRules = []responseRule{
 	// 1xx: the client passes on only 101, a protocol switch the sink never
 	// asks for; below 100 is no HTTP status.
 	{kind: byStatus, from: 0, to: 199, act: actionDeadLetter, response: "1xx, or below 100"},
+	{kind: byHeaderListSize, act: actionDeadLetter, response: "over HTTP/2, request headers beyond the list size the server advertises (`SETTINGS_MAX_HEADER_LIST_SIZE`)",
+		note: "not sent; as a 431 over HTTP/1.1: retrying cannot shrink them"},
 	{kind: byNoResponse, act: actionRetry, response: "timeout, connection refused or reset, TLS or DNS error"},
 }
 
@@ -143,14 +146,33 @@ func statusAction(code int) action {
 	return otherStatus
 }
 
-// noResponseAction is what follows a request that got no response.
-func noResponseAction() action {
+// noResponseAction is what follows a request that got no response, with
+// err from the client: a request the HTTP/2 transport refused to send for
+// the size of its headers, or any other.
+func noResponseAction(err error) action {
+	kind := byNoResponse
+	if headerListTooLarge(err) {
+		kind = byHeaderListSize
+	}
 	for i := range responseRules {
-		if r := &responseRules[i]; r.kind == byNoResponse {
+		if r := &responseRules[i]; r.kind == kind {
 			return r.act
 		}
 	}
 	panic("responseRules: no row for a request without a response")
+}
+
+// errHeaderListText is the text of the error by which Go's HTTP/2
+// transport refuses a request whose headers exceed the server's
+// SETTINGS_MAX_HEADER_LIST_SIZE (net/http's internal
+// httpcommon.ErrRequestHeaderListSize, which no package exports).
+// TestHeadersBeyondTheServersListSizeFailForGood ties it to the transport.
+const errHeaderListText = "request header list larger than peer's advertised limit"
+
+// headerListTooLarge reports whether err is the HTTP/2 transport's refusal
+// of a request for the size of its headers.
+func headerListTooLarge(err error) bool {
+	return err != nil && strings.Contains(err.Error(), errHeaderListText)
 }
 
 // action decides what follows resp: its ActionHeader when it holds a known

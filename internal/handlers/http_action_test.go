@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -289,7 +290,7 @@ func TestResponseRules(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []ruleKind{byUnknownHeader, byRedirect, byNoResponse} {
+	for _, k := range []ruleKind{byUnknownHeader, byRedirect, byHeaderListSize, byNoResponse} {
 		if kinds[k] != 1 {
 			t.Errorf("%d rows of kind %d, want 1", kinds[k], k)
 		}
@@ -297,8 +298,11 @@ func TestResponseRules(t *testing.T) {
 	if kinds[byActionHeader] != 4 {
 		t.Errorf("%d Wowd-Action rows, want one for each action", kinds[byActionHeader])
 	}
-	if noResponseAction() != actionRetry {
+	if noResponseAction(errors.New("connection refused")) != actionRetry {
 		t.Error("a request without a response is not retried")
+	}
+	if a := noResponseAction(fmt.Errorf("POST x: http2: %s", errHeaderListText)); a != statusAction(http.StatusRequestHeaderFieldsTooLarge) {
+		t.Errorf("headers beyond an HTTP/2 server's limit: %v, as a 431 %v", a, statusAction(http.StatusRequestHeaderFieldsTooLarge))
 	}
 	names := map[string]bool{"done": true}
 	for _, c := range []handler.Class{handler.Transient, handler.Permanent, handler.Skip} {

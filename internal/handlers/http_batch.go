@@ -396,7 +396,7 @@ func (s *httpSink) postBatch(ctx context.Context, cancel context.CancelFunc, w *
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("timeout after %s: %w", live.requestTimeout, err)
 		}
-		return all(noResponseAction().failure(s.wrap(fmt.Errorf("batch of %d: %w", len(sent), err))))
+		return all(noResponseAction(err).failure(s.wrap(fmt.Errorf("batch of %d: %w", len(sent), err))))
 	}
 	defer drainClose(resp.Body)
 	return s.batchOutcomes(resp, sent)

@@ -67,7 +67,7 @@ func (s *httpSink) post(w *worker, c *call, live *httpLive) error {
 		if errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil {
 			err = fmt.Errorf("timeout after %s: %w", timeout, err)
 		}
-		return noResponseAction().failure(s.wrap(err))
+		return noResponseAction(err).failure(s.wrap(err))
 	}
 	defer drainClose(resp.Body)
 	act, override := s.action(resp)
