@@ -60,7 +60,8 @@ type httpSink struct {
 	log      *zap.Logger
 	// waits, when the Observer is one, is told of the attempts that wait
 	// for max-concurrency or the rate limiter, whose wait handler.timeout
-	// does not count (unbatched attempts; nil otherwise).
+	// does not count (with batch on, the members of a batch whose request
+	// waits; nil without such an Observer).
 	waits handler.WaitObserver
 
 	// stopping is closed by Close: workers waiting for the rate limiter
@@ -135,7 +136,8 @@ type call struct {
 	attempt int         // 1 for the first attempt of m
 	// waited: Waiting was reported for this attempt (sink.waits), and
 	// Started is due as its request starts. Written before the call is
-	// placed, then only by the worker running it.
+	// placed, then only by the worker running it (a member of a batch: as
+	// its carrier is placed, under mu, then only by the carrier's worker).
 	waited bool
 
 	// With batching: a member's CloudEvent and its id, or a carrier's batch.
@@ -199,7 +201,7 @@ func newHTTPSink(cfg HTTPConfig, deps handler.Deps) (*httpSink, error) {
 		idleFor:  workerIdle,
 	}
 	s.live.Store(live)
-	if w, ok := deps.Observer.(handler.WaitObserver); ok && cfg.Batch.MaxMessages == 0 {
+	if w, ok := deps.Observer.(handler.WaitObserver); ok {
 		s.waits = w
 	}
 	s.retry = handler.WithRetry(sinkAttempts{s}, retryPolicy(cfg, deps.Observer)).(retrying)
@@ -283,6 +285,9 @@ type handoff struct {
 	c     *call
 	w     *worker // nil: nothing to hand over (the call was queued)
 	spawn bool    // w is new: start its goroutine
+	// waiting are the members of the carrier c, queued, to report
+	// Waiting; hand then closes c.batch.reported.
+	waiting []*call
 }
 
 // place gives the new call c (an attempt or a carrier) to a worker, or
@@ -333,6 +338,12 @@ func (s *httpSink) assign(c *call) handoff {
 
 // hand hands a placed call to its worker. Called without mu.
 func (s *httpSink) hand(h handoff) {
+	if h.waiting != nil {
+		for _, m := range h.waiting {
+			s.waits.Waiting(m.ctx, m.m)
+		}
+		close(h.c.batch.reported)
+	}
 	switch {
 	case h.w == nil:
 	case h.spawn:
@@ -538,9 +549,8 @@ func (s *httpSink) waitTurn(c *call) error {
 		if d <= 0 {
 			return nil
 		}
-		if s.waits != nil && c.batch == nil && !c.waited {
-			c.waited = true
-			s.waits.Waiting(c.ctx, c.m)
+		if s.waits != nil {
+			s.reportWaiting(c)
 		}
 		t := time.NewTimer(d)
 		select {
@@ -557,6 +567,31 @@ func (s *httpSink) waitTurn(c *call) error {
 			s.limit.cancel(slot, time.Now())
 			return handler.ErrClosed
 		}
+	}
+}
+
+// reportWaiting reports to the WaitObserver that the running call c, an
+// attempt or a carrier's members still queued, waits for the rate limiter;
+// an attempt reported waiting already is not reported again.
+func (s *httpSink) reportWaiting(c *call) {
+	if c.batch == nil {
+		if !c.waited {
+			c.waited = true
+			s.waits.Waiting(c.ctx, c.m)
+		}
+		return
+	}
+	var waiting []*call
+	s.mu.Lock()
+	for _, m := range c.batch.calls {
+		if m.state == callQueued && !m.waited {
+			m.waited = true
+			waiting = append(waiting, m)
+		}
+	}
+	s.mu.Unlock()
+	for _, m := range waiting {
+		s.waits.Waiting(m.ctx, m.m)
 	}
 }
 

@@ -126,6 +126,10 @@ type batch struct {
 	// request with nothing in it. Both guarded by sink.mu.
 	queued  int
 	endWait context.CancelFunc
+	// reported, when set, is closed once the members placed with the
+	// carrier in the queue were reported Waiting (hand): the carrier's
+	// worker reports none Started before.
+	reported chan struct{}
 }
 
 // aggregateKey names an aggregate as wowd's executor does: a message of
@@ -264,10 +268,25 @@ func (s *httpSink) startBatched(ctx context.Context, m *handler.Message, attempt
 // placeCut cuts the batch being filled and places its carrier. Called with
 // mu held; the caller hands what it returns over once it released mu.
 func (s *httpSink) placeCut() handoff {
-	if carrier := s.batcher.cut(); carrier != nil {
-		return s.place(carrier)
+	carrier := s.batcher.cut()
+	if carrier == nil {
+		return handoff{}
 	}
-	return handoff{}
+	h := s.place(carrier)
+	if h.w == nil && s.waits != nil && carrier.batch.queued > 0 {
+		// Queued behind max-concurrency: its members wait for the
+		// sink's limit. hand reports it, before the carrier's worker
+		// reports any of them Started.
+		carrier.batch.reported = make(chan struct{})
+		for _, m := range carrier.batch.calls {
+			if m.state == callQueued {
+				m.waited = true
+				h.waiting = append(h.waiting, m)
+			}
+		}
+		h.c = carrier
+	}
+	return h
 }
 
 // lingered runs linger after the first member of batch gen joined: the
@@ -300,6 +319,9 @@ func (s *httpSink) attemptBatch(w *worker, c *call, live *httpLive) {
 		s.settleAll(c.batch.calls, s.wrap(err))
 		return
 	}
+	if c.batch.reported != nil {
+		<-c.batch.reported // placed in the queue: its members were reported Waiting
+	}
 	// The request is no single message's: it ends with request-timeout,
 	// when Close stops waiting for it, or when every member was given up
 	// while it was in flight (abandon), not with one member's context.
@@ -320,6 +342,12 @@ func (s *httpSink) attemptBatch(w *worker, c *call, live *httpLive) {
 	s.mu.Unlock()
 	if len(sent) == 0 {
 		return // every member was canceled while it waited
+	}
+	for _, m := range sent {
+		if m.waited {
+			m.waited = false
+			s.waits.Started(m.ctx, m.m) // its request starts now
+		}
 	}
 	body := make([]byte, 0, size)
 	body = append(body, '[')
