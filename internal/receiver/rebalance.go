@@ -91,7 +91,17 @@ func (r *Receiver) retake(ctx context.Context, cl *kgo.Client, assigned map[stri
 		zap.String("member_id", member), zap.String("previous_member_id", prev), zap.Any("partitions", kept))
 	r.commitMu.lock()
 	gone := r.take(kept)
+	// Where each incarnation's own unfinished work begins: everything below
+	// its watermark finished here; without one, where it started fetching;
+	// -1: it fetched nothing, the client is where it started it.
+	own := make(map[tp]int64, len(gone))
 	for _, p := range gone {
+		p.mu.Lock()
+		own[tp{p.topic, p.partition}] = p.fetched
+		if next, _, ok := p.tr.watermark(); ok {
+			own[tp{p.topic, p.partition}] = next
+		}
+		p.mu.Unlock()
 		r.closePartition(p)
 	}
 	r.unloadParked(gone)
@@ -102,7 +112,7 @@ func (r *Receiver) retake(ctx context.Context, cl *kgo.Client, assigned map[stri
 	ctx, cancel := context.WithCancel(ctx)
 	defer context.AfterFunc(r.stopExpired, cancel)()
 	defer cancel()
-	if from := r.restartOffsets(ctx, cl, kept); len(from) > 0 {
+	if from := r.restartOffsets(ctx, cl, kept, own); len(from) > 0 {
 		cl.SetOffsets(from)
 	}
 	all := maps.Clone(assigned)
@@ -117,13 +127,17 @@ func (r *Receiver) retake(ctx context.Context, cl *kgo.Client, assigned map[stri
 
 // restartOffsets returns where the partitions taken again by retake
 // restart: at the group's committed offset, as for any new owner (what is
-// below it was finished, by this member or another); at the log's start
-// where the group committed nothing; and, where Kafka cannot say either,
-// at this member's last committed offset, which is below anything it held
-// unfinished. It reads for up to half a minute; a partition none of these
-// covers keeps its position, logged as an error. Reads that fail once the
-// receiver stops admitting (Stop's deadline cuts them) set nothing.
-func (r *Receiver) restartOffsets(ctx context.Context, cl *kgo.Client, ps map[string][]int32) map[string]map[int32]kgo.EpochOffset {
+// below it was finished, by this member or another); where the group
+// committed nothing, at own, the incarnation's floor (its watermark, else
+// the first offset it fetched: where the start offset put it; below it
+// nothing was left unfinished here), or, where it fetched nothing, where
+// the client is (a new owner under start-offset latest would not begin at
+// the log's start either); and, where Kafka cannot say, at this member's
+// last committed offset, else at own. It reads for up to half a minute; a
+// partition none of these covers keeps its position, logged as an error.
+// Reads that fail once the receiver stops admitting (Stop's deadline cuts
+// them) set nothing.
+func (r *Receiver) restartOffsets(ctx context.Context, cl *kgo.Client, ps map[string][]int32, own map[tp]int64) map[string]map[int32]kgo.EpochOffset {
 	from := make(map[string]map[int32]kgo.EpochOffset)
 	set := func(topic string, p int32, o int64) {
 		if from[topic] == nil {
@@ -133,19 +147,12 @@ func (r *Receiver) restartOffsets(ctx context.Context, cl *kgo.Client, ps map[st
 	}
 	adm := kadm.NewClient(cl)
 	var committed kadm.OffsetResponses
-	var starts kadm.ListedOffsets
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		committed, err = adm.FetchOffsets(actx, r.o.GroupID)
 		if err == nil {
 			err = committed.Error()
-		}
-		if err == nil {
-			starts, err = adm.ListStartOffsets(actx, slices.Collect(maps.Keys(ps))...)
-		}
-		if err == nil {
-			err = starts.Error()
 		}
 		cancel()
 		if err == nil || ctx.Err() != nil {
@@ -161,7 +168,7 @@ func (r *Receiver) restartOffsets(ctx context.Context, cl *kgo.Client, ps map[st
 		return nil
 	}
 	if err != nil {
-		r.log.Warn("reading where the partitions taken again restart; they restart from this member's last commit", zap.Error(err))
+		r.log.Warn("reading where the partitions taken again restart; they restart from this member's last commit, or below what it held unfinished", zap.Error(err))
 		for topic, m := range cl.CommittedOffsets() {
 			for p, o := range m {
 				if slices.Contains(ps[topic], p) && o.Offset >= 0 {
@@ -169,20 +176,26 @@ func (r *Receiver) restartOffsets(ctx context.Context, cl *kgo.Client, ps map[st
 				}
 			}
 		}
+		for k, o := range own {
+			if _, ok := from[k.topic][k.partition]; !ok && o >= 0 {
+				set(k.topic, k.partition, o)
+			}
+		}
 	} else {
 		for topic, parts := range ps {
 			for _, p := range parts {
 				if o, ok := committed.Lookup(topic, p); ok && o.At >= 0 {
 					set(topic, p, o.At)
-				} else if o, ok := starts.Lookup(topic, p); ok {
-					set(topic, p, o.Offset)
-				}
+				} else if o := own[tp{topic, p}]; o >= 0 {
+					set(topic, p, o) // its watermark, or where the start offset put it
+				} // else nothing fetched: the client is where the start offset put it
+
 			}
 		}
 	}
 	for topic, parts := range ps {
 		for _, p := range parts {
-			if _, ok := from[topic][p]; !ok {
+			if _, ok := from[topic][p]; !ok && own[tp{topic, p}] >= 0 {
 				r.log.Error("no offset to take a partition again from; it goes on from where the client is, and records this member held unfinished may be skipped",
 					zap.String("topic", topic), zap.Int32("partition", p))
 			}
