@@ -660,11 +660,21 @@ func (r *Receiver) stop(ctx context.Context) error {
 		r.commitMu.unlock()
 	}
 	wait.Stop()
+	// The final commit has commitTimeout past the deadline, not from when
+	// it starts: a revoke's commit that ran past the deadline (it is not
+	// cut by it) used that time already, and the stop stays within the
+	// deadline + commitTimeout + the client's close (docs/operations.md,
+	// "Stopping"; the chart's grace period).
+	cctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		cctx, cancel = context.WithDeadline(cctx, dl.Add(commitTimeout))
+	}
 	if skip {
 		errs = append(errs, errors.New("final commit skipped: the group was still rebalancing at the deadline; what finished since the last commit is delivered again"))
-	} else if err := r.commitAll(context.WithoutCancel(ctx)); err != nil {
+	} else if err := r.commitAll(cctx); err != nil {
 		errs = append(errs, err)
 	}
+	cancel()
 	r.closing.Store(true)
 	for _, p := range r.active() {
 		r.closePartition(p)
