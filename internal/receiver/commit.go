@@ -76,22 +76,41 @@ func (r *Receiver) commitParts(ctx context.Context, ps []*partition) error {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	var errs []error
-	r.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	r.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			errs = append(errs, err)
 			return
 		}
+		// From version 10 an answer names its topics by ID only; kgo
+		// fills in their names only for a commit of the current
+		// generation: read them from the request.
+		names := make(map[[16]byte]string, len(req.Topics))
+		for _, t := range req.Topics {
+			names[t.TopicID] = t.Topic
+		}
+		answered := make(map[tp]bool, len(byTP))
 		for _, t := range resp.Topics {
+			topic := t.Topic
+			if topic == "" {
+				topic = names[t.TopicID]
+			}
 			for _, rp := range t.Partitions {
-				p := byTP[tp{t.Topic, rp.Partition}]
+				k := tp{topic, rp.Partition}
+				p := byTP[k]
 				if p == nil {
 					continue
 				}
+				answered[k] = true
 				if e := kerr.ErrorForCode(rp.ErrorCode); e != nil {
-					errs = append(errs, fmt.Errorf("%s[%d]: %w", t.Topic, rp.Partition, e))
+					errs = append(errs, fmt.Errorf("%s[%d]: %w", topic, rp.Partition, e))
 					continue
 				}
-				p.committed.Store(offsets[t.Topic][rp.Partition].Offset)
+				p.committed.Store(offsets[topic][rp.Partition].Offset)
+			}
+		}
+		for k := range byTP {
+			if !answered[k] {
+				errs = append(errs, fmt.Errorf("%s[%d]: no answer to its commit", k.topic, k.partition))
 			}
 		}
 	})
