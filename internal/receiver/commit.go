@@ -49,6 +49,23 @@ func (r *Receiver) commitAll(ctx context.Context) error {
 	return r.commitParts(ctx, r.active())
 }
 
+// uncommitted reports whether an owned partition's watermark moved past
+// its last commit: a commit would have something to do.
+func (r *Receiver) uncommitted() bool {
+	for _, p := range r.active() {
+		if p.isClosed() {
+			continue
+		}
+		p.mu.Lock()
+		next, _, ok := p.tr.watermark()
+		p.mu.Unlock()
+		if ok && next > p.committed.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // commitParts commits the watermarks of ps that moved since their last
 // commit, synchronously. Called with commitMu held.
 func (r *Receiver) commitParts(ctx context.Context, ps []*partition) error {

@@ -632,9 +632,9 @@ func (r *Receiver) stop(ctx context.Context) error {
 	close(r.commitStop)
 	<-r.commitDone
 	wait := time.NewTicker(10 * time.Millisecond)
-	skip := false
+	skip, nothing := false, false
 	for {
-		for r.rebalancing.Load() && ctx.Err() == nil {
+		for r.rebalancing.Load() && ctx.Err() == nil && r.uncommitted() {
 			select {
 			case <-ctx.Done():
 			case <-r.assignedSig:
@@ -653,6 +653,12 @@ func (r *Receiver) stop(ctx context.Context) error {
 		if !rebalancing || revoking {
 			break
 		}
+		if !r.uncommitted() {
+			// Nothing owned moved past its commit (every partition
+			// lost, say): no commit to wait for.
+			nothing = true
+			break
+		}
 		if ctx.Err() != nil {
 			skip = true
 			break
@@ -669,10 +675,14 @@ func (r *Receiver) stop(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		cctx, cancel = context.WithDeadline(cctx, dl.Add(commitTimeout))
 	}
-	if skip {
+	switch {
+	case skip:
 		errs = append(errs, errors.New("final commit skipped: the group was still rebalancing at the deadline; what finished since the last commit is delivered again"))
-	} else if err := r.commitAll(cctx); err != nil {
-		errs = append(errs, err)
+	case nothing:
+	default:
+		if err := r.commitAll(cctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	cancel()
 	r.closing.Store(true)
