@@ -77,8 +77,13 @@ func (r *Receiver) overdue(late []lateAttempt, cutoff time.Duration) []lateAttem
 			if tc == nil || tc.p != p {
 				return
 			}
-			if j.limitWait.Load() == token {
-				return // waits for the handler's own limits: not timed
+			if j.limitWait.Load() == token && tc.p.ctx.Err() == nil {
+				// Waits for the handler's own limits: not timed, while
+				// its partition is owned. A try of a partition let go is
+				// concluded at its deadline whether it waits or not: a
+				// handler whose wait does not watch the try's context
+				// would hold the aggregate's mailbox for good.
+				return
 			}
 			if time.Duration(j.attemptStart.Load()) < cutoff {
 				late = append(late, lateAttempt{j, token, tc})
@@ -167,8 +172,11 @@ func (r *Receiver) Waiting(ctx context.Context, m *handler.Message) {
 // wait's mark is a token, never reset to 0 by a later try: Waiting only
 // raises it; 0 here means the try's mark was taken by this Started.)
 func (r *Receiver) Started(ctx context.Context, m *handler.Message) {
-	if tc := tryOf(ctx); tc != nil && r.o.HandlerTimeout > 0 && tc.armed() && &tc.j.msg == m && tc.j.limitWait.CompareAndSwap(tc.token, 0) {
+	if tc := tryOf(ctx); tc != nil && r.o.HandlerTimeout > 0 && tc.armed() && &tc.j.msg == m && tc.j.limitWait.Load() == tc.token {
+		// The start first, then the mark: a deadline watcher between the
+		// two must not see a try no longer waiting that started long ago.
 		raise(&tc.j.attemptStart, int64(r.since()))
+		tc.j.limitWait.CompareAndSwap(tc.token, 0)
 	}
 }
 

@@ -451,6 +451,10 @@ func (j *job) conclude(err error) {
 	}
 	if errors.Is(err, handler.ErrPanicked) {
 		r.panicked(j.position(), err, false)
+		// A panic handler.WithRetry recovered comes as an outcome: the
+		// handler may have started goroutines that still hold the
+		// message, as with a panic call recovers itself.
+		j.kept = true
 	}
 	class, _ := handler.Classify(err)
 	if class == handler.Transient && j.p.ctx.Err() == nil {
