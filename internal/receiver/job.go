@@ -336,6 +336,14 @@ func (j *job) Run(res executor.Resume) executor.Status {
 // pool stops first, the message is abandoned: not finished, so delivered
 // again.
 func (j *job) retry() {
+	if tc := j.try.Load(); tc != nil && tc.inHandle.Load() {
+		// The call of the try the deadline concluded has not returned
+		// (its handler hangs, deaf to its context): another call would
+		// hang beside it, one more per retry, each holding a goroutine (a
+		// Blocker's, of the shared blocking pool). Wait for it.
+		j.after(j.r.holdBackoff(j.tries), j.retry)
+		return
+	}
 	if j.place == (executor.Resume{}) {
 		j.retryHere()
 		return
@@ -387,7 +395,9 @@ func (j *job) call() {
 		tc.end(context.Canceled)
 	}
 	at := j.position()
+	tc.inHandle.Store(true)
 	defer func() {
+		tc.inHandle.Store(false) // tc is this call's alone: j may be reused by now
 		if v := recover(); v != nil {
 			err := handler.Recovered(v, debug.Stack())
 			if !j.take(token) {

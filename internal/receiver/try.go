@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wowd/wowd/handler"
@@ -36,6 +37,10 @@ type tryContext struct {
 	// (Receiver.Waiting) finds its attempt without a search.
 	j     *job
 	token uint64
+	// inHandle is set while the handler's Handle runs the try's call: a
+	// held retry waits for a call the deadline gave up on to return
+	// (job.retry).
+	inHandle atomic.Bool
 
 	mu    sync.Mutex // guards done, err, funcs and nextID
 	done  chan struct{}
