@@ -75,10 +75,13 @@ type jobState struct {
 	// attempted: handler attempts of the tries that failed and were held
 	// (handler.AttemptsBefore of the next try).
 	attempted int
-	kind      handler.Kind
-	route     *Route
-	ws        *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
-	local     *localWait // admitted through Admit (ingest), not fetched: told when the record is finished or given up
+	// heldEnds: the backoffs a success had ended (streak.ends) when the
+	// record was first held (streak.overlapped).
+	heldEnds int
+	kind     handler.Kind
+	route    *Route
+	ws       *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
+	local    *localWait // admitted through Admit (ingest), not fetched: told when the record is finished or given up
 	// redriven: a parked message handed to the handler again by an
 	// operator's action (see park.go); it is never parked again, a final
 	// failure (or, with on-gap park, a version gap) is reported to the
@@ -467,10 +470,16 @@ func (j *job) conclude(err error) {
 		j.kept = true
 	}
 	class, _ := handler.Classify(err)
-	if class == handler.Transient && j.p.ctx.Err() == nil {
+	switch {
+	case class == handler.Transient && j.p.ctx.Err() == nil:
 		// A try ended by its partition going (revoked, lost, stopping) is
 		// no news about the sink: it must not count toward a backoff.
 		r.outcome(true)
+	case class == handler.Skip, class == handler.Permanent && !errors.Is(err, handler.ErrPanicked):
+		// The handler answered for the message (a sink refusing it for
+		// good, or skipping it): the sink is up, as with a success. A
+		// backoff whose held messages all end so ends with them.
+		r.outcome(false)
 	}
 	switch {
 	case class == handler.Skip:
@@ -481,11 +490,14 @@ func (j *job) conclude(err error) {
 		// Revoked or shutting down: the failure may only be the cancellation.
 		// Not finished; the next owner gets it again.
 		j.abandon()
-	case (!r.o.DeadLetter.Enabled && r.park == nil) || (class == handler.Transient && r.fails.overlapped(r.epoch.Add(j.tried))):
+	case (!r.o.DeadLetter.Enabled && r.park == nil) || (class == handler.Transient && r.fails.overlapped(r.epoch.Add(j.tried), j.heldEnds, j.tries > 0)):
 		// Dead letters disabled, or a transient failure of an attempt made
 		// while the sink was down: dead-lettering would empty the stream
 		// into the dead-letter topic. Hold the message (not the worker) and
 		// try again.
+		if j.tries == 0 {
+			j.heldEnds = r.fails.endCount()
+		}
 		j.tries++
 		j.attempted += handler.Attempts(err)
 		wait := r.holdBackoff(j.tries)

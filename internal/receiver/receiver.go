@@ -720,10 +720,11 @@ func (r *Receiver) Snapshot() metrics.ReceiverSnapshot {
 		MaxInFlight: int(r.window),
 		Paused:      r.paused.Load() && topicPause(r.pausedFor.Load()) >= pauseWindowFull, // back-pressure: the window full, or records waiting for room in it
 		Ready:       r.Ready(),
-		// A receiver left without partitions has nothing to probe the
-		// sink with: it keeps its backoff for when it gets some, but an
-		// idle member is not a sink down (WowdReceiverBackingOff).
-		BackingOff:    r.fails.isFailing() && (r.nparts.Load() > 0 || r.inFlight.Load() > 0),
+		// A receiver with nothing in flight has nothing to probe the sink
+		// with: past the backoff's delay the poll loop ends it
+		// (endIdleBackoff) once it runs again, and an idle member is not a
+		// sink down meanwhile (WowdReceiverBackingOff).
+		BackingOff:    r.fails.isFailing() && (r.inFlight.Load() > 0 || r.nparts.Load() > 0 && r.fails.holding(time.Now())),
 		FetchMaxBytes: int64(r.fetchMaxSeen.Load()),
 		BufferedBytes: r.cl.BufferedFetchBytes() + r.heldBytes.Load(),
 		ParkFull:      r.parkFull.Load(),
@@ -897,6 +898,17 @@ func (r *Receiver) pollRoom() int64 {
 	return free
 }
 
+// endIdleBackoff ends a backoff whose delay passed with nothing in flight
+// to probe the sink (its held messages ended otherwise: refused for good,
+// skipped, their partition gone): no success can end it then, and a later
+// message's transient failure would be held as the outage's. Called by the
+// poll loop.
+func (r *Receiver) endIdleBackoff() {
+	if r.inFlight.Load() == 0 && r.fails.idle(time.Now()) {
+		r.log.Info("backoff over: nothing in flight to probe the sink with; the next failures are judged afresh")
+	}
+}
+
 func (r *Receiver) pollLoop(ctx context.Context) {
 	defer close(r.pollDone)
 	// Held records were not admitted: the next owner reads them again.
@@ -928,6 +940,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 			t.Stop()
 			continue
 		}
+		r.endIdleBackoff()
 		if r.pollRoom() < r.batch {
 			r.pauseTopics(pauseWindowFull)
 			r.pollWaits.Store(true) // until the room is taken, below
@@ -1010,6 +1023,7 @@ func (r *Receiver) pollLoop(ctx context.Context) {
 		// The window's room is taken at once: held records first, in the
 		// order their partitions came to hold them, then the new ones.
 		r.polls++
+		r.endIdleBackoff() // before what this poll brought goes in
 		budget := r.reserve(r.leaveRoom(int64(total + fs.NumRecords())))
 		if r.pollWaits.Swap(false) || r.grants.Load() > 0 {
 			r.changed.Notify() // admissions held back for the poll loop look again

@@ -23,7 +23,9 @@ type streak struct {
 	delay   time.Duration // current backoff; doubles per failed probe
 	until   time.Time     // no fetching before this while failing
 	ended   time.Time     // when the latest backoff ended; zero before any
+	began   time.Time     // when the current (or latest) backoff began
 	entered int           // times the receiver started backing off
+	ends    int           // backoffs a success ended
 
 	// quiet is set while the ring is full of successes and the receiver is
 	// not backing off: then another success changes nothing, and the
@@ -62,6 +64,7 @@ func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
 	case s.failing && !failed:
 		// A success: the sink is back.
 		s.failing, s.delay, s.ended = false, 0, now
+		s.ends++
 		s.reset()
 		return false, true
 	case s.failing && failed && !now.Before(s.until):
@@ -72,6 +75,7 @@ func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
 		s.failing = true
 		s.delay = streakMinDelay
 		s.until = now.Add(s.delay)
+		s.began = now
 		s.entered++
 		return true, false
 	}
@@ -95,6 +99,12 @@ func (s *streak) hold(now time.Time) (bool, time.Time) {
 	return s.failing && now.Before(s.until), s.until
 }
 
+// holding reports whether a backoff's delay is under way at now.
+func (s *streak) holding(now time.Time) bool {
+	hold, _ := s.hold(now)
+	return hold
+}
+
 // isFailing reports whether the receiver is backing off.
 func (s *streak) isFailing() bool {
 	s.mu.Lock()
@@ -107,10 +117,42 @@ func (s *streak) isFailing() bool {
 // attempt's transient failure is the outage's, not the message's: it is
 // held and retried like those reported during the backoff, even when the
 // sink came back (and ended the backoff) before this failure was reported.
-func (s *streak) overlapped(start time.Time) bool {
+//
+// Unless recovered: the message was held before and a success ended a
+// backoff since (heldEnds is ends when it was first held). Then a backoff
+// that began during this attempt, which its own failures may have
+// started, does not count: the sink answered others meanwhile, and a
+// message failing on every try would otherwise start a backoff with each
+// try, be held again, and never be dead-lettered or parked while the
+// successes of others ended each backoff.
+func (s *streak) overlapped(start time.Time, heldEnds int, held bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.failing || s.ended.After(start)
+	recovered := held && s.ends > heldEnds
+	return s.failing && (!recovered || s.began.Before(start)) || s.ended.After(start)
+}
+
+// endCount returns how many backoffs a success ended so far.
+func (s *streak) endCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ends
+}
+
+// idle ends a backoff whose delay passed with nothing left to probe it
+// (the held messages ended otherwise: refused for good, skipped, their
+// partition gone), as no success can: a later message's failure is its
+// own again. It reports whether it ended one.
+func (s *streak) idle(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.failing || now.Before(s.until) {
+		return false
+	}
+	s.failing, s.delay, s.ended = false, 0, now
+	s.reset()
+	s.quiet.Store(false)
+	return true
 }
 
 // current returns the backoff delay, 0 when not failing.

@@ -88,25 +88,65 @@ func TestStreakQuietSuccessChangesNothing(t *testing.T) {
 }
 
 // An attempt overlapped a backoff if one is under way or ended after the
-// attempt started; attempts started after the end did not.
+// attempt started; attempts started after the end did not. A message held
+// before a success ended a backoff is judged by the backoffs begun before
+// its attempt only: one its own failures began during the attempt does not
+// count.
 func TestStreakOverlapped(t *testing.T) {
 	var s streak
 	t0 := time.Unix(100, 0)
-	if s.overlapped(t0) {
+	fresh := func(start time.Time) bool { return s.overlapped(start, 0, false) }
+	if fresh(t0) {
 		t.Fatal("overlapped with no backoff ever")
 	}
 	for range streakRun {
 		s.record(true, t0)
 	}
-	if !s.overlapped(t0.Add(-time.Hour)) || !s.overlapped(t0.Add(time.Second)) {
+	if !fresh(t0.Add(-time.Hour)) || !fresh(t0.Add(time.Second)) {
 		t.Fatal("an attempt during a backoff did not overlap it")
 	}
+	held := s.endCount() // a message held during the first backoff
 	end := t0.Add(3 * time.Second)
 	s.record(false, end)
-	if !s.overlapped(end.Add(-time.Millisecond)) {
+	if !fresh(end.Add(-time.Millisecond)) {
 		t.Fatal("an attempt started before the backoff ended did not overlap it")
 	}
-	if s.overlapped(end) || s.overlapped(end.Add(time.Millisecond)) {
+	if fresh(end) || fresh(end.Add(time.Millisecond)) {
 		t.Fatal("an attempt started after the backoff ended overlapped it")
+	}
+	// A second backoff begins at t1, during an attempt begun at end+1s.
+	t1 := end.Add(2 * time.Second)
+	for range streakRun {
+		s.record(true, t1)
+	}
+	if !fresh(end.Add(time.Second)) {
+		t.Fatal("a first attempt during which a backoff began did not overlap it")
+	}
+	if s.overlapped(end.Add(time.Second), held, true) {
+		t.Fatal("a held message that saw a success end a backoff: a backoff begun during its attempt counted")
+	}
+	if !s.overlapped(t1.Add(time.Second), held, true) {
+		t.Fatal("a held message's attempt begun during a backoff did not overlap it")
+	}
+	if !s.overlapped(end.Add(time.Second), s.endCount(), true) {
+		t.Fatal("a message held after the last success's end: a backoff begun during its attempt did not count")
+	}
+}
+
+// A backoff past its delay ends by idle; one within its delay does not.
+func TestStreakIdle(t *testing.T) {
+	var s streak
+	t0 := time.Unix(100, 0)
+	for range streakRun {
+		s.record(true, t0)
+	}
+	if s.idle(t0.Add(streakMinDelay / 2)) {
+		t.Fatal("ended within its delay")
+	}
+	if !s.idle(t0.Add(streakMinDelay)) || s.isFailing() {
+		t.Fatal("not ended past its delay")
+	}
+	if s.idle(t0.Add(time.Hour)) {
+		t.Fatal("ended twice")
 	}
 }
