@@ -73,7 +73,13 @@
 // (aggregate key, version seq+1, as the ingest's messages are) and the
 // members' receivers decode them and check their versions, parking an
 // aggregate at a gap where the run parks (version_test.go; -versioncheck
-// runs every seed so). The handler's choices depend only on the seed and the message's
+// runs every seed so). In a third of the seeds, drawn apart yet again,
+// the producer also writes poison records, up to two a batch at positions
+// drawn from the seed (poison_test.go; -poison runs every seed so): records
+// without a key in every mode and, in the version-check mode, values that
+// do not decode and event streams of another aggregate than their key or
+// of another aggregate type than their topic's, kept out of the
+// aggregates' records and sequence numbers. The handler's choices depend only on the seed and the message's
 // position and attempt (at the sink, the request's number), not on the
 // order in which goroutines run.
 //
@@ -108,11 +114,21 @@
 //     parked copy of the record in that parking and an operator's discard
 //     of its aggregate asked on that parking, or a skip asked there with
 //     the record at the head, that had failed (a redrive dead-letters
-//     nothing);
+//     nothing); the receiver's of a poison record carries its own class
+//     (unroutable, undecodable, mismatch), never a handler failure's;
+//   - a poison record is never handed to the handler (nor reaches the
+//     sink's server), never heads a parking (it may only be parked behind
+//     its key's parked aggregate), and is dead-lettered with its class, or
+//     given up as above, or dead-lettered from its key's parking by a
+//     discard; each member's wowd_messages_total{outcome="unroutable"}
+//     equals the dead letters of poison records acknowledged to its
+//     receiver;
 //   - a member that logs a revoke committed what its tries finished in its
 //     ownership of the partition (from its assignment) from its last commit
 //     there on (up to its revoke drain's deadline), unless its last commit
-//     request was refused or not answered, or it was stopping or crashed;
+//     request was refused or not answered, or the member was cut off since
+//     it was written (a commit tried while cut off is never written), or
+//     it was stopping or crashed;
 //   - a try hands over the record produced at its position; and within
 //     one member's ownership of a partition (assignment to revoke or loss;
 //     a rewind ends the judgement), an aggregate's deliveries never go back

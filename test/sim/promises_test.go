@@ -32,12 +32,14 @@ import (
 //     handler chose, or a try that outlived its deadline); one written from
 //     a parking (wowd-parked-* headers) only for a discard of its aggregate
 //     asked on that parking, or a skip asked with that record at the head
-//     (recorded as the operator asks: see noteRequest);
+//     (recorded as the operator asks: see noteRequest); one of a poison
+//     record's only with its own class (poison_test.go);
 //   - a revoke commits the finished prefix of the revoked partitions: the
 //     records the member's tries finished in its incarnation of the
 //     partition (from its assignment), from the last offset it committed
 //     there, must be below its commits once it logs the revoke, unless its
-//     last commit failed or went unanswered, or it stops or crashed;
+//     last commit failed or went unanswered, or it was cut off since it
+//     sent it, or it stops or crashed;
 //   - within one member's incarnation of a partition, an aggregate's
 //     deliveries never go back in its sequence.
 
@@ -344,6 +346,9 @@ func (w *world) acknowledgedLocked(member int, r *kgo.Record, at pos) {
 		if since, ok := sinceOf(r.Headers); ok && !slices.ContainsFunc(w.pr.parkedSince[at], since.Equal) {
 			w.pr.parkedSince[at] = append(w.pr.parkedSince[at], since)
 		}
+		if class := headerOf(r.Headers, park.HeaderClass); class != parkedBehind {
+			w.poi.parkHeads[at] = class // the head of a parking: judged for poison records (checkPoisonLocked)
+		}
 	case dlqTopic:
 		d := dlAck{at: at, member: member, when: time.Now(), class: headerOf(r.Headers, receiver.HeaderErrorClass)}
 		if headerOf(r.Headers, park.HeaderSourceOffset) != "" {
@@ -393,6 +398,19 @@ func (w *world) checkDeadLettersLocked() {
 			continue
 		}
 		ks, known := w.keyOf[d.at]
+		pr, poison := w.poi.recs[d.at]
+		if poison && !d.parked {
+			// Dead-lettered as it came, or as a redrive screened it: only
+			// with its own class, never a handler failure's.
+			if d.class == pr.kind.class() {
+				continue
+			}
+			if bad++; bad <= 5 {
+				w.violateLocked("member %d dead-lettered the %s at %v with class %q at %.3fs, want %q: %s",
+					d.member, pr, d.at, d.class, d.when.Sub(start).Seconds(), pr.kind.class(), w.historyLocked(d.at))
+			}
+			continue
+		}
 		if !d.parked {
 			if t, ok := w.pr.failedTry[d.at]; ok && !t.After(d.when) {
 				continue
@@ -404,7 +422,10 @@ func (w *world) checkDeadLettersLocked() {
 			continue
 		}
 		key := ks.key
-		if !known {
+		switch {
+		case poison:
+			key = pr.key // parked behind its key's aggregate
+		case !known:
 			key = "?"
 		}
 		parkedThen := slices.ContainsFunc(w.pr.parkedSince[d.at], d.since.Equal)
@@ -517,7 +538,9 @@ func (w *world) committedBy(member int, at time.Time, offsets map[int32]int64) {
 // tries finished in the incarnation, from its last commit there on (what
 // finished after its drain ran out of time was dropped). Unless its last
 // commit request failed or was not answered (the commit failed: fenced, a
-// rebalance, a stall, a cut), or it stops or crashed (the stop commits).
+// rebalance, a stall, a cut), or the member was cut off since it was
+// written (a commit tried meanwhile may never have been written), or it
+// stops or crashed (the stop commits).
 func (w *world) revokedLocked(m *member, parts []int32, lastOK bool) {
 	cut, cutShort := w.pr.drainCut[m.id]
 	delete(w.pr.drainCut, m.id)

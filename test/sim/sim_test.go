@@ -303,6 +303,8 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 	}
 	// Drawn apart too: every record a Wow event stream, its version checked.
 	w.versionCheck = versionCheckFor(seed) || *versionsFlag
+	// Drawn apart again: poison records among those produced (poison_test.go).
+	w.poi.on = poisonFor(seed)
 	keys := 20 + rng.IntN(100)
 	records := 1500 + rng.IntN(2500)
 	chaos := time.Duration(20+rng.IntN(30)) * time.Second
@@ -780,8 +782,8 @@ func run(t *testing.T, seed uint64, withStalls bool) {
 		mix := w.behaviourMix()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records, memory budget %v, HTTP sink: %v, parking: %v (max-parked %d), version check: %v; chaos %v\nfirst tries: %s\nschedule:\n  %s",
-			seed, w.parts, w.window, keys, records, w.budget != nil, w.sink, w.park, w.maxParked, w.versionCheck, chaos, mix, strings.Join(w.events, "\n  "))
+		t.Logf("seed %d: %d partitions, window %d, %d keys, %d records, memory budget %v, HTTP sink: %v, parking: %v (max-parked %d), version check: %v, poison records: %v; chaos %v\nfirst tries: %s\nschedule:\n  %s",
+			seed, w.parts, w.window, keys, records, w.budget != nil, w.sink, w.park, w.maxParked, w.versionCheck, w.poi.on, chaos, mix, strings.Join(w.events, "\n  "))
 		t.Logf("replay: go test ./test/sim -run TestSim -seed %d -v", seed)
 	}
 }
@@ -1113,7 +1115,9 @@ func (m *member) counter(name, label, value string) float64 {
 const lostVersionOneIn = 150
 
 // produce writes records over keys aggregates, spread over d. Aggregate k
-// lives in partition k mod the partition count.
+// lives in partition k mod the partition count. In the poison seeds, each
+// batch also holds up to two poison records (poison_test.go), kept apart
+// from the aggregates' records and their sequence numbers.
 func produce(t *testing.T, w *world, rng *rand.Rand, records, keys int, d time.Duration) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"), kgo.Dialer(w.vn.DialContext),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -1139,6 +1143,10 @@ func produce(t *testing.T, w *world, rng *rand.Rand, records, keys int, d time.D
 			seqs = append(seqs, seq[k])
 			seq[k]++
 		}
+		var poison map[*kgo.Record]poisonRec
+		if w.poi.on {
+			recs, poison = w.withPoison(b, recs, keys)
+		}
 		if len(lost) > 0 {
 			// Known lost before a member can read the version after it:
 			// settled for the order checks like a message the ingest
@@ -1154,7 +1162,12 @@ func produce(t *testing.T, w *world, rng *rand.Rand, records, keys int, d time.D
 			return
 		}
 		w.mu.Lock()
-		for i, r := range recs {
+		i := 0 // the index among the aggregates' records (seqs)
+		for _, r := range recs {
+			if pr, ok := poison[r]; ok {
+				w.poisonProducedLocked(pos{r.Partition, r.Offset}, pr)
+				continue
+			}
 			key := string(r.Key)
 			for len(w.produced[key]) < seqs[i] {
 				w.produced[key] = append(w.produced[key], pos{-1, -1}) // a lost version: in no partition
@@ -1164,6 +1177,7 @@ func produce(t *testing.T, w *world, rng *rand.Rand, records, keys int, d time.D
 			w.keyOf[at] = keySeq{key, len(w.produced[key])}
 			w.produced[key] = append(w.produced[key], at)
 			w.registeredLocked(at)
+			i++
 		}
 		w.mu.Unlock()
 		time.Sleep(d / batches)
@@ -1253,6 +1267,7 @@ func check(t *testing.T, w *world, members []*member) {
 	w.checkRatesLocked(members)
 	w.checkGapParksLocked()
 	w.checkDeadLettersLocked()
+	w.checkPoisonLocked(members)
 	d := w.checkDuplicatesLocked()
 	for _, v := range w.violations {
 		t.Errorf("seed %d: %s", w.seed, v)
@@ -1262,8 +1277,8 @@ func check(t *testing.T, w *world, members []*member) {
 		parking = fmt.Sprintf("%d parked copies, max-parked %d (reached %d times), %d parked copies refused as too large, %d parked by hand",
 			len(w.parked), w.maxParked, w.seen.maxParked, w.seen.tooLarge, w.seen.byHand)
 	}
-	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, %d produce stalls, producer buffer %s (%d writes refused for a full buffer), parking: %s, group protocol %s (%d members cut off as they rejoined, %d partition sets taken again, %d revoked as lost under a new member ID), HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v)%s, %s; %s",
-		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, w.produceStalls, bufferName(w), w.fullBuffer, parking, protocolName(w), w.rejoinCuts, w.seen.retaken, w.seen.droppedRevoke, w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.rateSummaryLocked(), w.versionSummaryLocked(), w.promisesSummaryLocked())
+	t.Logf("seed %d: %d members, %d records, %s, %d dead letters (%d stubs), %d of %d local records finished, %s, %d commit stalls, %d describe outages, %d produce stalls, producer buffer %s (%d writes refused for a full buffer), parking: %s, group protocol %s (%d members cut off as they rejoined, %d partition sets taken again, %d revoked as lost under a new member ID), HTTP sink: %v (%d closes canceled requests in flight), blocking route: %v (in WithRetry: %v)%s, %s; %s; %s",
+		w.seed, len(members), len(w.finished), d, len(dl), w.stubs, localDone, len(w.local), w.ingestSummaryLocked(), w.stalls, w.describeOut, w.produceStalls, bufferName(w), w.fullBuffer, parking, protocolName(w), w.rejoinCuts, w.seen.retaken, w.seen.droppedRevoke, w.sink, w.sinkCancels, w.blocking, w.blockingRetry, w.rateSummaryLocked(), w.versionSummaryLocked(), w.promisesSummaryLocked(), w.poisonSummaryLocked())
 }
 
 // bufferName names the run's producer buffer for its summary.

@@ -497,6 +497,11 @@ func (w *world) sinkMessage(partition, offset, key, try string, value []byte) si
 	m := sinkMessage{try: n, at: pos{int32(p), o}, key: k, seq: seq, valid: perr == nil && oerr == nil && nerr == nil && ok && k == key}
 	if !m.valid {
 		w.violate("the sink sent a message the server cannot read: partition %q offset %q key %q try %q value %.40q", partition, offset, key, try, value)
+		if perr == nil && oerr == nil && p >= 0 {
+			w.mu.Lock()
+			w.poisonAtSinkLocked(m.at) // judged once every position is known (checkPoisonLocked)
+			w.mu.Unlock()
+		}
 	}
 	return m
 }

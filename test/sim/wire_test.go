@@ -171,11 +171,21 @@ func (c *tapConn) commitOffsets(frame []byte, whole bool, version int16) map[int
 }
 
 // lastCommitOK reports whether the member's last OffsetCommit request
-// written was answered without an error.
+// written was answered without an error, and the member's network was not
+// cut since it was written: a commit tried while the member is cut off is
+// never written (its dial fails), so the last request written may be an
+// older commit's than the one that failed (seed 1 with poison records: a
+// revoke's drain ran out of time while its member was cut off, and its
+// commit timed out dialing).
 func (mw *memberWire) lastCommitOK() bool {
 	mw.mu.Lock()
-	defer mw.mu.Unlock()
-	return mw.last != nil && mw.last.answered && !mw.last.failed
+	ok := mw.last != nil && mw.last.answered && !mw.last.failed
+	var at time.Time
+	if ok {
+		at = mw.last.at
+	}
+	mw.mu.Unlock()
+	return ok && !mw.m.net.cutSince(at)
 }
 
 // commitWritten records an OffsetCommit request. An answer without errors

@@ -208,6 +208,8 @@ type world struct {
 	ver versionSeen // what the version check did, as the receivers log it (version_test.go)
 
 	pr promises // dead letters given up and justified, revokes, deliveries per ownership (promises_test.go)
+
+	poi poisonSeen // records wowd cannot route, and what became of them (poison_test.go)
 }
 
 func newWorld(seed uint64) *world {
@@ -248,6 +250,7 @@ func newWorld(seed uint64) *world {
 		arrivals:     map[int][]time.Time{},
 		answers:      map[int]uint8{},
 		pr:           newPromises(),
+		poi:          newPoisonSeen(),
 	}
 }
 
@@ -412,7 +415,8 @@ func (w *world) commitPastLocked(p int32, offset int64, member string) {
 		if w.finished[at] {
 			continue
 		}
-		if _, known := w.keyOf[at]; known {
+		_, poison := w.poi.recs[at]
+		if _, known := w.keyOf[at]; known || poison {
 			w.violateLocked("commit of partition %d at offset %d, but offset %d had not finished (member %s): %s",
 				p, offset, o, member, w.historyLocked(at))
 			return
@@ -596,10 +600,16 @@ func (h deadLetterHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	key, seq, ok := parseValue(r.Value)
 	h.w.mu.Lock()
 	h.w.acknowledgedLocked(h.member, r, at)
-	if !ok { // a stub, written without its value (too large for the topic)
+	if h.w.poisonAckedLocked(r, at) {
+		h.w.mu.Unlock()
+		return
+	}
+	if !ok { // a stub, written without its value (too large for the topic), or a poison record's not registered yet
 		ks, known := h.w.keyOf[at]
 		key, seq = ks.key, ks.seq
-		h.w.stubs++
+		if isStub(r) {
+			h.w.stubs++
+		}
 		if !known && r.Topic != parkedTopic {
 			// Its record is not registered yet: finished (committable)
 			// now, settled once it is named.
@@ -729,6 +739,13 @@ func (n *memberNet) healTimes() []time.Time {
 	return slices.Clone(n.heals)
 }
 
+// cutSince reports whether the member was cut off at any time after t.
+func (n *memberNet) cutSince(t time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cut || slices.ContainsFunc(n.heals, func(h time.Time) bool { return h.After(t) })
+}
+
 // cutFor returns how long the member has been cut off, 0 if it is not.
 func (n *memberNet) cutFor() time.Duration {
 	n.mu.Lock()
@@ -834,6 +851,9 @@ func (w *world) delivered(ctx context.Context, member int, m *handler.Message) (
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if pr, poison := w.poi.recs[at]; poison && at.p >= 0 {
+		w.violateLocked("member %d got the %s at %v: no handler may get a record it cannot route", member, pr, at)
+	}
 	if ks, known := w.keyOf[at]; known && at.p >= 0 && ks != (keySeq{key, seq}) {
 		w.violateLocked("member %d got %s #%d at %v, where %s #%d was produced", member, key, seq, at, ks.key, ks.seq)
 	}
@@ -1085,6 +1105,10 @@ func (w *world) givenUp(member int, at pos) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.checkGivenUpLocked(member, at)
+	w.poi.givenUp[at] = true // a poison record's, if it is one
+	if w.poisonGivenUpLocked(at) {
+		return
+	}
 	ks, ok := w.keyOf[at]
 	if !ok {
 		// Not registered yet, as for a stub (see stubAt): named once it is;
