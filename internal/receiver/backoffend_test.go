@@ -160,7 +160,7 @@ func TestABackoffWithNothingInFlightEndsPastItsDelay(t *testing.T) {
 		testwait.For(t, 10*time.Second, "assigned", func() bool { return r.Snapshot().AssignedPartitions == 1 })
 		// A backoff whose messages are gone: nothing in flight.
 		for range streakRun {
-			r.fails.record(true, time.Now())
+			r.fails.record(true, nil, time.Now())
 		}
 		time.Sleep(time.Minute)
 		if r.Snapshot().BackingOff {

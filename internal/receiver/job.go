@@ -458,7 +458,7 @@ func (j *job) conclude(err error) {
 	if err == nil {
 		r.m.HandlerDuration(r.since() - j.start)
 		j.versionHandled()
-		r.outcome(false)
+		r.outcome(false, nil)
 		j.finish(metrics.Handled)
 		return
 	}
@@ -470,16 +470,12 @@ func (j *job) conclude(err error) {
 		j.kept = true
 	}
 	class, _ := handler.Classify(err)
-	switch {
-	case class == handler.Transient && j.p.ctx.Err() == nil:
+	if class == handler.Transient && j.p.ctx.Err() == nil {
 		// A try ended by its partition going (revoked, lost, stopping) is
 		// no news about the sink: it must not count toward a backoff.
-		r.outcome(true)
-	case class == handler.Skip, class == handler.Permanent && !errors.Is(err, handler.ErrPanicked):
-		// The handler answered for the message (a sink refusing it for
-		// good, or skipping it): the sink is up, as with a success. A
-		// backoff whose held messages all end so ends with them.
-		r.outcome(false)
+		// (Nor is a skip or a refusal for good: a handler may answer so
+		// without asking its sink, as for an event it does not project.)
+		r.outcome(true, &j.msg)
 	}
 	switch {
 	case class == handler.Skip:
@@ -490,7 +486,7 @@ func (j *job) conclude(err error) {
 		// Revoked or shutting down: the failure may only be the cancellation.
 		// Not finished; the next owner gets it again.
 		j.abandon()
-	case (!r.o.DeadLetter.Enabled && r.park == nil) || (class == handler.Transient && r.fails.overlapped(r.epoch.Add(j.tried), j.heldEnds, j.tries > 0)):
+	case (!r.o.DeadLetter.Enabled && r.park == nil) || (class == handler.Transient && r.fails.overlapped(r.epoch.Add(j.tried), &j.msg, j.heldEnds, j.tries > 0)):
 		// Dead letters disabled, or a transient failure of an attempt made
 		// while the sink was down: dead-lettering would empty the stream
 		// into the dead-letter topic. Hold the message (not the worker) and
@@ -638,18 +634,19 @@ func (r *Receiver) holdBackoff(n int) time.Duration {
 func (r *Receiver) Retrying(m *handler.Message, attempt int, err error, wait time.Duration) {
 	r.extend(m, attempt, wait)
 	r.traceRetrying(m, attempt, err, wait)
-	r.outcome(true)
+	r.outcome(true, m)
 	r.m.Count(metrics.Retried, 1)
 	r.log.Debug("handler attempt failed; retrying", zap.String("topic", m.Topic), zap.Int32("partition", m.Partition),
 		zap.Int64("offset", m.Offset), zap.Int("attempt", attempt), zap.Duration("wait", wait), zap.Error(err))
 }
 
-// outcome feeds the failure streak with one handler attempt.
-func (r *Receiver) outcome(failed bool) {
+// outcome feeds the failure streak with one handler attempt of m (nil for
+// a success).
+func (r *Receiver) outcome(failed bool, m *handler.Message) {
 	if !failed && r.fails.unchangedBySuccess() {
 		return // nothing failed lately: the common case takes no lock
 	}
-	started, ended := r.fails.record(failed, time.Now())
+	started, ended := r.fails.record(failed, m, time.Now())
 	switch {
 	case started:
 		r.m.Backoff()

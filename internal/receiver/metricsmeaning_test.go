@@ -158,7 +158,7 @@ func TestAnIdleReceiverDoesNotReportBackingOff(t *testing.T) {
 	r.closing.Store(false)
 	now := time.Now()
 	for range streakRun {
-		r.fails.record(true, now)
+		r.fails.record(true, nil, now)
 	}
 	if !r.fails.isFailing() {
 		t.Fatal("setup: not backing off")

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/wowd/wowd/handler"
 )
 
 // streak watches the outcomes of a receiver's recent handler attempts. When
@@ -26,6 +28,10 @@ type streak struct {
 	began   time.Time     // when the current (or latest) backoff began
 	entered int           // times the receiver started backing off
 	ends    int           // backoffs a success ended
+	// runBy is the message whose failures alone make up the current run
+	// (nil when it mixes messages or is empty); beganBy the one whose run
+	// began the current backoff alone, nil if none did.
+	runBy, beganBy *handler.Message
 
 	// quiet is set while the ring is full of successes and the receiver is
 	// not backing off: then another success changes nothing, and the
@@ -44,7 +50,7 @@ const (
 
 // record adds an outcome. It reports whether this outcome started a backoff
 // (for logging) and whether it ended one.
-func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
+func (s *streak) record(failed bool, m *handler.Message, now time.Time) (started, ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer func() { s.quiet.Store(!s.failing && s.fails == 0 && s.n == streakWindow) }()
@@ -56,9 +62,14 @@ func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
 	s.n = min(s.n+1, streakWindow)
 	if failed {
 		s.fails++
+		if s.run == 0 {
+			s.runBy = m
+		} else if s.runBy != m {
+			s.runBy = nil
+		}
 		s.run++
 	} else {
-		s.run = 0
+		s.run, s.runBy = 0, nil
 	}
 	switch {
 	case s.failing && !failed:
@@ -75,7 +86,10 @@ func (s *streak) record(failed bool, now time.Time) (started, ended bool) {
 		s.failing = true
 		s.delay = streakMinDelay
 		s.until = now.Add(s.delay)
-		s.began = now
+		s.began, s.beganBy = now, nil
+		if s.run >= streakRun {
+			s.beganBy = s.runBy
+		}
 		s.entered++
 		return true, false
 	}
@@ -90,6 +104,7 @@ func (s *streak) unchangedBySuccess() bool { return s.quiet.Load() }
 func (s *streak) reset() {
 	s.ring = [streakWindow]bool{}
 	s.n, s.next, s.fails, s.run = 0, 0, 0, 0
+	s.runBy = nil
 }
 
 // hold reports whether fetching must wait, and until when.
@@ -118,18 +133,19 @@ func (s *streak) isFailing() bool {
 // held and retried like those reported during the backoff, even when the
 // sink came back (and ended the backoff) before this failure was reported.
 //
-// Unless recovered: the message was held before and a success ended a
-// backoff since (heldEnds is ends when it was first held). Then a backoff
-// that began during this attempt, which its own failures may have
-// started, does not count: the sink answered others meanwhile, and a
-// message failing on every try would otherwise start a backoff with each
-// try, be held again, and never be dead-lettered or parked while the
-// successes of others ended each backoff.
-func (s *streak) overlapped(start time.Time, heldEnds int, held bool) bool {
+// Unless m's own failures alone began the backoff during this attempt, and
+// m was held before and a success ended a backoff since (heldEnds is ends
+// when it was first held): the sink answered others meanwhile, and a
+// message failing on every try would otherwise begin a backoff with each
+// try (a sink's retries of one message make a run), be held again, and
+// never be dead-lettered or parked while the successes of others ended
+// each backoff. A backoff others' failures began (the sink flapping) still
+// holds it.
+func (s *streak) overlapped(start time.Time, m *handler.Message, heldEnds int, held bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	recovered := held && s.ends > heldEnds
-	return s.failing && (!recovered || s.began.Before(start)) || s.ended.After(start)
+	own := held && s.ends > heldEnds && m != nil && s.beganBy == m && !s.began.Before(start)
+	return s.failing && !own || s.ended.After(start)
 }
 
 // endCount returns how many backoffs a success ended so far.
