@@ -61,7 +61,10 @@ type httpSink struct {
 	// waits, when the Observer is one, is told of the attempts that wait
 	// for max-concurrency or the rate limiter, whose wait handler.timeout
 	// does not count (with batch on, the members of a batch whose request
-	// waits; nil without such an Observer).
+	// waits; nil without such an Observer). An attempt's reports come
+	// outside mu; a batch member's under it, since its cancellation
+	// acknowledges it at once (abandon): the observer must not call the
+	// sink (wowd's does not: it reads atomics of the receiver's).
 	waits handler.WaitObserver
 
 	// stopping is closed by Close: workers waiting for the rate limiter
@@ -136,8 +139,8 @@ type call struct {
 	attempt int         // 1 for the first attempt of m
 	// waited: Waiting was reported for this attempt (sink.waits), and
 	// Started is due as its request starts. Written before the call is
-	// placed, then only by the worker running it (a member of a batch: as
-	// its carrier is placed, under mu, then only by the carrier's worker).
+	// placed, then only by the worker running it (a member of a batch:
+	// under mu, where its reports are made).
 	waited bool
 
 	// With batching: a member's CloudEvent and its id, or a carrier's batch.
@@ -285,9 +288,6 @@ type handoff struct {
 	c     *call
 	w     *worker // nil: nothing to hand over (the call was queued)
 	spawn bool    // w is new: start its goroutine
-	// waiting are the members of the carrier c, queued, to report
-	// Waiting; hand then closes c.batch.reported.
-	waiting []*call
 }
 
 // place gives the new call c (an attempt or a carrier) to a worker, or
@@ -338,12 +338,6 @@ func (s *httpSink) assign(c *call) handoff {
 
 // hand hands a placed call to its worker. Called without mu.
 func (s *httpSink) hand(h handoff) {
-	if h.waiting != nil {
-		for _, m := range h.waiting {
-			s.waits.Waiting(m.ctx, m.m)
-		}
-		close(h.c.batch.reported)
-	}
 	switch {
 	case h.w == nil:
 	case h.spawn:
@@ -581,17 +575,15 @@ func (s *httpSink) reportWaiting(c *call) {
 		}
 		return
 	}
-	var waiting []*call
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, m := range c.batch.calls {
 		if m.state == callQueued && !m.waited {
+			// Under mu: a member acknowledged (abandon) is done, and no
+			// report may follow its acknowledgement.
 			m.waited = true
-			waiting = append(waiting, m)
+			s.waits.Waiting(m.ctx, m.m)
 		}
-	}
-	s.mu.Unlock()
-	for _, m := range waiting {
-		s.waits.Waiting(m.ctx, m.m)
 	}
 }
 

@@ -126,10 +126,6 @@ type batch struct {
 	// request with nothing in it. Both guarded by sink.mu.
 	queued  int
 	endWait context.CancelFunc
-	// reported, when set, is closed once the members placed with the
-	// carrier in the queue were reported Waiting (hand): the carrier's
-	// worker reports none Started before.
-	reported chan struct{}
 }
 
 // aggregateKey names an aggregate as wowd's executor does: a message of
@@ -273,18 +269,18 @@ func (s *httpSink) placeCut() handoff {
 		return handoff{}
 	}
 	h := s.place(carrier)
-	if h.w == nil && s.waits != nil && carrier.batch.queued > 0 {
-		// Queued behind max-concurrency: its members wait for the
-		// sink's limit. hand reports it, before the carrier's worker
-		// reports any of them Started.
-		carrier.batch.reported = make(chan struct{})
+	if h.w == nil && s.waits != nil {
+		// Queued behind max-concurrency: its members wait for the sink's
+		// limit. Reported under mu, as every report of a member is: a
+		// member's cancellation acknowledges it at once (abandon, under
+		// mu), and no report may follow its acknowledgement; and no
+		// worker can take the carrier before.
 		for _, m := range carrier.batch.calls {
 			if m.state == callQueued {
 				m.waited = true
-				h.waiting = append(h.waiting, m)
+				s.waits.Waiting(m.ctx, m.m)
 			}
 		}
-		h.c = carrier
 	}
 	return h
 }
@@ -319,9 +315,6 @@ func (s *httpSink) attemptBatch(w *worker, c *call, live *httpLive) {
 		s.settleAll(c.batch.calls, s.wrap(err))
 		return
 	}
-	if c.batch.reported != nil {
-		<-c.batch.reported // placed in the queue: its members were reported Waiting
-	}
 	// The request is no single message's: it ends with request-timeout,
 	// when Close stops waiting for it, or when every member was given up
 	// while it was in flight (abandon), not with one member's context.
@@ -336,18 +329,16 @@ func (s *httpSink) attemptBatch(w *worker, c *call, live *httpLive) {
 			m.state, m.carrier = callRunning, c
 			sent = append(sent, m)
 			size += len(m.event) + 1
+			if m.waited {
+				m.waited = false
+				s.waits.Started(m.ctx, m.m) // its request starts now; under mu, before any acknowledgement
+			}
 		}
 	}
 	c.running, c.cancelReq = len(sent), cancel
 	s.mu.Unlock()
 	if len(sent) == 0 {
 		return // every member was canceled while it waited
-	}
-	for _, m := range sent {
-		if m.waited {
-			m.waited = false
-			s.waits.Started(m.ctx, m.m) // its request starts now
-		}
 	}
 	body := make([]byte, 0, size)
 	body = append(body, '[')
