@@ -56,7 +56,10 @@ type Observer interface {
 // that m's attempt waits; Started, that the attempt reported waiting
 // starts. ctx is the context Handle was given (or one derived from it),
 // which names the try, and m the message; a handler calls Started only
-// after its Waiting returned, and before the attempt's outcome.
+// after its Waiting returned, and before the attempt's outcome. A handler
+// may report while holding its own locks (the http sink does for a
+// batch's members): the methods return promptly and never call the
+// handler.
 type WaitObserver interface {
 	Observer
 	Waiting(ctx context.Context, m *Message)

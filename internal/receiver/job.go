@@ -339,11 +339,12 @@ func (j *job) Run(res executor.Resume) executor.Status {
 // pool stops first, the message is abandoned: not finished, so delivered
 // again.
 func (j *job) retry() {
-	if tc := j.try.Load(); tc != nil && tc.inHandle.Load() {
-		// The call of the try the deadline concluded has not returned
-		// (its handler hangs, deaf to its context): another call would
-		// hang beside it, one more per retry, each holding a goroutine (a
-		// Blocker's, of the shared blocking pool). Wait for it.
+	if tc := j.try.Load(); tc != nil && tc.calls.Load() > 0 {
+		// A call of the try the deadline concluded has not returned (its
+		// handler hangs, deaf to its context; a Blocker's attempt resumed
+		// on the pool counts): another call would hang beside it, one
+		// more per retry, each holding a goroutine (a Blocker's, of the
+		// shared blocking pool). Wait for it.
 		j.after(j.r.holdBackoff(j.tries), j.retry)
 		return
 	}
@@ -398,9 +399,9 @@ func (j *job) call() {
 		tc.end(context.Canceled)
 	}
 	at := j.position()
-	tc.inHandle.Store(true)
+	tc.calls.Add(1)
 	defer func() {
-		tc.inHandle.Store(false) // tc is this call's alone: j may be reused by now
+		tc.calls.Add(-1) // tc is this call's alone: j may be reused by now
 		if v := recover(); v != nil {
 			err := handler.Recovered(v, debug.Stack())
 			if !j.take(token) {

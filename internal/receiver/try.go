@@ -37,10 +37,11 @@ type tryContext struct {
 	// (Receiver.Waiting) finds its attempt without a search.
 	j     *job
 	token uint64
-	// inHandle is set while the handler's Handle runs the try's call: a
-	// held retry waits for a call the deadline gave up on to return
-	// (job.retry).
-	inHandle atomic.Bool
+	// calls counts the try's calls of the handler still running: its
+	// Handle, and what a Blocker runs through its Resumer (the attempts
+	// handler.WithRetry makes after a backoff). A held retry waits for
+	// the calls of a try the deadline gave up on to return (job.retry).
+	calls atomic.Int32
 
 	mu    sync.Mutex // guards done, err, funcs and nextID
 	done  chan struct{}
@@ -122,7 +123,7 @@ func (c *tryContext) Value(key any) any {
 		return c
 	case handler.ResumerKey:
 		if c.pool != (executor.Resume{}) {
-			return poolResumer(c.pool)
+			return tryResumer{c}
 		}
 	case handler.AttemptsBeforeKey:
 		if c.before > 0 {
@@ -182,9 +183,17 @@ func (c *tryContext) end(err error) {
 	}
 }
 
-// poolResumer is the handler.Resumer of a Blocker's try: more of the
-// message runs on the executor's blocking pool (Resume.Again).
-type poolResumer executor.Resume
+// tryResumer is the handler.Resumer of a Blocker's try: more of the
+// message runs on the executor's blocking pool (Resume.Again), counted
+// among the try's calls while it runs.
+type tryResumer struct{ c *tryContext }
 
 // Resume implements handler.Resumer.
-func (r poolResumer) Resume(fn, dropped func()) { executor.Resume(r).Again(fn, dropped) }
+func (r tryResumer) Resume(fn, dropped func()) {
+	c := r.c
+	c.pool.Again(func() {
+		c.calls.Add(1)
+		defer c.calls.Add(-1)
+		fn()
+	}, dropped)
+}
