@@ -77,15 +77,22 @@ func (r *Receiver) overdue(late []lateAttempt, cutoff time.Duration) []lateAttem
 			if tc == nil || tc.p != p {
 				return
 			}
-			if j.limitWait.Load() == token && tc.p.ctx.Err() == nil {
-				// Waits for the handler's own limits: not timed, while
-				// its partition is owned. A try of a partition let go is
-				// concluded at its deadline whether it waits or not: a
-				// handler whose wait does not watch the try's context
-				// would hold the aggregate's mailbox for good.
-				return
+			start := time.Duration(j.attemptStart.Load())
+			if j.limitWait.Load() == token {
+				// Waits for the handler's own limits: not timed while its
+				// partition is owned. A try of a partition let go is timed
+				// from then, waiting or not: a handler whose wait does not
+				// watch the try's context would hold the aggregate's
+				// mailbox for good (and one that does has a whole timeout
+				// to give it up before it counts as one).
+				if tc.p.ctx.Err() == nil {
+					return
+				}
+				if at := time.Duration(p.closedAt.Load()); at > 0 {
+					start = at
+				}
 			}
-			if time.Duration(j.attemptStart.Load()) < cutoff {
+			if start < cutoff {
 				late = append(late, lateAttempt{j, token, tc})
 			}
 		})

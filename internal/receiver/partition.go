@@ -42,6 +42,10 @@ type partition struct {
 	// committed is the last offset this incarnation committed, -1 before;
 	// written under Receiver.commitMu.
 	committed atomic.Int64
+	// closedAt is when the incarnation closed (Receiver.since), 0 before:
+	// a try waiting for its handler's limits is timed from then
+	// (Receiver.overdue).
+	closedAt atomic.Int64
 
 	pending atomic.Int64 // records pushed, not finished or dropped
 
@@ -154,6 +158,7 @@ func (r *Receiver) closePartition(p *partition) {
 			r.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 		}
 		p.paused = 0
+		p.closedAt.Store(int64(max(1, r.since())))
 		p.closed.Store(true)
 		from, to = p.uncommittedLocked()
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wowd/wowd/handler"
+	"github.com/wowd/wowd/internal/metrics"
 	"github.com/wowd/wowd/internal/testwait"
 )
 
@@ -54,6 +55,43 @@ func TestAWaitingTryOfALostPartitionIsConcludedAtItsDeadline(t *testing.T) {
 		stop(t, r)
 		if got == 0 {
 			t.Errorf("10 minutes after its partition was lost and taken again (handler.timeout 1s), agg-0's next message was not handled (agg-1's was): the lost incarnation's waiting try still holds agg-0's mailbox")
+		}
+	})
+}
+
+// A try waiting for the handler's limits when its partition is let go is
+// timed from the moment it was let go, not from its attempt's start long
+// before: a handler that gives the wait up on the try's end (the http sink
+// drops a queued request) is not counted as a timeout for it, which every
+// revoke of a partition with a backlog behind a rate limit did.
+func TestAWaitingTryOfALostPartitionHasATimeoutFromTheLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newVirtualHarness(t, 1)
+		produceAt(t, h.c, testTopic, 0, "agg-0")
+		var rcv atomic.Pointer[Receiver]
+		waiting := make(chan struct{})
+		hd := handlerFunc(func(ctx context.Context, m *handler.Message, ack handler.Ack) {
+			rcv.Load().Waiting(ctx, m)
+			close(waiting)
+			go func() {
+				<-ctx.Done()
+				time.Sleep(150 * time.Millisecond) // gives its place up
+				ack.Done(ctx.Err())
+			}()
+		})
+		m := metrics.New("test")
+		r := h.receiver("g-wait-loss-timeout", hd, 16, func(o *Options) {
+			o.HandlerTimeout = 300 * time.Millisecond
+			o.Metrics = m
+		})
+		rcv.Store(r)
+		<-waiting
+		time.Sleep(5 * time.Second) // waits ten timeouts for its turn
+		r.onLost(context.Background(), r.cl, map[string][]int32{testTopic: {0}})
+		time.Sleep(2 * time.Second)
+		stop(t, r)
+		if n := counterValue(t, m.Registry, "wowd_handler_timeouts_total"); n != 0 {
+			t.Errorf("wowd_handler_timeouts_total %v, want 0: the try gave its wait up 150ms after its partition was lost", n)
 		}
 	})
 }
