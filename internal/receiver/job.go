@@ -78,6 +78,9 @@ type jobState struct {
 	// heldEnds: the backoffs a success had ended (streak.ends) when the
 	// record was first held (streak.overlapped).
 	heldEnds int
+	// callHung: a held retry waited for a call of an earlier try to
+	// return (logged once).
+	callHung bool
 	kind     handler.Kind
 	route    *Route
 	ws       *wowState  // the decoded Wow message, made on first use; kept with the job to reuse its buffers
@@ -345,6 +348,11 @@ func (j *job) retry() {
 		// on the pool counts): another call would hang beside it, one
 		// more per retry, each holding a goroutine (a Blocker's, of the
 		// shared blocking pool). Wait for it.
+		if !j.callHung {
+			j.callHung = true // logged once per record: the aggregate waits, the partition's lag grows
+			j.r.log.Warn("held message not retried: the handler's call of its timed-out try has not returned; its aggregate waits for it",
+				zap.String("topic", j.rec.Topic), zap.Int32("partition", j.rec.Partition), zap.Int64("offset", j.rec.Offset))
+		}
 		j.after(j.r.holdBackoff(j.tries), j.retry)
 		return
 	}
