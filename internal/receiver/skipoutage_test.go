@@ -44,7 +44,9 @@ func TestAnOutageWithSkippedEventsStillBacksOff(t *testing.T) {
 		})
 		r := h.receiver("g-skip-outage", hd, 64, func(o *Options) { o.RetryBackoff = time.Second })
 		time.Sleep(2 * time.Minute)
+		r.fails.mu.Lock()
 		entered := r.fails.entered
+		r.fails.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = r.Stop(ctx)
 		cancel()
