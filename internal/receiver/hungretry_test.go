@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -24,26 +25,59 @@ import (
 // that such calls run on the blocking pool ... and not on the shared
 // workers, which other aggregates need".
 func TestAHungBlockerGetsNoSecondCallFromItsRetries(t *testing.T) {
+	hungBlockerHoldsOneGoroutine(t, "g-hung-blocker", func(int64) bool { return true }, nil)
+}
+
+// The first version of 4bdd8e1 guarded held retries with a flag set only
+// while the receiver's call of Handle ran. A Blocker wrapped in
+// handler.WithRetry (the SDK's documented way, with wowd's Resumer in the
+// try's context) makes its second and later attempts on the blocking pool
+// after Handle returned; if such an attempt hung, deaf to its context,
+// each held retry called Handle again: one more pool goroutine per retry.
+// What runs through the try's Resumer counts among its calls now. (A
+// review of the first version wrote this test.)
+func TestAHungAttemptResumedOnThePoolGetsNoSecondCall(t *testing.T) {
+	// The first attempt of each try fails fast (a 503); the retry after
+	// WithRetry's backoff hangs (a stuck connection).
+	hungBlockerHoldsOneGoroutine(t, "g-hung-resume", func(call int64) bool { return call%2 == 0 }, func(inner handler.Handler) handler.Handler {
+		return handler.WithRetry(inner, handler.RetryPolicy{MaxAttempts: 3, Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond})
+	})
+}
+
+// hungBlockerHoldsOneGoroutine runs a Blocker (wrapped by wrap, if set) on
+// a blocking pool of 4 whose call n (from 1) of agg-0's message hangs,
+// deaf to its context, when hangs(n), and fails transiently otherwise,
+// with dead letters off and a 1 s handler.timeout; 30 s later three other
+// aggregates come. Each must be handled, and agg-0 must never have two
+// hung calls at once.
+func hungBlockerHoldsOneGoroutine(t *testing.T, group string, hangs func(call int64) bool, wrap func(handler.Handler) handler.Handler) {
 	synctest.Test(t, func(t *testing.T) {
 		ex := executor.New(executor.Options{Workers: 2, BlockingWorkers: 4})
 		h := &harness{t: t, c: newVirtualCluster(t, 1, testTopic), ex: ex}
 		release := make(chan struct{})
-		var running, most, others atomic.Int64
-		hd := blockingFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
-			if m.AggregateID == "agg-0" {
-				n := running.Add(1)
-				for cur := most.Load(); n > cur && !most.CompareAndSwap(cur, n); cur = most.Load() {
-				}
-				<-release // hangs on this payload, ignoring its context
-				running.Add(-1)
+		var calls, running, most, others atomic.Int64
+		var hd handler.Handler = blockingFunc(func(_ context.Context, m *handler.Message, ack handler.Ack) {
+			if m.AggregateID != "agg-0" {
+				others.Add(1)
 				ack.Done(nil)
 				return
 			}
-			others.Add(1)
+			if !hangs(calls.Add(1)) {
+				ack.Done(handler.Classed(handler.Transient, errors.New("503")))
+				return
+			}
+			n := running.Add(1)
+			for cur := most.Load(); n > cur && !most.CompareAndSwap(cur, n); cur = most.Load() {
+			}
+			<-release // hangs on this payload, ignoring its context
+			running.Add(-1)
 			ack.Done(nil)
 		})
+		if wrap != nil {
+			hd = wrap(hd)
+		}
 		produceAt(t, h.c, testTopic, 0, "agg-0")
-		r := h.receiver("g-hung-blocker", hd, 64, func(o *Options) {
+		r := h.receiver(group, hd, 64, func(o *Options) {
 			rt := o.Routes[testTopic]
 			rt.Group = ex.Group(true)
 			o.Routes = map[string]Route{testTopic: rt}
@@ -55,15 +89,15 @@ func TestAHungBlockerGetsNoSecondCallFromItsRetries(t *testing.T) {
 		produceAt(t, h.c, testTopic, 0, "agg-1", "agg-2", "agg-3")
 		time.Sleep(30 * time.Second)
 		stalled := others.Load()
-		calls := most.Load()
+		concurrent := most.Load()
 		close(release)
-		testwait.For(t, 30*time.Second, "every record committed", func() bool { return h.committedAtEnd("g-hung-blocker") })
+		testwait.For(t, 30*time.Second, "every record committed", func() bool { return h.committedAtEnd(group) })
 		stop(t, r)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = ex.Close(ctx)
-		if calls > 1 {
-			t.Errorf("one hung message had %d calls of the handler at once, each holding a goroutine of the blocking pool", calls)
+		if concurrent > 1 {
+			t.Errorf("one hung message had %d hung calls of the Blocker at once, each holding a goroutine of the blocking pool", concurrent)
 		}
 		if stalled != 3 {
 			t.Errorf("agg-1..3 (other aggregates) handled %d of 3 within 30 s: the blocking pool is held by agg-0's retries", stalled)
