@@ -53,17 +53,23 @@ func (r *Receiver) commitAll(ctx context.Context) error {
 // its last commit: a commit would have something to do.
 func (r *Receiver) uncommitted() bool {
 	for _, p := range r.active() {
-		if p.isClosed() {
-			continue
-		}
-		p.mu.Lock()
-		next, _, ok := p.tr.watermark()
-		p.mu.Unlock()
-		if ok && next > p.committed.Load() {
+		if _, _, ok := p.toCommit(); ok {
 			return true
 		}
 	}
 	return false
+}
+
+// toCommit returns p's watermark and its epoch when it moved past p's last
+// commit (ok), as a commit would send it; not once p is closed.
+func (p *partition) toCommit() (next int64, epoch int32, ok bool) {
+	if p.isClosed() {
+		return 0, 0, false
+	}
+	p.mu.Lock()
+	next, epoch, ok = p.tr.watermark()
+	p.mu.Unlock()
+	return next, epoch, ok && next > p.committed.Load()
 }
 
 // commitParts commits the watermarks of ps that moved since their last
@@ -72,13 +78,8 @@ func (r *Receiver) commitParts(ctx context.Context, ps []*partition) error {
 	offsets := make(map[string]map[int32]kgo.EpochOffset)
 	byTP := make(map[tp]*partition)
 	for _, p := range ps {
-		if p.isClosed() {
-			continue
-		}
-		p.mu.Lock()
-		next, epoch, ok := p.tr.watermark()
-		p.mu.Unlock()
-		if !ok || next <= p.committed.Load() {
+		next, epoch, ok := p.toCommit()
+		if !ok {
 			continue
 		}
 		if offsets[p.topic] == nil {
